@@ -1,0 +1,10 @@
+"""graphstore: partitioned Zarr graph datasets for distributed GNN training."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from graphstore.dataset import Dataset, open_dataset  # noqa: E402
+from graphstore.ingest import ingest  # noqa: E402
+
+__all__ = ["Dataset", "__version__", "ingest", "open_dataset"]

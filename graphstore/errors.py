@@ -1,0 +1,53 @@
+"""Every error graphstore raises, each subclassing the nearest builtin exception."""
+
+from __future__ import annotations
+
+
+class GraphstoreError(Exception):
+    """Base class of all graphstore errors."""
+
+
+class InvalidInputError(GraphstoreError, ValueError):
+    """The graph handed to ingest is malformed (bad IDs, shapes, values)."""
+
+
+class SourceNotFoundError(GraphstoreError, FileNotFoundError):
+    """An ingest source, or a file it needs, does not exist or cannot be read."""
+
+
+class UnknownSourceError(GraphstoreError, ValueError):
+    """The SOURCE string names a scheme graphstore does not know."""
+
+
+class DatasetExistsError(GraphstoreError, FileExistsError):
+    """The ingest destination already holds data and ``overwrite`` was not given."""
+
+
+class DatasetNotFoundError(GraphstoreError, FileNotFoundError):
+    """No complete graphstore dataset at the given location."""
+
+
+class FormatVersionError(GraphstoreError, ValueError):
+    """The dataset was written in a format version this graphstore cannot read."""
+
+
+class CorruptDatasetError(GraphstoreError, OSError):
+    """A chunk or array of the dataset is missing, truncated or fails its checksum."""
+
+
+class PartitionIndexError(GraphstoreError, IndexError):
+    """A partition index outside ``[0, num_parts)``."""
+
+
+class NotOwnedError(GraphstoreError, KeyError):
+    """Node IDs asked of a partition that neither owns nor replicates them."""
+
+    def __str__(self) -> str:  # KeyError would otherwise repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownAttributeError(GraphstoreError, KeyError):
+    """A node/edge type or attribute name the dataset does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -1,0 +1,102 @@
+"""Check a graph before anything is written: IDs in range, row counts, dtypes, names, partition count."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphstore import layout
+from graphstore.errors import InvalidInputError
+from graphstore.ingest.source import SUPPORTED_DTYPES, EdgeType, GraphSource, NodeType
+
+_BLOCK = 1 << 24
+
+
+def _where_node(ntype: NodeType) -> str:
+    return "the nodes" if ntype is None else f"node type {ntype!r}"
+
+
+def _where_edge(etype: EdgeType) -> str:
+    return "the edges" if etype is None else f"edge type {etype!r}"
+
+
+def validate_source(source: GraphSource, num_parts: int) -> None:
+    """Raise :class:`InvalidInputError` naming the first problem that would make the dataset wrong.
+
+    Self-loops, duplicate edges and isolated nodes are valid (kept, counted in the manifest).
+    """
+    if not source.nodes:
+        raise InvalidInputError("the graph has no nodes; give at least one node type with num_nodes > 0")
+    if (None in source.nodes) != (None in source.edges) or (None in source.nodes and len(source.nodes) > 1):
+        raise InvalidInputError("mix of homogeneous (type None) and typed nodes/edges; use one or the other")
+    total_nodes = sum(t.num_nodes for t in source.nodes.values())
+    if not isinstance(num_parts, (int, np.integer)) or isinstance(num_parts, bool) or num_parts < 1:
+        raise InvalidInputError(f"--parts {num_parts!r} is invalid: the partition count must be an integer >= 1")
+    if num_parts > total_nodes:
+        raise InvalidInputError(
+            f"--parts {num_parts} is larger than the node count {total_nodes}: every partition needs nodes; "
+            f"use --parts {max(1, min(total_nodes, 8))} or fewer"
+        )
+    for ntype, table in source.nodes.items():
+        _check_node_table(ntype, table.num_nodes, table.attrs)
+    if sum(t.num_edges for t in source.edges.values()) == 0:
+        raise InvalidInputError("the edge list is empty: a graph dataset needs at least one edge")
+    for etype, table in source.edges.items():
+        _check_edge_table(source, etype)
+
+
+def _check_node_table(ntype: NodeType, num_nodes: int, attrs: dict) -> None:
+    where = _where_node(ntype)
+    if num_nodes < 0:
+        raise InvalidInputError(f"{where}: num_nodes is {num_nodes}; it must be >= 0")
+    if ntype is not None:
+        layout.check_attr_name(ntype, "a node type")
+    for name, rows in attrs.items():
+        layout.check_attr_name(name, where)
+        if name == layout.ORIG_ID:
+            raise InvalidInputError(f"{where}: attribute name {name!r} is reserved for the input IDs; rename it")
+        _check_rows(f"{where}, attribute {name!r}", rows, num_nodes, "num_nodes")
+
+
+def _check_rows(where: str, rows: object, expected: int, what: str) -> None:
+    shape, dtype = tuple(rows.shape), np.dtype(rows.dtype)  # type: ignore[attr-defined]
+    if not shape or shape[0] != expected:
+        raise InvalidInputError(
+            f"{where} has {shape[0] if shape else 'no'} rows but {what} is {expected}; "
+            "give exactly one row per element (shape [count, ...])"
+        )
+    if dtype not in SUPPORTED_DTYPES:
+        allowed = sorted(d.name for d in SUPPORTED_DTYPES)
+        raise InvalidInputError(f"{where} has dtype {dtype}, which cannot be stored; convert it to one of {allowed}")
+
+
+def _check_edge_table(source: GraphSource, etype: EdgeType) -> None:
+    table, where = source.edges[etype], _where_edge(etype)
+    if etype is not None:
+        if len(etype) != 3 or etype[0] not in source.nodes or etype[2] not in source.nodes:
+            raise InvalidInputError(
+                f"{where} must be (src_type, relation, dst_type) with both node types in {list(source.nodes)}"
+            )
+        layout.check_attr_name(etype[1], "an edge relation")
+    s_type, d_type = (None, None) if etype is None else (etype[0], etype[2])
+    for end, ids, ntype in (("source", table.src, s_type), ("destination", table.dst, d_type)):
+        _check_ids(f"{where}, {end} IDs", np.asarray(ids), source.nodes[ntype].num_nodes, table.num_edges)
+    for name, rows in table.attrs.items():
+        layout.check_attr_name(name, where)
+        _check_rows(f"{where}, attribute {name!r}", rows, table.num_edges, "the edge count")
+
+
+def _check_ids(where: str, ids: np.ndarray, num_nodes: int, num_edges: int) -> None:
+    if ids.ndim != 1 or len(ids) != num_edges:
+        raise InvalidInputError(f"{where}: expected a 1-D array of {num_edges} IDs, got shape {ids.shape}")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise InvalidInputError(f"{where} have dtype {ids.dtype}; node IDs must be integers")
+    for start in range(0, len(ids), _BLOCK):
+        block = ids[start: start + _BLOCK]
+        bad = np.flatnonzero((block < 0) | (block >= num_nodes))
+        if len(bad):
+            i = start + int(bad[0])
+            raise InvalidInputError(
+                f"{where}: edge {i} has node ID {int(ids[i])}, outside [0, {num_nodes}) "
+                f"({int(np.count_nonzero((ids < 0) | (ids >= num_nodes)))} such edges); node IDs must be "
+                "0-based and below the node count (give num_nodes explicitly if nodes are missing)"
+            )

@@ -1,0 +1,197 @@
+"""PyG ``FeatureStore`` and ``GraphStore`` over one partition of a graphstore dataset (read-only)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
+from torch_geometric.data.graph_store import EdgeLayout
+
+from graphstore import layout
+from graphstore.dataset import Dataset
+from graphstore.errors import GraphstoreError, NotOwnedError, UnknownAttributeError
+
+
+class ReadOnlyError(GraphstoreError, PermissionError):
+    """A write to a dataset store; datasets are written once, by ingest."""
+
+
+def _tensor(array: Any) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # non-writable memmaps: we never write through them
+        return torch.from_numpy(np.asarray(array))
+
+
+def _ids(index: Any, lo: int, hi: int) -> np.ndarray | None:
+    """Global IDs asked for, as int64 numpy (``None`` = all own rows)."""
+    if index is None:
+        return None
+    if isinstance(index, slice):
+        start, stop, step = index.indices(hi)
+        return np.arange(start, stop, step, dtype=np.int64)
+    if isinstance(index, torch.Tensor):
+        index = index.detach().cpu().numpy()
+    ids = np.asarray(index)
+    if ids.dtype == np.bool_:
+        raise UnknownAttributeError("boolean masks are not node IDs; pass mask.nonzero() (global IDs) instead")
+    return ids.astype(np.int64, copy=False).reshape(-1)
+
+
+class ZarrFeatureStore(FeatureStore):
+    """Node attributes of partition ``part``: its own rows (global IDs) and replicated halo rows.
+
+    ``store[ntype, attr, ids]`` takes global IDs (``None`` = every own row in global-ID order). For a
+    homogeneous graph ``ntype`` is ``None``. Edge attributes are under the edge type, indexed by the
+    partition's local edge positions (CSC order).
+    """
+
+    def __init__(self, dataset: Dataset, part: int) -> None:
+        super().__init__()
+        self.dataset, self.part = dataset, dataset.check_part(part)
+
+    def __repr__(self) -> str:
+        return f"ZarrFeatureStore({self.dataset.url!r}, part={self.part})"
+
+    def _node_info(self, group: Any) -> tuple[Any, bool]:
+        """(type info, is_edge_type) for a TensorAttr group name."""
+        if isinstance(group, (tuple, list)):
+            return self.dataset.manifest.edge_type(tuple(group)), True
+        if group is None and not self.dataset.is_hetero:
+            return self.dataset.manifest.node_types[0], False
+        return self.dataset.manifest.node_type(group), False
+
+    def _get_tensor(self, attr: TensorAttr) -> torch.Tensor:
+        info, is_edge = self._node_info(attr.group_name)
+        name = attr.attr_name
+        if name not in info.attrs and not (name == layout.ORIG_ID and not is_edge):
+            raise UnknownAttributeError(f"{attr.group_name!r} has no attribute {name!r}; it has {sorted(info.attrs)}")
+        if is_edge:
+            rows = self.dataset.array(layout.edge_array(self.part, info.key, name))
+            return _tensor(rows if attr.index is None else rows[_ids(attr.index, 0, len(rows))])
+        lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
+        rows = self.dataset.array(layout.node_array(self.part, info.key, name))
+        ids = _ids(attr.index, lo, hi)
+        if ids is None:
+            return _tensor(rows)
+        return _tensor(self._gather(info, name, rows, ids, lo, hi))
+
+    def _gather(self, info: Any, name: str, rows: Any, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        if len(ids) and ids.min() >= lo and ids.max() < hi:  # the hot path: all own rows
+            return rows[ids - lo]
+        own = (ids >= lo) & (ids < hi)
+        out = np.empty((len(ids), *rows.shape[1:]), dtype=rows.dtype)
+        out[own] = rows[ids[own] - lo]
+        rest = ids[~own]
+        if len(rest):
+            out[~own] = self._halo_rows(info, name, rest)
+        return out
+
+    def _halo_rows(self, info: Any, name: str, ids: np.ndarray) -> np.ndarray:
+        halo_ids = np.asarray(self.dataset.array(layout.halo_array(self.part, info.key, layout.HALO_IDS)))
+        pos = np.searchsorted(halo_ids, ids).clip(0, max(len(halo_ids) - 1, 0))
+        found = (halo_ids[pos] == ids) if len(halo_ids) else np.zeros(len(ids), bool)
+        if name not in info.halo_attrs or not found.all():
+            missing = ids[~found] if name in info.halo_attrs else ids
+            owners = np.unique(self.dataset.owner(missing.clip(0, info.num_nodes - 1), info.name))
+            bad = missing[(missing < 0) | (missing >= info.num_nodes)]
+            detail = (f"IDs {bad[:5].tolist()} are outside [0, {info.num_nodes})" if len(bad) else
+                      f"they are owned by partition(s) {owners.tolist()}")
+            raise NotOwnedError(
+                f"partition {self.part} cannot serve {name!r} for {len(missing)} node IDs of {info.name!r} "
+                f"(e.g. {missing[:5].tolist()}): {detail}; ask the owning partition's store"
+            )
+        return self.dataset.array(layout.halo_array(self.part, info.key, name))[pos]
+
+    def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...]:
+        info, is_edge = self._node_info(attr.group_name)
+        if is_edge:
+            return tuple(self.dataset.array(layout.edge_array(self.part, info.key, attr.attr_name)).shape)
+        lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
+        shape = (() if attr.attr_name == layout.ORIG_ID else info.attrs[attr.attr_name].shape)
+        return (hi - lo, *shape)
+
+    def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        out = []
+        for info in self.dataset.manifest.node_types:
+            for name in [*info.attrs, layout.ORIG_ID]:
+                out.append(TensorAttr(info.name, name))
+        return out
+
+    def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
+        raise ReadOnlyError(f"{self.dataset.url} is read-only; datasets are written once by `graphstore ingest`")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise ReadOnlyError(f"{self.dataset.url} is read-only; datasets are written once by `graphstore ingest`")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "part": self.part}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["dataset"], state["part"])  # type: ignore[misc]
+
+
+class ZarrGraphStore(GraphStore):
+    """Edges of partition ``part``: every edge whose destination the partition owns.
+
+    CSC: ``(indices, indptr)``, indices global source IDs, indptr over the partition's own
+    destination range. COO: ``(src, dst)`` in global IDs.
+    """
+
+    def __init__(self, dataset: Dataset, part: int) -> None:
+        super().__init__()
+        self.dataset, self.part = dataset, dataset.check_part(part)
+
+    def __repr__(self) -> str:
+        return f"ZarrGraphStore({self.dataset.url!r}, part={self.part})"
+
+    def csc_arrays(self, edge_type: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(indptr, indices, eid)`` as numpy arrays (memory-mapped, zero copy) for samplers."""
+        info = self.dataset.manifest.edge_type(edge_type)
+        key = info.key
+        return tuple(np.asarray(self.dataset.array(layout.edge_array(self.part, key, name)))  # type: ignore
+                     for name in (layout.INDPTR, layout.INDICES, layout.EID))
+
+    def dst_range(self, edge_type: Any = None) -> tuple[int, int]:
+        """The global IDs ``[lo, hi)`` of the destination nodes this partition owns."""
+        info = self.dataset.manifest.edge_type(edge_type)
+        dst = next(t for t in self.dataset.manifest.node_types if t.key == info.dst)
+        return dst.offsets[self.part], dst.offsets[self.part + 1]
+
+    def edge_ids(self, edge_type: Any = None) -> torch.Tensor:
+        """The input edge ID (position in the ingested edge list) of every edge, in CSC order."""
+        return _tensor(self.csc_arrays(edge_type)[2])
+
+    def _size(self, edge_type: Any) -> tuple[int, int]:
+        info = self.dataset.manifest.edge_type(edge_type)
+        src = next(t for t in self.dataset.manifest.node_types if t.key == info.src)
+        lo, hi = self.dst_range(edge_type)
+        return src.num_nodes, hi - lo
+
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> tuple[torch.Tensor, torch.Tensor]:
+        indptr, indices, _ = self.csc_arrays(edge_attr.edge_type)
+        if edge_attr.layout == EdgeLayout.CSC:
+            return _tensor(indices), _tensor(indptr)
+        if edge_attr.layout == EdgeLayout.COO:
+            lo, hi = self.dst_range(edge_attr.edge_type)
+            dst = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(indptr))
+            return _tensor(indices), torch.from_numpy(dst)
+        raise UnknownAttributeError(f"layout {edge_attr.layout.value!r} is not stored; ask for 'csc' or 'coo'")
+
+    def get_all_edge_attrs(self) -> list[EdgeAttr]:
+        return [EdgeAttr(info.name, EdgeLayout.CSC, True, self._size(info.name))
+                for info in self.dataset.manifest.edge_types]
+
+    def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
+        raise ReadOnlyError(f"{self.dataset.url} is read-only; datasets are written once by `graphstore ingest`")
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        raise ReadOnlyError(f"{self.dataset.url} is read-only; datasets are written once by `graphstore ingest`")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "part": self.part}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["dataset"], state["part"])  # type: ignore[misc]

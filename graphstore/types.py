@@ -1,0 +1,6 @@
+"""The names of node and edge types, as PyG spells them (``None`` for a homogeneous graph)."""
+
+from __future__ import annotations
+
+NodeType = str | None
+EdgeType = tuple[str, str, str] | None

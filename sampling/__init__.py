@@ -1,0 +1,1 @@
+"""Neighbor sampling over graphstore datasets (kernels, samplers, loaders, transport)."""

@@ -1,0 +1,1 @@
+"""Distributed GNN training over graphstore datasets (process groups, loops, launcher)."""
