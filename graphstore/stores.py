@@ -44,8 +44,8 @@ class ZarrFeatureStore(FeatureStore):
     """Node attributes of partition ``part``: its own rows (global IDs) and replicated halo rows.
 
     ``store[ntype, attr, ids]`` takes global IDs (``None`` = every own row in global-ID order). For a
-    homogeneous graph ``ntype`` is ``None``. Edge attributes are under the edge type, indexed by the
-    partition's local edge positions (CSC order).
+    homogeneous graph ``ntype`` is ``None``. Edge attributes live with the edges:
+    :meth:`ZarrGraphStore.edge_attr`.
     """
 
     def __init__(self, dataset: Dataset, part: int) -> None:
@@ -55,22 +55,15 @@ class ZarrFeatureStore(FeatureStore):
     def __repr__(self) -> str:
         return f"ZarrFeatureStore({self.dataset.url!r}, part={self.part})"
 
-    def _node_info(self, group: Any) -> tuple[Any, bool]:
-        """(type info, is_edge_type) for a TensorAttr group name."""
-        if isinstance(group, (tuple, list)):
-            return self.dataset.manifest.edge_type(tuple(group)), True
+    def _node_info(self, group: Any) -> Any:
         if group is None and not self.dataset.is_hetero:
-            return self.dataset.manifest.node_types[0], False
-        return self.dataset.manifest.node_type(group), False
+            return self.dataset.manifest.node_types[0]
+        return self.dataset.manifest.node_type(group)
 
     def _get_tensor(self, attr: TensorAttr) -> torch.Tensor:
-        info, is_edge = self._node_info(attr.group_name)
-        name = attr.attr_name
-        if name not in info.attrs and not (name == layout.ORIG_ID and not is_edge):
+        info, name = self._node_info(attr.group_name), attr.attr_name
+        if name not in info.attrs and name != layout.ORIG_ID:
             raise UnknownAttributeError(f"{attr.group_name!r} has no attribute {name!r}; it has {sorted(info.attrs)}")
-        if is_edge:
-            rows = self.dataset.array(layout.edge_array(self.part, info.key, name))
-            return _tensor(rows if attr.index is None else rows[_ids(attr.index, 0, len(rows))])
         lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
         rows = self.dataset.array(layout.node_array(self.part, info.key, name))
         ids = _ids(attr.index, lo, hi)
@@ -106,9 +99,7 @@ class ZarrFeatureStore(FeatureStore):
         return self.dataset.array(layout.halo_array(self.part, info.key, name))[pos]
 
     def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...]:
-        info, is_edge = self._node_info(attr.group_name)
-        if is_edge:
-            return tuple(self.dataset.array(layout.edge_array(self.part, info.key, attr.attr_name)).shape)
+        info = self._node_info(attr.group_name)
         lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
         shape = (() if attr.attr_name == layout.ORIG_ID else info.attrs[attr.attr_name].shape)
         return (hi - lo, *shape)
@@ -163,6 +154,14 @@ class ZarrGraphStore(GraphStore):
     def edge_ids(self, edge_type: Any = None) -> torch.Tensor:
         """The input edge ID (position in the ingested edge list) of every edge, in CSC order."""
         return _tensor(self.csc_arrays(edge_type)[2])
+
+    def edge_attr(self, name: str, edge_type: Any = None, index: Any = None) -> torch.Tensor:
+        """Edge attribute ``name`` of this partition's edges in CSC order (``index``: local positions)."""
+        info = self.dataset.manifest.edge_type(edge_type)
+        if name not in info.attrs:
+            raise UnknownAttributeError(f"edge type {edge_type!r} has no attribute {name!r}; it has {sorted(info.attrs)}")
+        rows = self.dataset.array(layout.edge_array(self.part, info.key, name))
+        return _tensor(rows if index is None else rows[_ids(index, 0, len(rows))])
 
     def _size(self, edge_type: Any) -> tuple[int, int]:
         info = self.dataset.manifest.edge_type(edge_type)

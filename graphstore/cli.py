@@ -1,0 +1,161 @@
+"""The ``graphstore`` command: ``ingest``, ``info`` and ``verify``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from graphstore.errors import GraphstoreError
+from graphstore.ingest.partition import METHODS
+from graphstore.ingest.sources import describe_schemes
+from graphstore.ingest.writer import COMPRESSIONS
+
+
+class _Bars:
+    """One tqdm bar per ingest stage, fed by the library's progress callback."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.bars = enabled, {}
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        bar = self.bars.get(stage)
+        if bar is None:
+            unit = {"partition": "step", "edges": "edge", "nodes": "node"}.get(stage, "it")
+            bar = self.bars[stage] = tqdm(total=total, desc=stage, unit=unit, unit_scale=True, file=sys.stderr)
+        if stage == "partition":
+            bar.n = done
+            bar.refresh()
+        else:
+            bar.update(done)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="graphstore", description="Partitioned Zarr graph datasets for GNN training")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ing = sub.add_parser("ingest", help="partition a graph and write it as a dataset",
+                         description=f"SOURCE is one of: {describe_schemes()}")
+    ing.add_argument("source")
+    ing.add_argument("dest", help="dataset directory (local or NFS path, or file:// URL)")
+    ing.add_argument("--parts", type=int, default=1, help="number of partitions (default 1)")
+    ing.add_argument("--method", choices=METHODS, default="metis", help="partitioner (default metis)")
+    ing.add_argument("--seed", type=int, default=0)
+    ing.add_argument("--overwrite", action="store_true", help="replace an existing dataset at DEST")
+    ing.add_argument("--compression", choices=COMPRESSIONS, default="none",
+                     help="none (memory-mapped hot path, default) or zstd (cold storage)")
+    ing.add_argument("--halo-features", default="", metavar="NAMES",
+                     help="comma-separated node attributes to replicate for halo nodes, or 'all'")
+    ing.add_argument("--allow-nan", action="store_true", help="store NaN/inf features instead of refusing them")
+    ing.add_argument("--chunk-mb", type=float, default=32, help="target chunk size in MB (default 32)")
+    ing.add_argument("--to-undirected", action="store_true", default=None, help="add the reverse of every edge")
+    ing.add_argument("--json", action="store_true", help="print the summary as JSON")
+    info = sub.add_parser("info", help="describe a dataset")
+    info.add_argument("dest")
+    info.add_argument("--json", action="store_true")
+    ver = sub.add_parser("verify", help="recompute every chunk checksum")
+    ver.add_argument("dest")
+    ver.add_argument("--json", action="store_true")
+    return parser
+
+
+def _ingest(args: argparse.Namespace) -> int:
+    from graphstore.ingest import ingest
+
+    bars = _Bars(enabled=not args.json and sys.stderr.isatty())
+    try:
+        summary = ingest(args.source, args.dest, num_parts=args.parts, method=args.method, seed=args.seed,
+                         overwrite=args.overwrite, compression=args.compression, halo_features=args.halo_features,
+                         allow_nan=args.allow_nan, chunk_mb=args.chunk_mb, to_undirected=args.to_undirected,
+                         progress=bars)
+    finally:
+        bars.close()
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+        return 0
+    print(f"wrote {summary.dest}: {summary.num_parts} partition(s) by {summary.method} in {summary.seconds:.1f} s, "
+          f"{summary.bytes_written / 1e6:.1f} MB")
+    for p, (n, e) in enumerate(zip(summary.nodes_per_part, summary.edges_per_part)):
+        print(f"  partition {p}: {n:,} nodes, {e:,} edges")
+    print(f"  edge cut {100 * summary.edge_cut_fraction:.2f}% ({summary.edge_cut:,} edges), "
+          f"balance nodes {summary.node_balance:.3f} edges {summary.edge_balance:.3f}")
+    return 0
+
+
+def _info_text(meta: dict[str, Any], url: str) -> str:
+    lines = [f"{url}: graphstore format v{meta['format_version']}, dataset {meta['name']!r}, "
+             f"{meta['num_parts']} partition(s)"]
+    for nt in meta["node_types"]:
+        attrs = ", ".join(f"{k} {v['dtype']}{list(v['shape'])}" for k, v in nt["attrs"].items())
+        lines.append(f"  nodes {nt['name'] if nt['name'] is not None else '(homogeneous)'}: {nt['num_nodes']:,}"
+                     f"  offsets {list(nt['offsets'])}  attrs: {attrs or '-'}")
+    for et in meta["edge_types"]:
+        name = tuple(et["name"]) if et["name"] is not None else "(homogeneous)"
+        lines.append(f"  edges {name}: {et['num_edges']:,}  per partition {list(et['edges_per_part'])}"
+                     f"  attrs: {', '.join(et['attrs']) or '-'}")
+    q = meta["partitioning"]
+    lines.append(f"  partitioning: {q['method']}, edge cut {100 * q['edge_cut_fraction']:.2f}%, balance nodes "
+                 f"{q['node_balance']} edges {q['edge_balance']}")
+    lines.append(f"  splits: {meta['splits']}  stats: {meta['stats']}")
+    prov = meta["provenance"]
+    lines.append(f"  source: {prov['source']}  written by graphstore {prov['tool_version']} at {prov['created']}")
+    return "\n".join(lines)
+
+
+def _info(args: argparse.Namespace) -> int:
+    from graphstore import open_dataset
+
+    ds = open_dataset(args.dest)
+    meta = ds.metadata
+    meta["bytes"] = sum(int(np.dtype(a.dtype).itemsize * math.prod(a.shape)) for a in ds.manifest.arrays.values())
+    print(json.dumps(meta, indent=2) if args.json else _info_text(meta, ds.url))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from graphstore import open_dataset
+
+    ds = open_dataset(args.dest)
+    problems = ds.verify()
+    chunks = sum(a.num_chunks for a in ds.manifest.arrays.values())
+    if args.json:
+        print(json.dumps({"dataset": ds.url, "chunks": chunks, "ok": not problems, "problems": problems}, indent=2))
+    elif problems:
+        print(f"{ds.url}: {len(problems)} damaged chunk(s) of {chunks}:", *problems, sep="\n  ", file=sys.stderr)
+        print("re-ingest the dataset (graphstore ingest ... --overwrite)", file=sys.stderr)
+    else:
+        print(f"{ds.url}: all {chunks} chunks match their checksums")
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``graphstore`` console script."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return {"ingest": _ingest, "info": _info, "verify": _verify}[args.command](args)
+    except (GraphstoreError, ImportError) as exc:
+        print(f"graphstore {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into `head` and the like
+        return 0
+    except KeyboardInterrupt:
+        print(f"graphstore {args.command}: interrupted; nothing was committed", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Shared fixtures: the real-data folder, small graphs with known answers, and a round-trip checker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def shared_data(*parts: str) -> Path:
+    """A path under ../shared/data; skips the test (with the reason) when it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"real data not present at {path} (a user's checkout without ../shared/data)")
+    return path
+
+
+@dataclass
+class Expected:
+    """A graph in input IDs, to compare a dataset against: per type node attrs, edges, edge attrs."""
+
+    num_nodes: dict = field(default_factory=dict)  # ntype -> count
+    node_attrs: dict = field(default_factory=dict)  # ntype -> {name: array indexed by input ID}
+    edges: dict = field(default_factory=dict)  # etype -> (src, dst)
+    edge_attrs: dict = field(default_factory=dict)  # etype -> {name: array indexed by input edge ID}
+
+
+def assert_roundtrip(ds, expected: Expected) -> None:
+    """Every node row and every edge of ``expected`` comes back exactly from ``ds`` through orig_id."""
+    orig = {}
+    for ntype, count in expected.num_nodes.items():
+        ids = [ds.partition(p)[0][ntype, "orig_id", None].numpy() for p in range(ds.num_parts)]
+        orig[ntype] = np.concatenate(ids)
+        assert np.array_equal(np.sort(orig[ntype]), np.arange(count)), f"orig_id of {ntype} is not a permutation"
+        offsets = ds.node_offsets(ntype)
+        assert [len(i) for i in ids] == np.diff(offsets).tolist()
+        for name, values in expected.node_attrs.get(ntype, {}).items():
+            got = np.concatenate([ds.partition(p)[0][ntype, name, None].numpy() for p in range(ds.num_parts)])
+            assert np.array_equal(got, np.asarray(values)[orig[ntype]]), f"{ntype}.{name} differs"
+    for etype, (src, dst) in expected.edges.items():
+        s_type, d_type = (None, None) if etype is None else (etype[0], etype[2])
+        got_src, got_dst, got_eid, got_attr = [], [], [], {k: [] for k in expected.edge_attrs.get(etype, {})}
+        for p in range(ds.num_parts):
+            fs, gs = ds.partition(p)
+            s, d = gs.get_edge_index(etype, "coo")
+            indices, indptr = gs.get_edge_index(etype, "csc")
+            assert np.array_equal(indices.numpy(), s.numpy())
+            lo, hi = gs.dst_range(etype)
+            assert len(indptr) == hi - lo + 1 and int(indptr[-1]) == len(indices)
+            assert ((d.numpy() >= lo) & (d.numpy() < hi)).all()
+            got_src.append(orig[s_type][s.numpy()])
+            got_dst.append(orig[d_type][d.numpy()])
+            got_eid.append(gs.edge_ids(etype).numpy())
+            for name in got_attr:
+                got_attr[name].append(gs.edge_attr(name, etype).numpy())
+        eid = np.concatenate(got_eid)
+        assert np.array_equal(np.sort(eid), np.arange(len(src))), f"edge IDs of {etype} are not a permutation"
+        assert np.array_equal(np.concatenate(got_src), np.asarray(src)[eid])
+        assert np.array_equal(np.concatenate(got_dst), np.asarray(dst)[eid])
+        for name, parts in got_attr.items():
+            assert np.array_equal(np.concatenate(parts), np.asarray(expected.edge_attrs[etype][name])[eid])
+
+
+def small_graph(n: int = 600, e: int = 4000, seed: int = 0, features: int = 8):
+    """A homogeneous GraphSource with x, y, masks, edge weight and time, plus its Expected."""
+    from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
+
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    nodes = {"x": rng.standard_normal((n, features)).astype(np.float32), "y": rng.integers(0, 4, n),
+             "train_mask": rng.random(n) < 0.5, "time": rng.integers(0, 100, n)}
+    edges = {"weight": rng.random(e).astype(np.float32), "time": rng.integers(0, 100, e)}
+    source = GraphSource({None: NodeTable(n, {k: ArrayRows(v) for k, v in nodes.items()})},
+                         {None: EdgeTable(src, dst, {k: ArrayRows(v) for k, v in edges.items()})}, name="small")
+    return source, Expected({None: n}, {None: nodes}, {None: (src, dst)}, {None: edges})
+
+
+def small_hetero(seed: int = 0):
+    """A PyG HeteroData with two node types and three edge types, plus its Expected."""
+    import torch
+    from torch_geometric.data import HeteroData
+
+    g = torch.Generator().manual_seed(seed)
+    data = HeteroData()
+    data["paper"].x = torch.randn(300, 6, generator=g)
+    data["paper"].y = torch.randint(0, 3, (300,), generator=g)
+    data["paper"].train_mask = torch.rand(300, generator=g) < 0.3
+    data["author"].x = torch.randn(120, 4, generator=g)
+    cites = torch.randint(0, 300, (2, 1500), generator=g)
+    writes = torch.stack([torch.randint(0, 120, (800,), generator=g), torch.randint(0, 300, (800,), generator=g)])
+    data["paper", "cites", "paper"].edge_index = cites
+    data["paper", "cites", "paper"].edge_attr = torch.randn(1500, 2, generator=g)
+    data["author", "writes", "paper"].edge_index = writes
+    data["paper", "rev_writes", "author"].edge_index = writes.flip(0)
+    expected = Expected(
+        {"paper": 300, "author": 120},
+        {"paper": {k: data["paper"][k].numpy() for k in ("x", "y", "train_mask")}, "author": {"x": data["author"].x.numpy()}},
+        {et: (data[et].edge_index[0].numpy(), data[et].edge_index[1].numpy()) for et in data.edge_types},
+        {("paper", "cites", "paper"): {"edge_attr": data["paper", "cites", "paper"].edge_attr.numpy()}},
+    )
+    return data, expected
