@@ -78,9 +78,12 @@ class LocalLocation:
     # -- writing: ingest writes into a hidden sibling and renames it into place on commit --
 
     def staging(self) -> LocalLocation:
-        """A fresh hidden sibling directory to write a new dataset into."""
+        """A fresh hidden sibling directory to write a new dataset into (stale ones of dead ingests go)."""
         parent, name = os.path.split(self.root)
         os.makedirs(parent, exist_ok=True)
+        for entry in os.listdir(parent):
+            if entry.startswith((f".{name}.partial-", f".{name}.old-")) and not _pid_alive(entry):
+                shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
         return LocalLocation(os.path.join(parent, f".{name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"))
 
     def replace_with(self, staged: LocalLocation) -> None:
@@ -95,6 +98,18 @@ class LocalLocation:
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _pid_alive(entry: str) -> bool:
+    """Whether the process that named a staging directory ``.<name>.partial-<pid>-<tag>`` still runs."""
+    try:
+        pid = int(entry.rsplit("-", 2)[-2])
+        os.kill(pid, 0)
+    except (ValueError, IndexError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def open_location(url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> LocalLocation:

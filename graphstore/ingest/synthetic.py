@@ -50,9 +50,7 @@ def _accepted() -> str:
 
 
 def _bad(key: str, value: object, why: str) -> InvalidInputError:
-    return InvalidInputError(
-        f"synthetic spec: {key}={value!r} is invalid ({why}); accepted keys: {_accepted()}"
-    )
+    return InvalidInputError(f"synthetic spec: {key}={value!r} is invalid ({why}); accepted keys: {_accepted()}")
 
 
 @dataclass(frozen=True)
@@ -250,10 +248,14 @@ class SyntheticFeatures:
         """Rows ``rows`` (any order, repeats allowed) as a float32 array of shape ``(len(rows), features)``."""
         rows = np.asarray(rows)
         if rows.ndim != 1 or not (rows.size == 0 or np.issubdtype(rows.dtype, np.integer)):
-            raise InvalidInputError(f"synthetic features: rows must be a 1-D integer array, got {rows.dtype} {rows.shape}")
+            raise InvalidInputError(
+                f"synthetic features: rows must be a 1-D integer array, got dtype {rows.dtype} shape {rows.shape}"
+            )
         n, width = self.shape
         if rows.size and (rows.min() < 0 or rows.max() >= n):
-            raise InvalidInputError(f"synthetic features: row IDs must lie in [0, {n}), got [{rows.min()}, {rows.max()}]")
+            raise InvalidInputError(
+                f"synthetic features: row IDs must lie in [0, {n}), got min {rows.min()} max {rows.max()}"
+            )
         rows = rows.astype(np.int64, copy=False)
         out = np.empty((len(rows), width), dtype=np.float32)
         step = max(1, _TAKE_BLOCK // max(width, 1))
@@ -270,6 +272,14 @@ class SyntheticFeatures:
         noise *= self._noise
         noise += self._centroids[self._labels[rows]]
         return noise
+
+
+def _search_sorted(cumw: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """``searchsorted(cumw, keys, side="right")``, searched in key order for cache locality (~5x faster)."""
+    perm = np.argsort(keys)
+    pos = np.empty(len(keys), dtype=np.int64)
+    pos[perm] = np.searchsorted(cumw, keys[perm], side="right")
+    return pos
 
 
 @dataclass(frozen=True)
@@ -294,15 +304,15 @@ class _Communities:
         return cls(community, order, cumw, bounds[:-1], bounds[1:], base, before[bounds[1:]] - base)
 
     def sample_pairs(self, rng: np.random.Generator, count: int, homophily: float) -> tuple[np.ndarray, np.ndarray]:
-        """``count`` undirected edges: a weighted endpoint, then a weighted partner (same community w.p. ``homophily``)."""
+        """``count`` undirected edges: a weighted node, then a weighted partner (own community w.p. ``homophily``)."""
         total, last = self.cumw[-1], len(self.order) - 1
-        first = np.searchsorted(self.cumw, rng.random(count) * total, side="right")
+        first = _search_sorted(self.cumw, rng.random(count) * total)
         u = self.order[np.minimum(first, last)]
         cu = self.community[u]
         inside = rng.random(count) < homophily
         r = rng.random(count)
         target = np.where(inside, self.base[cu] + r * self.mass[cu], r * total)
-        pos = np.searchsorted(self.cumw, target, side="right")
+        pos = _search_sorted(self.cumw, target)
         # float rounding at a community's upper edge must not leak into the next community
         pos = np.clip(pos, np.where(inside, self.start[cu], 0), np.where(inside, self.end[cu] - 1, last))
         return u, self.order[pos]
@@ -331,23 +341,21 @@ def _split_masks(rng: np.random.Generator, spec: SyntheticSpec) -> dict[str, np.
     n_train = round(spec.train * n)
     n_val = min(round(spec.val * n), n - n_train)
     perm = rng.permutation(n)
-    masks = {}
-    for name, part in (("train_mask", perm[:n_train]), ("val_mask", perm[n_train : n_train + n_val]),
-                       ("test_mask", perm[n_train + n_val :])):
-        mask = np.zeros(n, dtype=bool)
-        mask[part] = True
-        masks[name] = mask
+    bounds = {"train_mask": (0, n_train), "val_mask": (n_train, n_train + n_val), "test_mask": (n_train + n_val, n)}
+    masks = {name: np.zeros(n, dtype=bool) for name in bounds}
+    for name, (lo, hi) in bounds.items():
+        masks[name][perm[lo:hi]] = True
     return masks
 
 
 def synthetic_graph(spec: SyntheticSpec, *, progress: Callable[[int, int], None] | None = None) -> GraphSource:
     """Generate the homogeneous graph ``spec`` describes, deterministically from ``spec.seed``.
 
-    Degrees follow Pareto weights (heavy tail); every node joins one of ``classes * 4`` planted
-    communities and is labelled ``community % classes``. Each undirected edge joins a
-    weight-sampled node to a weight-sampled partner from its own community with probability
-    ``homophily`` (else from anywhere) and is stored in both directions. Self-loops and duplicate
-    edges can occur. ``x`` is a lazy :class:`SyntheticFeatures`; ``y`` and the masks are arrays.
+    Degrees follow Pareto weights (heavy tail, capped at ``sqrt(nodes)`` times the minimum); every
+    node joins one of ``classes * 4`` planted communities and is labelled ``community % classes``.
+    Each undirected edge joins a weight-sampled node to a weight-sampled partner from its own
+    community with probability ``homophily`` (else from anywhere) and is stored in both directions.
+    Self-loops and duplicates can occur. ``x`` is a lazy :class:`SyntheticFeatures`, the rest arrays.
 
     Parameters
     ----------
@@ -371,11 +379,13 @@ def synthetic_graph(spec: SyntheticSpec, *, progress: Callable[[int, int], None]
     count = spec.classes * _COMMUNITIES_PER_CLASS
     community = np.random.default_rng(comm_seq).integers(0, count, spec.nodes, dtype=np.int64)
     weights = np.random.default_rng(weight_seq).pareto(_PARETO_SHAPE, spec.nodes) + 1.0
+    np.minimum(weights, math.sqrt(spec.nodes), out=weights)  # tame the one freak hub a Pareto tail can draw
     groups = _Communities.build(community, weights, count)
     del weights
     src, dst = _sample_edges(spec, groups, np.random.default_rng(edge_seq), progress)
     labels = community % spec.classes
-    attrs = {"y": ArrayRows(labels), **{k: ArrayRows(m) for k, m in _split_masks(np.random.default_rng(split_seq), spec).items()}}
+    masks = _split_masks(np.random.default_rng(split_seq), spec)
+    attrs = {"y": ArrayRows(labels), **{name: ArrayRows(mask) for name, mask in masks.items()}}
     if spec.features > 0:
         scale = _CENTROID_SCALE / math.sqrt(spec.features)
         centroids = np.random.default_rng(feat_seq).normal(0.0, scale, (spec.classes, spec.features))
