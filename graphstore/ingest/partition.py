@@ -14,6 +14,7 @@ logger = logging.getLogger(__name__)
 
 METHODS = ("metis", "random", "range")
 Progress = Callable[[str, int, int], None]
+_BLOCK = 1 << 23
 
 
 def partition_nodes(source: GraphSource, num_parts: int, method: str, seed: int = 0,
@@ -54,23 +55,35 @@ def _homogeneous_offsets(source: GraphSource) -> dict[NodeType, int]:
 
 
 def symmetric_adjacency(source: GraphSource, offsets: dict[NodeType, int], total: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (xadj, adjncy) of the undirected homogeneous view, without self-loops or duplicates."""
-    keys = []
+    """CSR (xadj, adjncy) of the undirected homogeneous view, without self-loops or duplicates.
+
+    Memory: one int64 key per directed edge and direction (16 bytes/edge), sorted in place.
+    """
+    num_edges = sum(t.num_edges for t in source.edges.values())
+    key = np.empty(2 * num_edges, np.int64)
+    filled = 0
     for etype, table in source.edges.items():
         s_type, d_type = (None, None) if etype is None else (etype[0], etype[2])
-        u = table.src.astype(np.int64) + offsets[s_type]
-        v = table.dst.astype(np.int64) + offsets[d_type]
-        keep = u != v
-        u, v = u[keep], v[keep]
-        keys.append(u * total + v)
-        keys.append(v * total + u)
-        del u, v, keep
-    key = np.unique(np.concatenate(keys))
-    del keys
-    adjncy = key % total
+        for start in range(0, table.num_edges, _BLOCK):
+            u = table.src[start: start + _BLOCK].astype(np.int64) + offsets[s_type]
+            v = table.dst[start: start + _BLOCK].astype(np.int64) + offsets[d_type]
+            keep = u != v
+            u, v = u[keep], v[keep]
+            key[filled: filled + len(u)] = u * total + v
+            key[filled + len(u): filled + 2 * len(u)] = v * total + u
+            filled += 2 * len(u)
+    key = key[:filled]
+    key.sort()
+    distinct = np.ones(len(key), bool)
+    np.not_equal(key[1:], key[:-1], out=distinct[1:])
+    key = key[distinct]
+    del distinct
     xadj = np.zeros(total + 1, np.int64)
-    np.cumsum(np.bincount(key // total, minlength=total), out=xadj[1:])
-    return xadj, adjncy
+    for start in range(0, len(key), _BLOCK):
+        xadj[1:] += np.bincount(key[start: start + _BLOCK] // total, minlength=total)
+    np.cumsum(xadj, out=xadj)
+    np.remainder(key, total, out=key)
+    return xadj, key
 
 
 def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | None) -> dict[NodeType, np.ndarray]:
@@ -90,9 +103,10 @@ def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | 
     dtype = pymetis.zero_copy_dtype()
     logger.info("METIS: %d vertices, %d adjacency entries, %d constraints", total, len(adjncy),
                 len(weights) // max(total, 1))
-    result = pymetis.part_graph(num_parts, pymetis.CSRAdjacency(xadj.astype(dtype), adjncy.astype(dtype)),
-                                vweights=weights.astype(dtype), options=options)
+    adjacency = pymetis.CSRAdjacency(xadj.astype(dtype, copy=False), adjncy.astype(dtype, copy=False))
     del xadj, adjncy
+    result = pymetis.part_graph(num_parts, adjacency, vweights=weights.astype(dtype, copy=False), options=options)
+    del adjacency
     parts = np.asarray(result[1], dtype=np.int32)
     if progress:
         progress("partition", 3, 3)

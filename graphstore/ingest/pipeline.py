@@ -116,14 +116,20 @@ def _write_dataset(source: GraphSource, staged: LocalLocation, *, num_parts: int
                    compression: str, halo_features: tuple[str, ...] | str, allow_nan: bool, chunk_bytes: int,
                    progress: Progress | None, started: float) -> IngestSummary:
     replicate = _halo_attrs(source, halo_features)
+    logger.info("partitioning %s into %d parts by %s", source.name, num_parts, method)
     assign = partition_nodes(source, num_parts, method, seed, progress)
     books = {ntype: relabel(a, num_parts) for ntype, a in assign.items()}
     del assign
+    logger.info("partitioned after %.1f s; writing into %s", time.perf_counter() - started, staged.url)
     keys = _type_keys(source)
     writer = ArrayWriter(staged, compression=compression, chunk_bytes=chunk_bytes)
     parts = PartsWriter(source, books, keys, writer, allow_nan=allow_nan, progress=progress)
-    edge_stats = {etype: parts.write_edges(etype) for etype in source.edges}
+    edge_stats = {}
+    for etype in source.edges:
+        edge_stats[etype] = parts.write_edges(etype)
+        logger.info("wrote edges %s after %.1f s", etype, time.perf_counter() - started)
     splits = {keys[ntype]: parts.write_nodes(ntype) for ntype in source.nodes}
+    logger.info("wrote node attributes after %.1f s", time.perf_counter() - started)
     for ntype in source.nodes:
         parts.write_halo(ntype, replicate[ntype])
     manifest = _manifest(source, books, keys, parts, edge_stats, replicate, splits,

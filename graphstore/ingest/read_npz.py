@@ -92,14 +92,18 @@ def _attributes(arrays: dict[str, np.ndarray], path: str) -> tuple[dict[str, Arr
     for key in sorted(arrays):
         target = _target(key)
         if target is None:
-            raise InvalidInputError(f"unknown key {key!r} in {path!r}; accepted keys: {ACCEPTED_KEYS}; rename or drop it")
+            raise InvalidInputError(
+                f"unknown key {key!r} in {path!r}; accepted keys: {ACCEPTED_KEYS}; rename or drop it"
+            )
         if target in keys_of:
             raise InvalidInputError(
                 f"keys {keys_of[target]!r} and {key!r} in {path!r} both name {target[0]} attribute "
                 f"{target[1]!r}; drop one of them"
             )
         if arrays[key].ndim == 0:
-            raise InvalidInputError(f"{key!r} in {path!r} is a scalar; a {target[0]} attribute needs one row per {target[0]}")
+            raise InvalidInputError(
+                f"{key!r} in {path!r} is a scalar; a {target[0]} attribute needs one row per {target[0]}"
+            )
         keys_of[target] = key
         attrs[target[0]][target[1]] = ArrayRows(arrays[key])
     return attrs["node"], attrs["edge"]
@@ -156,7 +160,9 @@ def _open_arrays(path: str) -> dict[str, np.ndarray]:
         with zipfile.ZipFile(path) as archive:
             members = [info for info in archive.infolist() if not info.is_dir()]
     except zipfile.BadZipFile as err:
-        raise InvalidInputError(f"{path!r} is not an .npz archive ({err}); write it with np.savez(path, edge_index=...)") from err
+        raise InvalidInputError(
+            f"{path!r} is not an .npz archive ({err}); write it with np.savez(path, edge_index=...)"
+        ) from err
     except OSError as err:
         raise SourceNotFoundError(f"cannot read {path!r}: {err}") from err
     arrays = {}

@@ -120,7 +120,9 @@ class MirroredRows:
 def _raw_dir(directory: str) -> str:
     """``directory/raw``, after checking it holds ``edge.csv.gz``."""
     if not os.path.isdir(directory):
-        raise SourceNotFoundError(f"OGB directory {directory!r} does not exist; expected a dataset directory with raw/edge.csv.gz")
+        raise SourceNotFoundError(
+            f"OGB directory {directory!r} does not exist; expected a dataset directory with raw/edge.csv.gz"
+        )
     raw = os.path.join(directory, "raw")
     if not os.path.isfile(os.path.join(raw, "edge.csv.gz")):
         hetero = os.path.isdir(os.path.join(raw, "relations"))
@@ -266,7 +268,9 @@ def _csv_to_npy(path: str, npy_path: str, rows: int | None, what: str) -> np.nda
     filled = 0
     for chunk in _iter_csv(path, np.float32, max(1, _CHUNK_ELEMENTS // width)):
         if chunk.shape[1] != width:
-            raise InvalidInputError(f"{path!r} has {chunk.shape[1]} columns after a first line of {width}; fix the file")
+            raise InvalidInputError(
+                f"{path!r} has {chunk.shape[1]} columns after a first line of {width}; fix the file"
+            )
         if filled + len(chunk) > rows:
             raise InvalidInputError(f"{path!r} has more than {rows} rows, the number of {what}; fix the file")
         out[filled : filled + len(chunk)] = chunk
@@ -317,7 +321,9 @@ def _split_files(directory: str, split_scheme: str | None) -> dict[str, str]:
     files = {mask: os.path.join(root, split_scheme, f"{part}.csv.gz") for mask, part in SPLIT_MASKS.items()}
     missing = [path for path in files.values() if not os.path.isfile(path)]
     if missing:
-        raise SourceNotFoundError(f"split scheme {split_scheme!r} lacks {missing}; expected train, valid and test .csv.gz")
+        raise SourceNotFoundError(
+            f"split scheme {split_scheme!r} lacks {missing}; expected train, valid and test .csv.gz"
+        )
     return files
 
 

@@ -85,7 +85,9 @@ def read_planetoid(directory: str) -> GraphSource:
 def _dataset_name(directory: str) -> str:
     """The one ``<name>`` of the ``ind.<name>.*`` files in ``directory``, all eight present."""
     if not os.path.isdir(directory):
-        raise SourceNotFoundError(f"Planetoid directory {directory!r} does not exist; expected a directory of {_EXPECTED} files")
+        raise SourceNotFoundError(
+            f"Planetoid directory {directory!r} does not exist; expected a directory of {_EXPECTED} files"
+        )
     names = sorted({n for n in map(_name_of, os.listdir(directory)) if n is not None})
     if not names:
         raise SourceNotFoundError(f"no Planetoid files in {directory!r}; expected {_EXPECTED}")
@@ -95,14 +97,17 @@ def _dataset_name(directory: str) -> str:
             "move each dataset's files into its own directory"
         )
     name = names[0]
-    missing = [f"ind.{name}.{s}" for s in PLANETOID_SUFFIXES if not os.path.isfile(os.path.join(directory, f"ind.{name}.{s}"))]
+    files = [f"ind.{name}.{suffix}" for suffix in PLANETOID_SUFFIXES]
+    missing = [f for f in files if not os.path.isfile(os.path.join(directory, f))]
     if missing:
         raise SourceNotFoundError(
             f"Planetoid dataset {name!r} in {directory!r} lacks {', '.join(sorted(missing))}; "
             f"all eight files {_EXPECTED} are needed: download the missing ones"
         )
     if name != name.lower():
-        raise InvalidInputError(f"Planetoid files ind.{name}.* must have a lower-case name (PyG opens ind.{name.lower()}.*); rename them")
+        raise InvalidInputError(
+            f"Planetoid files ind.{name}.* must have a lower-case name (PyG opens ind.{name.lower()}.*); rename them"
+        )
     return name
 
 

@@ -181,7 +181,9 @@ def _to_numpy(value: Any, where: str) -> np.ndarray:
     try:
         return value.detach().cpu().numpy()
     except (TypeError, RuntimeError) as err:
-        raise InvalidInputError(f"{where} has dtype {value.dtype}, which numpy cannot hold; cast it (e.g. .float())") from err
+        raise InvalidInputError(
+            f"{where} has dtype {value.dtype}, which numpy cannot hold; cast it (e.g. .float())"
+        ) from err
 
 
 def _rows(value: Any, where: str) -> ArrayRows:
