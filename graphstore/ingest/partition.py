@@ -105,7 +105,9 @@ def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | 
                 len(weights) // max(total, 1))
     adjacency = pymetis.CSRAdjacency(xadj.astype(dtype, copy=False), adjncy.astype(dtype, copy=False))
     del xadj, adjncy
-    result = pymetis.part_graph(num_parts, adjacency, vweights=weights.astype(dtype, copy=False), options=options)
+    # k-way, as gpmetis does by default: recursive bisection copies the graph at every split
+    result = pymetis.part_graph(num_parts, adjacency, vweights=weights.astype(dtype, copy=False), options=options,
+                                recursive=False)
     del adjacency
     parts = np.asarray(result[1], dtype=np.int32)
     if progress:

@@ -1,0 +1,119 @@
+"""Benchmark the store: random-row gather vs an in-RAM numpy fancy index, and ingest time / peak memory.
+
+Usage::
+
+    python tools/bench_store.py [--json] [--nodes N] [--features F] [--data DIR]
+    python tools/bench_store.py --ingest "synthetic:nodes=2400000,avg_degree=52,features=100,classes=47" --parts 4
+
+The gather part ingests (once, cached under --data) a synthetic graph, opens partition 0, and for
+batches of 1,024 to 100,000 random own IDs times ``feature_store[None, "x", ids]`` against
+``x_in_ram[ids]`` on a copy of the same rows in RAM, in the same process, page cache warm. It prints
+the speed ratio (in-RAM time / store time; 1.0 = as fast as RAM). ``--ingest SPEC`` runs
+``graphstore ingest SPEC`` in a child process and reports its seconds and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import graphstore
+from graphstore.errors import DatasetNotFoundError
+
+BATCHES = (1024, 10_000, 100_000)
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm: page cache, page tables, allocator
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def _dataset(data: Path, nodes: int, features: int) -> graphstore.Dataset:
+    try:
+        return graphstore.open_dataset(data)
+    except DatasetNotFoundError:
+        spec = f"synthetic:nodes={nodes},avg_degree=4,features={features},classes=8,seed=0"
+        print(f"ingesting {spec} into {data} (once)", file=sys.stderr)
+        graphstore.ingest(spec, data, num_parts=2, method="range")
+        return graphstore.open_dataset(data)
+
+
+def bench_gather(data: Path, nodes: int, features: int, repeats: int) -> list[dict]:
+    ds = _dataset(data, nodes, features)
+    fs, gs = ds.partition(0)
+    lo, hi = gs.dst_range()
+    x_ram = np.array(fs[None, "x", None].numpy())  # an in-RAM copy of the same rows
+    rng = np.random.default_rng(0)
+    rows = []
+    for batch in BATCHES:
+        ids = rng.integers(lo, hi, batch)
+        ids_t = torch.from_numpy(ids)
+        local = ids - lo
+        assert np.array_equal(fs[None, "x", ids_t].numpy(), x_ram[local])  # same rows, or the timing means nothing
+        t_ram = _median_seconds(lambda: x_ram[local], repeats)
+        t_store = _median_seconds(lambda: fs[None, "x", ids_t], repeats)
+        rows.append({"batch": batch, "features": int(x_ram.shape[1]), "ram_ms": 1e3 * t_ram,
+                     "store_ms": 1e3 * t_store, "speed_vs_ram": t_ram / t_store,
+                     "store_rows_per_s": batch / t_store})
+    return rows
+
+
+def bench_ingest(spec: str, parts: int, method: str, dest: Path) -> dict:
+    cmd = [sys.executable, "-m", "graphstore.cli", "ingest", spec, str(dest), "--parts", str(parts),
+           "--method", method, "--overwrite", "--json"]
+    start = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    summary = json.loads(out.stdout)
+    return {"spec": spec, "parts": parts, "method": method, "seconds": seconds, "peak_rss_gb": peak_kb / 2**20,
+            "edge_cut_fraction": summary["edge_cut_fraction"], "node_balance": summary["node_balance"],
+            "edge_balance": summary["edge_balance"], "bytes_written_gb": summary["bytes_written"] / 1e9}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--features", type=int, default=100)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "gather")
+    parser.add_argument("--ingest", metavar="SPEC", help="also time `graphstore ingest SPEC` (child process)")
+    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--method", default="metis")
+    args = parser.parse_args(argv)
+    result = {"gather": bench_gather(args.data / f"n{args.nodes}_f{args.features}", args.nodes, args.features,
+                                     args.repeats)}
+    if args.ingest:
+        result["ingest"] = bench_ingest(args.ingest, args.parts, args.method, args.data / "ingest")
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print("random-row gather, page cache warm (speed_vs_ram 1.0 = as fast as an in-RAM numpy index)")
+    for row in result["gather"]:
+        print(f"  batch {row['batch']:>7,} x {row['features']} float32: RAM {row['ram_ms']:8.3f} ms  "
+              f"store {row['store_ms']:8.3f} ms  speed_vs_ram {row['speed_vs_ram']:.2f}")
+    if args.ingest:
+        r = result["ingest"]
+        print(f"ingest {r['spec']} into {r['parts']} {r['method']} partitions: {r['seconds']:.0f} s, peak RSS "
+              f"{r['peak_rss_gb']:.1f} GB, edge cut {100 * r['edge_cut_fraction']:.1f}%, balance nodes "
+              f"{r['node_balance']} edges {r['edge_balance']}, {r['bytes_written_gb']:.2f} GB written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
