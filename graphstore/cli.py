@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from graphstore.errors import GraphstoreError
-from graphstore.ingest.partition import METHODS
+from graphstore.ingest.partition import METHODS, METIS_MAX_EDGES
 from graphstore.ingest.sources import describe_schemes
 from graphstore.ingest.writer import COMPRESSIONS
 
@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="comma-separated node attributes to replicate for halo nodes, or 'all'")
     ing.add_argument("--allow-nan", action="store_true", help="store NaN/inf features instead of refusing them")
     ing.add_argument("--chunk-mb", type=float, default=32, help="target chunk size in MB (default 32)")
+    ing.add_argument("--metis-max-edges", type=int, default=METIS_MAX_EDGES, metavar="M",
+                     help="METIS partitions a uniform sample of at most M undirected edges, bounding its memory "
+                          "(about 80 bytes per edge); 0 = all edges (default %(default)s)")
     ing.add_argument("--to-undirected", action="store_true", default=None, help="add the reverse of every edge")
     ing.add_argument("--json", action="store_true", help="print the summary as JSON")
     info = sub.add_parser("info", help="describe a dataset")
@@ -80,6 +83,7 @@ def _ingest(args: argparse.Namespace) -> int:
         summary = ingest(args.source, args.dest, num_parts=args.parts, method=args.method, seed=args.seed,
                          overwrite=args.overwrite, compression=args.compression, halo_features=args.halo_features,
                          allow_nan=args.allow_nan, chunk_mb=args.chunk_mb, to_undirected=args.to_undirected,
+                         metis_max_edges=args.metis_max_edges or None,
                          progress=bars)
     finally:
         bars.close()

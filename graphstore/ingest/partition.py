@@ -15,31 +15,36 @@ logger = logging.getLogger(__name__)
 METHODS = ("metis", "random", "range")
 Progress = Callable[[str, int, int], None]
 _BLOCK = 1 << 23
+METIS_MAX_EDGES = 1 << 25  # undirected edges METIS sees at most (about 2.7 GB of METIS memory)
 
 
 def partition_nodes(source: GraphSource, num_parts: int, method: str, seed: int = 0,
-                    progress: Progress | None = None) -> dict[NodeType, np.ndarray]:
-    """Return, per node type, the partition (int32) of every input node.
+                    progress: Progress | None = None, metis_max_edges: int | None = METIS_MAX_EDGES
+                    ) -> tuple[dict[NodeType, np.ndarray], dict[str, float]]:
+    """Return, per node type, the partition (int32) of every input node, and partitioner details.
 
     Heterogeneous graphs are partitioned on their homogeneous view; each type keeps its own IDs.
+    METIS needs about 80 bytes per undirected edge it sees (64-bit METIS), so above
+    ``metis_max_edges`` undirected edges it partitions a uniform sample of them (``None``: all).
 
     Examples
     --------
     >>> from graphstore.ingest.source import EdgeTable, GraphSource, NodeTable
     >>> g = GraphSource({None: NodeTable(4)}, {None: EdgeTable(np.array([0, 1]), np.array([1, 2]))})
-    >>> partition_nodes(g, 2, "range")[None].tolist()
+    >>> partition_nodes(g, 2, "range")[0][None].tolist()
     [0, 0, 1, 1]
     """
     if method not in METHODS:
         raise InvalidInputError(f"partition method {method!r} is not one of {METHODS}; pass --method metis|random|range")
     if num_parts == 1:
-        return {t: np.zeros(n.num_nodes, np.int32) for t, n in source.nodes.items()}
+        return {t: np.zeros(n.num_nodes, np.int32) for t, n in source.nodes.items()}, {}
     if method == "range":
-        return {t: _range_parts(n.num_nodes, num_parts) for t, n in source.nodes.items()}
+        return {t: _range_parts(n.num_nodes, num_parts) for t, n in source.nodes.items()}, {}
     if method == "random":
         rng = np.random.default_rng(seed)
-        return {t: _range_parts(n.num_nodes, num_parts)[rng.permutation(n.num_nodes)] for t, n in source.nodes.items()}
-    return _metis(source, num_parts, seed, progress)
+        return {t: _range_parts(n.num_nodes, num_parts)[rng.permutation(n.num_nodes)]
+                for t, n in source.nodes.items()}, {}
+    return _metis(source, num_parts, seed, progress, metis_max_edges)
 
 
 def _range_parts(num_nodes: int, num_parts: int) -> np.ndarray:
@@ -54,10 +59,13 @@ def _homogeneous_offsets(source: GraphSource) -> dict[NodeType, int]:
     return offsets
 
 
-def symmetric_adjacency(source: GraphSource, offsets: dict[NodeType, int], total: int) -> tuple[np.ndarray, np.ndarray]:
+def symmetric_adjacency(source: GraphSource, offsets: dict[NodeType, int], total: int,
+                        max_edges: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
     """CSR (xadj, adjncy) of the undirected homogeneous view, without self-loops or duplicates.
 
-    Memory: one int64 key per directed edge and direction (16 bytes/edge), sorted in place.
+    With more than ``max_edges`` undirected edges, a uniform random subset of about ``max_edges``
+    is kept (both directions of an edge together); the kept fraction is returned third. Memory:
+    one int64 key per directed edge and direction (16 bytes/edge), sorted in place.
     """
     num_edges = sum(t.num_edges for t in source.edges.values())
     key = np.empty(2 * num_edges, np.int64)
@@ -78,15 +86,35 @@ def symmetric_adjacency(source: GraphSource, offsets: dict[NodeType, int], total
     np.not_equal(key[1:], key[:-1], out=distinct[1:])
     key = key[distinct]
     del distinct
+    fraction = 1.0
+    if max_edges is not None and len(key) > 2 * max_edges:
+        fraction = 2 * max_edges / len(key)
+        key = key[_keep_undirected(key, total, fraction, seed)]
     xadj = np.zeros(total + 1, np.int64)
     for start in range(0, len(key), _BLOCK):
         xadj[1:] += np.bincount(key[start: start + _BLOCK] // total, minlength=total)
     np.cumsum(xadj, out=xadj)
     np.remainder(key, total, out=key)
-    return xadj, key
+    return xadj, key, fraction
 
 
-def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | None) -> dict[NodeType, np.ndarray]:
+def _keep_undirected(key: np.ndarray, total: int, fraction: float, seed: int) -> np.ndarray:
+    """A keep-mask choosing each undirected edge with probability ``fraction``, both directions alike."""
+    keep = np.empty(len(key), bool)
+    threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
+    salt = np.uint64((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
+    for start in range(0, len(key), _BLOCK):
+        block = key[start: start + _BLOCK]
+        a, b = block // total, block % total
+        z = (np.minimum(a, b) * total + np.maximum(a, b)).astype(np.uint64) ^ salt
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)  # splitmix64 finalizer
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        keep[start: start + len(block)] = (z ^ (z >> np.uint64(31))) < threshold
+    return keep
+
+
+def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | None,
+           max_edges: int | None) -> tuple[dict[NodeType, np.ndarray], dict[str, float]]:
     try:
         import pymetis
     except ImportError as exc:  # pragma: no cover - a dependency
@@ -95,7 +123,9 @@ def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | 
     total = sum(t.num_nodes for t in source.nodes.values())
     if progress:
         progress("partition", 0, 3)
-    xadj, adjncy = symmetric_adjacency(source, offsets, total)
+    xadj, adjncy, fraction = symmetric_adjacency(source, offsets, total, max_edges, seed)
+    if fraction < 1.0:
+        logger.info("METIS sees a uniform %.1f%% sample of the edges (metis_max_edges=%d)", 100 * fraction, max_edges)
     if progress:
         progress("partition", 1, 3)
     weights = _vertex_weights(source, offsets, total, xadj)
@@ -112,7 +142,8 @@ def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | 
     parts = np.asarray(result[1], dtype=np.int32)
     if progress:
         progress("partition", 3, 3)
-    return {t: parts[offsets[t]: offsets[t] + n.num_nodes] for t, n in source.nodes.items()}
+    assign = {t: parts[offsets[t]: offsets[t] + n.num_nodes] for t, n in source.nodes.items()}
+    return assign, {"metis_edge_fraction": round(fraction, 6)}
 
 
 def _vertex_weights(source: GraphSource, offsets: dict[NodeType, int], total: int, xadj: np.ndarray) -> np.ndarray:

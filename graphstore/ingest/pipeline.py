@@ -15,7 +15,7 @@ import numpy as np
 import graphstore
 from graphstore import layout
 from graphstore.errors import DatasetExistsError, InvalidInputError
-from graphstore.ingest.partition import partition_nodes
+from graphstore.ingest.partition import METIS_MAX_EDGES, partition_nodes
 from graphstore.ingest.parts_writer import EdgeStats, PartsWriter
 from graphstore.ingest.relabel import relabel
 from graphstore.ingest.source import GraphSource
@@ -52,7 +52,8 @@ class IngestSummary:
 def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, method: str = "metis", seed: int = 0,
            overwrite: bool = False, compression: str = "none", halo_features: tuple[str, ...] | str = (),
            allow_nan: bool = False, chunk_mb: float = 32, to_undirected: bool | None = None,
-           storage_options: dict[str, Any] | None = None, progress: Progress | None = None) -> IngestSummary:
+           metis_max_edges: int | None = METIS_MAX_EDGES, storage_options: dict[str, Any] | None = None,
+           progress: Progress | None = None) -> IngestSummary:
     """Partition a graph and write it to ``dest`` as a graphstore dataset (Zarr v3).
 
     ``data`` is a SOURCE string (``planetoid:DIR``, ``ogb:DIR``, ``npz:PATH``, ``synthetic:...``), a PyG
@@ -77,7 +78,8 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
         try:
             summary = _write_dataset(source, staged, num_parts=num_parts, method=method, seed=seed,
                                      compression=compression, halo_features=halo_features, allow_nan=allow_nan,
-                                     chunk_bytes=int(chunk_mb * (1 << 20)), progress=progress, started=started)
+                                     chunk_bytes=int(chunk_mb * (1 << 20)), metis_max_edges=metis_max_edges,
+                                     progress=progress, started=started)
             location.replace_with(staged)
         except BaseException:
             staged.remove()
@@ -124,10 +126,10 @@ def _halo_attrs(source: GraphSource, spec: tuple[str, ...] | str) -> dict[Any, t
 
 def _write_dataset(source: GraphSource, staged: LocalLocation, *, num_parts: int, method: str, seed: int,
                    compression: str, halo_features: tuple[str, ...] | str, allow_nan: bool, chunk_bytes: int,
-                   progress: Progress | None, started: float) -> IngestSummary:
+                   metis_max_edges: int | None, progress: Progress | None, started: float) -> IngestSummary:
     replicate = _halo_attrs(source, halo_features)
     logger.info("partitioning %s into %d parts by %s", source.name, num_parts, method)
-    assign = partition_nodes(source, num_parts, method, seed, progress)
+    assign, details = partition_nodes(source, num_parts, method, seed, progress, metis_max_edges)
     books = {ntype: relabel(a, num_parts) for ntype, a in assign.items()}
     del assign
     logger.info("partitioned after %.1f s; writing into %s", time.perf_counter() - started, staged.url)
@@ -144,7 +146,7 @@ def _write_dataset(source: GraphSource, staged: LocalLocation, *, num_parts: int
         parts.write_halo(ntype, replicate[ntype])
     manifest = _manifest(source, books, keys, parts, edge_stats, replicate, splits,
                          dict(method=method, seed=seed, num_parts=num_parts, compression=compression,
-                              chunk_bytes=chunk_bytes, started=started))
+                              chunk_bytes=chunk_bytes, started=started, details=details))
     writer.commit(manifest.to_json())
     q = manifest.partitioning
     return IngestSummary(staged.url, num_parts, method, q["nodes_per_part"], q["edges_per_part"], q["edge_cut"],
@@ -195,7 +197,8 @@ def _quality(books: dict, edge_stats: dict[Any, EdgeStats], opts: dict[str, Any]
     cut = sum(s.cut for s in edge_stats.values())
     return {"method": opts["method"], "seed": opts["seed"], "nodes_per_part": nodes, "edges_per_part": edges,
             "edge_cut": cut, "edge_cut_fraction": round(cut / max(sum(edges), 1), 6),
-            "node_balance": round(_balance(nodes), 4), "edge_balance": round(_balance(edges), 4)}
+            "node_balance": round(_balance(nodes), 4), "edge_balance": round(_balance(edges), 4),
+            **opts["details"]}
 
 
 def _stats(source: GraphSource, edge_stats: dict[Any, EdgeStats]) -> dict[str, Any]:
