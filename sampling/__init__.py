@@ -1,1 +1,8 @@
 """Neighbor sampling over graphstore datasets (kernels, samplers, loaders, transport)."""
+
+from __future__ import annotations
+
+from sampling.loader import LinkNeighborLoader, NeighborLoader
+from sampling.sampler import NeighborSampler, SamplerConfig
+
+__all__ = ["LinkNeighborLoader", "NeighborLoader", "NeighborSampler", "SamplerConfig"]

@@ -158,7 +158,7 @@ def _latest(indices, start, cand, count, k, edge_time, node_time, node_time_lo, 
 @njit(cache=True)
 def _hash(key: np.int64, mask: int) -> int:
     h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    return int((h >> np.uint64(17)) & np.uint64(mask))
+    return np.int64((h >> np.uint64(17)) & np.uint64(mask))
 
 
 @njit(cache=True)

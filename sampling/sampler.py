@@ -1,0 +1,204 @@
+"""``NeighborSampler``: PyG's ``BaseSampler`` over an in-memory graph, a graphstore dataset or a store pair."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSamplerOutput, NegativeSampling,
+                                     NodeSamplerInput, NumNeighbors, SamplerOutput)
+from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
+
+from graphstore.errors import InvalidInputError
+from sampling import kernels
+from sampling.frontier import Frontier
+from sampling.topology import EdgeTopology, from_dataset, from_graph_store, from_pyg
+
+STRATEGIES = {"uniform": kernels.STRATEGY_UNIFORM, "last": kernels.STRATEGY_LAST}
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How to sample: fanouts per hop (``-1`` = all), replacement, disjoint subgraphs, time and weights."""
+
+    num_neighbors: Any
+    replace: bool = False
+    disjoint: bool = False
+    temporal_strategy: str = "uniform"
+    time_attr: str | None = None
+    weight_attr: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.temporal_strategy not in STRATEGIES:
+            raise InvalidInputError(f"temporal_strategy {self.temporal_strategy!r} is not one of {sorted(STRATEGIES)}")
+        values = self.num_neighbors.values if isinstance(self.num_neighbors, NumNeighbors) else self.num_neighbors
+        lists = values.values() if isinstance(values, dict) else [values]
+        for fanouts in lists:
+            if not isinstance(fanouts, (list, tuple)) or any(not isinstance(k, int) or k < -1 for k in fanouts):
+                raise InvalidInputError(
+                    f"num_neighbors {values!r}: give a list of ints per hop (-1 = all neighbors), "
+                    "or a dict of such lists per edge type"
+                )
+
+
+class NeighborSampler(BaseSampler):
+    """Multi-hop neighbor sampling with numba kernels, de-duplication and relabelling.
+
+    ``data`` is a PyG ``Data``/``HeteroData``, a graphstore ``Dataset`` (every partition, memory-
+    mapped), or a ``(FeatureStore, GraphStore)`` pair. Output follows PyG's ``NeighborSampler``:
+    ``SamplerOutput``/``HeteroSamplerOutput`` with global node IDs, local ``row`` (source) / ``col``
+    (destination), edge IDs (input edge IDs), per-hop counts, and ``batch`` when disjoint.
+
+    Examples
+    --------
+    >>> sampler = NeighborSampler(graphstore.open_dataset("/data/cora"), [10, 5])  # doctest: +SKIP
+    >>> out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.arange(4)))  # doctest: +SKIP
+    """
+
+    def __init__(self, data: Any, num_neighbors: Any, *, replace: bool = False, disjoint: bool = False,
+                 temporal_strategy: str = "uniform", time_attr: str | None = None, weight_attr: str | None = None,
+                 seed: int | None = None) -> None:
+        self.config = SamplerConfig(num_neighbors, replace, disjoint, temporal_strategy, time_attr, weight_attr)
+        self._data = data
+        self._topology: dict[Any, EdgeTopology] | None = None
+        self._node_time: dict[Any, np.ndarray] | None = None
+        self._seed, self._seeded_pid = seed, -1
+        topo = self.topology  # validates the data and attribute names now, not in a worker
+        self.is_hetero = next(iter(topo)) is not None
+        self.edge_types = list(topo)
+        self.num_nodes = self._num_nodes()
+        self._fanouts = self._hop_fanouts(num_neighbors)
+        self._check_time_attr()
+
+    # -- the graph --
+
+    @property
+    def topology(self) -> dict[Any, EdgeTopology]:
+        if self._topology is None:
+            c, data = self.config, self._data
+            if _is_dataset(data):
+                self._topology = from_dataset(data, list(range(data.num_parts)), c.weight_attr, c.time_attr)
+            elif isinstance(data, (tuple, list)):
+                self._topology = from_graph_store(data[1], c.weight_attr, c.time_attr)
+            else:
+                self._topology = from_pyg(data, c.weight_attr, c.time_attr)
+        return self._topology
+
+    @property
+    def node_time(self) -> dict[Any, np.ndarray]:
+        """Per node type, the time of every node (global IDs), if ``time_attr`` is a node attribute."""
+        if self._node_time is None:
+            self._node_time = _node_times(self._data, self.config.time_attr)
+        return self._node_time
+
+    def _hop_fanouts(self, num_neighbors: Any) -> list[dict[Any, int]]:
+        """Per hop, the fanout of every edge type (PyG's ``num_neighbors`` rules, ``-1`` = all)."""
+        spec = num_neighbors if isinstance(num_neighbors, NumNeighbors) else NumNeighbors(num_neighbors)
+        try:
+            values = spec.get_values(self.edge_types) if self.is_hetero else {None: spec.get_values()}
+        except ValueError as exc:
+            raise InvalidInputError(f"num_neighbors {num_neighbors!r}: {exc}; edge types are {self.edge_types}") from exc
+        if not self.is_hetero and isinstance(values[None], dict):
+            raise InvalidInputError("num_neighbors is a dict but the graph is homogeneous; give one list per hop")
+        return [{et: v[hop] if hop < len(v) else 0 for et, v in values.items()} for hop in range(spec.num_hops)]
+
+    def _num_nodes(self) -> Any:
+        counts: dict[Any, int] = {}
+        for topo in self.topology.values():
+            counts[topo.src_type] = max(counts.get(topo.src_type, 0), topo.num_src)
+            counts[topo.dst_type] = max(counts.get(topo.dst_type, 0), topo.num_dst)
+        if _is_dataset(self._data):
+            counts = {t: self._data.num_nodes(t) for t in self._data.node_types}
+        return counts if self.is_hetero else counts[None]
+
+    def _check_time_attr(self) -> None:
+        c = self.config
+        if c.time_attr and not self.node_time and not any(t.has_time for t in self.topology.values()):
+            raise InvalidInputError(
+                f"time_attr {c.time_attr!r} is neither a node nor an edge attribute of the graph; "
+                "name an attribute holding timestamps"
+            )
+        if c.weight_attr and not any(t.has_weight for t in self.topology.values()):
+            raise InvalidInputError(f"weight_attr {c.weight_attr!r} is not an edge attribute of the graph")
+
+    @property
+    def is_temporal(self) -> bool:
+        return self.config.time_attr is not None
+
+    @property
+    def disjoint(self) -> bool:
+        return self.config.disjoint or self.is_temporal
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if _is_dataset(self._data) or isinstance(self._data, (tuple, list)):
+            state["_topology"] = None  # memory-mapped: cheap to rebuild in the worker
+            state["_node_time"] = None
+        state["_seeded_pid"] = -1
+        return state
+
+    # -- BaseSampler --
+
+    def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
+        return node_sample(index, self._sample)
+
+    def sample_from_edges(self, index: EdgeSamplerInput, neg_sampling: NegativeSampling | None = None
+                          ) -> SamplerOutput | HeteroSamplerOutput:
+        node_time = None
+        if self.node_time:
+            node_time = {k: torch.from_numpy(v) for k, v in self.node_time.items()}
+            node_time = node_time if self.is_hetero else node_time[None]
+        return edge_sample(index, self._sample, self.num_nodes, self.disjoint, node_time, neg_sampling)
+
+    @property
+    def edge_permutation(self) -> None:
+        return None  # edge IDs we return are already the input edge IDs
+
+    # -- sampling --
+
+    def _ensure_seeded(self) -> None:
+        pid = os.getpid()
+        if self._seeded_pid != pid:
+            info = torch.utils.data.get_worker_info()
+            base = self._seed if self._seed is not None else torch.initial_seed()
+            kernels.seed_rng(int((base + (info.id + 1 if info else 0) * 7919) % (2**32)))
+            self._seeded_pid = pid
+
+    def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
+        self._ensure_seeded()
+        seeds = seed if isinstance(seed, dict) else {None: seed}
+        times = seed_time if isinstance(seed_time, dict) or seed_time is None else {None: seed_time}
+        if self.is_temporal and times is None:
+            raise InvalidInputError("temporal sampling needs a time per seed: pass input_time / edge_label_time")
+        frontier = Frontier(self, seeds, times)
+        for fanouts in self._fanouts:
+            frontier.hop(fanouts)
+        return frontier.output(self.is_hetero)
+
+
+def _is_dataset(data: Any) -> bool:
+    from graphstore.dataset import Dataset
+
+    return isinstance(data, Dataset)
+
+
+def _node_times(data: Any, time_attr: str | None) -> dict[Any, np.ndarray]:
+    if time_attr is None:
+        return {}
+    if _is_dataset(data):
+        out = {}
+        for info in data.manifest.node_types:
+            if time_attr in info.attrs:
+                parts = [data.partition(p)[0][info.name, time_attr, None].numpy() for p in range(data.num_parts)]
+                out[info.name] = np.concatenate(parts).astype(np.int64)
+        return out
+    if isinstance(data, (tuple, list)):
+        fs = data[0]
+        return {a.group_name: fs[a.group_name, time_attr, None].numpy().astype(np.int64)
+                for a in fs.get_all_tensor_attrs() if a.attr_name == time_attr}
+    stores = data.node_stores
+    return {getattr(s, "_key", None): s[time_attr].cpu().numpy().astype(np.int64)
+            for s in stores if time_attr in s and s.is_node_attr(time_attr)}

@@ -1,0 +1,134 @@
+"""The graph a sampler walks: per edge type, CSC blocks that each own a contiguous destination range."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from graphstore.errors import NotOwnedError
+
+_EMPTY_I = np.zeros(0, np.int64)
+_EMPTY_F = np.zeros(0, np.float64)
+
+
+@dataclass(frozen=True)
+class CSCBlock:
+    """Incoming edges of the destination nodes ``[lo, hi)``: CSC arrays plus optional weight and time."""
+
+    lo: int
+    hi: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    eid: np.ndarray
+    weight: np.ndarray = field(default_factory=lambda: _EMPTY_F)
+    time: np.ndarray = field(default_factory=lambda: _EMPTY_I)
+    part: int = 0
+
+
+@dataclass
+class EdgeTopology:
+    """One edge type: its blocks in destination order (``offsets`` = each block's ``lo``, then ``hi``)."""
+
+    edge_type: Any
+    src_type: Any
+    dst_type: Any
+    blocks: list[CSCBlock]
+    num_src: int
+    num_dst: int
+
+    def __post_init__(self) -> None:
+        self.offsets = np.array([b.lo for b in self.blocks] + [self.blocks[-1].hi], np.int64)
+
+    @property
+    def has_weight(self) -> bool:
+        return len(self.blocks[0].weight) > 0
+
+    @property
+    def has_time(self) -> bool:
+        return len(self.blocks[0].time) > 0
+
+    def block_of(self, nodes: np.ndarray) -> np.ndarray:
+        """Index of the block owning each destination node; raises for nodes no block owns."""
+        which = np.searchsorted(self.offsets, nodes, side="right") - 1
+        bad = (which < 0) | (which >= len(self.blocks)) | (nodes >= self.offsets[-1])
+        if bad.any():
+            raise NotOwnedError(
+                f"edge type {self.edge_type!r}: nodes {nodes[bad][:5].tolist()} have no incoming edges here "
+                f"(this sampler holds destinations {self.offsets[0]}..{self.offsets[-1] - 1}); sample over the "
+                "whole dataset (pass graphstore.open_dataset(...)) or use the distributed loader"
+            )
+        return which
+
+
+def _csc_from_coo(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int) -> tuple[np.ndarray, ...]:
+    perm = np.argsort(dst.astype(np.int64) * max(num_src, 1) + src, kind="stable")
+    indptr = np.zeros(num_dst + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
+    return indptr, src[perm].astype(np.int64), perm.astype(np.int64)
+
+
+def _np(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+
+
+def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None) -> dict[Any, EdgeTopology]:
+    """Topology of an in-memory PyG ``Data``/``HeteroData`` (one block per edge type)."""
+    is_hetero = hasattr(data, "edge_types") and not hasattr(data, "edge_index")
+    stores = data.edge_stores if is_hetero else [data]
+    out = {}
+    for store in stores:
+        etype = store._key if is_hetero else None
+        s_type, d_type = (etype[0], etype[2]) if is_hetero else (None, None)
+        num_src = data[s_type].num_nodes if is_hetero else data.num_nodes
+        num_dst = data[d_type].num_nodes if is_hetero else data.num_nodes
+        src, dst = (_np(t).astype(np.int64) for t in store.edge_index)
+        indptr, indices, eid = _csc_from_coo(src, dst, num_src, num_dst)
+        weight = _np(store[weight_attr])[eid].astype(np.float64) if weight_attr and weight_attr in store else _EMPTY_F
+        time = (_np(store[time_attr])[eid].astype(np.int64)
+                if time_attr and time_attr in store and store.is_edge_attr(time_attr) else _EMPTY_I)
+        out[etype] = EdgeTopology(etype, s_type, d_type, [CSCBlock(0, num_dst, indptr, indices, eid, weight, time)],
+                                  num_src, num_dst)
+    return out
+
+
+def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_attr: str | None
+                 ) -> dict[Any, EdgeTopology]:
+    """Topology of a graphstore dataset: one memory-mapped block per partition in ``parts``."""
+    out = {}
+    for info in dataset.manifest.edge_types:
+        src = next(t for t in dataset.manifest.node_types if t.key == info.src)
+        dst = next(t for t in dataset.manifest.node_types if t.key == info.dst)
+        blocks = []
+        for part in parts:
+            _, gs = dataset.partition(part)
+            indptr, indices, eid = gs.csc_arrays(info.name)
+            weight = (gs.edge_attr(weight_attr, info.name).numpy().astype(np.float64, copy=False)
+                      if weight_attr and weight_attr in info.attrs else _EMPTY_F)
+            time = (gs.edge_attr(time_attr, info.name).numpy().astype(np.int64, copy=False)
+                    if time_attr and time_attr in info.attrs else _EMPTY_I)
+            lo, hi = dst.offsets[part], dst.offsets[part + 1]
+            blocks.append(CSCBlock(lo, hi, indptr, indices, eid, weight, time, part))
+        out[info.name] = EdgeTopology(info.name, src.name, dst.name, blocks, src.num_nodes, dst.num_nodes)
+    return out
+
+
+def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str | None) -> dict[Any, EdgeTopology]:
+    """Topology of a generic PyG ``GraphStore`` (or one partition's ``ZarrGraphStore``)."""
+    from graphstore.stores import ZarrGraphStore
+
+    if isinstance(graph_store, ZarrGraphStore):
+        return from_dataset(graph_store.dataset, [graph_store.part], weight_attr, time_attr)
+    out = {}
+    for attr in graph_store.get_all_edge_attrs():
+        etype = attr.edge_type
+        row, col, perm = graph_store._edge_to_layout(attr, "csc")
+        indices, indptr = _np(row).astype(np.int64), _np(col).astype(np.int64)
+        eid = _np(perm).astype(np.int64) if perm is not None else np.arange(len(indices), dtype=np.int64)
+        num_src = attr.size[0] if attr.size else int(indices.max(initial=-1)) + 1
+        s_type, d_type = (etype[0], etype[2]) if isinstance(etype, tuple) else (None, None)
+        out[etype] = EdgeTopology(etype, s_type, d_type, [CSCBlock(0, len(indptr) - 1, indptr, indices, eid)],
+                                  num_src, len(indptr) - 1)
+    return out
