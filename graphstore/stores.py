@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
+from torch_geometric.data.feature_store import _FieldStatus
 from torch_geometric.data.graph_store import EdgeLayout
 
 from graphstore import layout
@@ -20,9 +22,31 @@ class ReadOnlyError(GraphstoreError, PermissionError):
 
 
 def _tensor(array: Any) -> torch.Tensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # non-writable memmaps: we never write through them
-        return torch.from_numpy(np.asarray(array))
+    array = np.asarray(array)
+    if not array.flags.writeable:  # torch warns on read-only arrays; ours are copy-on-write or copies
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(array)
+    return torch.from_numpy(array)
+
+
+class _TensorAttr(TensorAttr):
+    """PyG's ``TensorAttr`` with an O(1) ``is_set`` (PyG's compares the index tensor element-wise)."""
+
+    def is_set(self, key: str) -> bool:
+        return getattr(self, key) is not _FieldStatus.UNSET
+
+
+@dataclass(frozen=True)
+class _Reader:
+    """One resolved attribute of a partition: its type info, rows (array and tensor view) and own range."""
+
+    info: Any
+    name: str
+    rows: Any
+    rows_t: torch.Tensor | None  # zero-copy tensor over the mapped rows (None for zarr-read arrays)
+    lo: int
+    hi: int
 
 
 def _ids(index: Any, lo: int, hi: int) -> np.ndarray | None:
@@ -49,8 +73,9 @@ class ZarrFeatureStore(FeatureStore):
     """
 
     def __init__(self, dataset: Dataset, part: int) -> None:
-        super().__init__()
+        super().__init__(tensor_attr_cls=_TensorAttr)
         self.dataset, self.part = dataset, dataset.check_part(part)
+        self._readers: dict[tuple[Any, str], _Reader] = {}
 
     def __repr__(self) -> str:
         return f"ZarrFeatureStore({self.dataset.url!r}, part={self.part})"
@@ -60,16 +85,30 @@ class ZarrFeatureStore(FeatureStore):
             return self.dataset.manifest.node_types[0]
         return self.dataset.manifest.node_type(group)
 
+    def _reader(self, group: Any, name: str) -> _Reader:
+        found = self._readers.get((group, name))
+        if found is None:
+            info = self._node_info(group)
+            if name not in info.attrs and name != layout.ORIG_ID:
+                raise UnknownAttributeError(f"{group!r} has no attribute {name!r}; it has {sorted(info.attrs)}")
+            rows = self.dataset.array(layout.node_array(self.part, info.key, name))
+            rows_t = _tensor(rows) if isinstance(rows, np.ndarray) else None
+            found = _Reader(info, name, rows, rows_t, info.offsets[self.part], info.offsets[self.part + 1])
+            self._readers[(group, name)] = found
+        return found
+
     def _get_tensor(self, attr: TensorAttr) -> torch.Tensor:
-        info, name = self._node_info(attr.group_name), attr.attr_name
-        if name not in info.attrs and name != layout.ORIG_ID:
-            raise UnknownAttributeError(f"{attr.group_name!r} has no attribute {name!r}; it has {sorted(info.attrs)}")
-        lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
-        rows = self.dataset.array(layout.node_array(self.part, info.key, name))
-        ids = _ids(attr.index, lo, hi)
-        if ids is None:
-            return _tensor(rows)
-        return _tensor(self._gather(info, name, rows, ids, lo, hi))
+        r = self._reader(attr.group_name, attr.attr_name)
+        index = attr.index
+        if index is None:
+            return r.rows_t if r.rows_t is not None else _tensor(r.rows)
+        if (r.rows_t is not None and isinstance(index, torch.Tensor) and index.dtype == torch.int64
+                and index.dim() == 1 and len(index) and index.device.type == "cpu"):
+            low, high = torch.aminmax(index)
+            if low >= r.lo and high < r.hi:  # the hot path: own rows, one index_select on mapped memory
+                return r.rows_t.index_select(0, index - r.lo)
+        ids = _ids(index, r.lo, r.hi)
+        return _tensor(self._gather(r.info, r.name, r.rows, ids, r.lo, r.hi))
 
     def _gather(self, info: Any, name: str, rows: Any, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:
         if len(ids) and ids.min() >= lo and ids.max() < hi:  # the hot path: all own rows
