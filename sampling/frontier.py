@@ -36,10 +36,12 @@ class NodeTable:
             capacity = 1 << max(need - 1, 1).bit_length()
             self.keys, self.vals = kernels.hash_rehash(self.keys, self.vals, capacity)
 
-    def add(self, ids: np.ndarray, batch: np.ndarray, force_new: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def add(self, ids: np.ndarray, batch: np.ndarray | None, force_new: bool = False
+            ) -> tuple[np.ndarray, np.ndarray]:
         """Local IDs of ``ids`` (new ones appended); returns ``(local, is_new)``.
 
-        ``force_new`` appends every entry (seeds keep their positions even when repeated).
+        ``batch`` (the subgraph of each entry) is needed only for disjoint tables. ``force_new``
+        appends every entry (seeds keep their positions even when repeated).
         """
         self._room(len(ids))
         keys = batch * self.num_nodes + ids if self.disjoint else ids
@@ -49,9 +51,17 @@ class NodeTable:
             new = np.ones(len(ids), bool)
             next_id = self.count + len(ids)
         self.count = next_id
-        self.ids.append(ids[new])
-        self.batches.append(batch[new])
+        self.ids.append(ids if force_new else ids[new])
+        if self.disjoint:
+            self.batches.append(batch[new])
         return local, new
+
+    def reset(self) -> None:
+        """Empty the table for the next batch, keeping its capacity (O(nodes sampled), not O(capacity))."""
+        if self.count:
+            ids, batch = self.node_ids(), self.batch()
+            kernels.hash_clear(self.keys, batch * self.num_nodes + ids if self.disjoint else ids)
+        self.ids, self.batches, self.count = [], [], 0
 
     def node_ids(self) -> np.ndarray:
         return np.concatenate(self.ids) if self.ids else _EMPTY_I
@@ -65,8 +75,7 @@ class Frontier:
 
     def __init__(self, sampler: NeighborSampler, seeds: dict[Any, Any], times: dict[Any, Any] | None) -> None:
         self.sampler = sampler
-        num_nodes = sampler.num_nodes if isinstance(sampler.num_nodes, dict) else {None: sampler.num_nodes}
-        self.tables = {t: NodeTable(n, sampler.disjoint) for t, n in num_nodes.items()}
+        self.tables = sampler.node_tables()
         self.current: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self.seed_time: dict[Any, np.ndarray] = {}
         self.edges = {et: ([], [], [], [], []) for et in sampler.edge_types}  # row, col, eid, part, pos
@@ -95,7 +104,7 @@ class Frontier:
                 continue
             ids, local, batch, time = front
             order, counts, nbrs, eids, parts, pos = self._sample(topo, ids, fanout, time)
-            nbr_batch = np.repeat(batch[order], counts)
+            nbr_batch = np.repeat(batch[order], counts) if self.sampler.disjoint else _EMPTY_I
             src_local, new = self.tables[topo.src_type].add(nbrs, nbr_batch)
             row, col, eid, part, position = self.edges[etype]
             row.append(src_local)
@@ -104,7 +113,7 @@ class Frontier:
             part.append(parts)
             position.append(pos)
             self.edges_per_hop[etype].append(len(nbrs))
-            found[topo.src_type].append((nbrs[new], src_local[new], nbr_batch[new]))
+            found[topo.src_type].append((nbrs[new], src_local[new], nbr_batch[new] if len(nbr_batch) else _EMPTY_I))
         self.current = {}
         for ntype, pieces in found.items():
             ids = np.concatenate([p[0] for p in pieces]) if pieces else _EMPTY_I
@@ -119,17 +128,24 @@ class Frontier:
         cfg = self.sampler.config
         node_time = self.sampler.node_time.get(topo.src_type, _EMPTY_I)
         strategy = kernels.STRATEGY_LAST if cfg.temporal_strategy == "last" else kernels.STRATEGY_UNIFORM
-        which = topo.block_of(ids) if len(topo.blocks) > 1 else np.zeros(len(ids), np.int64)
-        outputs = []
-        for b in np.unique(which):
-            sel = np.flatnonzero(which == b) if len(topo.blocks) > 1 else np.arange(len(ids))
-            block = topo.blocks[b]
-            if len(topo.blocks) == 1 and (ids.min() < block.lo or ids.max() >= block.hi):
+        if len(topo.blocks) == 1:
+            if ids.min() < topo.blocks[0].lo or ids.max() >= topo.blocks[0].hi:
                 topo.block_of(ids)  # raises the not-owned error
-            counts, nbrs, pos = kernels.sample_block(
-                block.indptr, block.indices, block.lo, ids[sel], fanout, cfg.replace, block.weight, block.time,
-                node_time, 0, time[sel] if len(time) else _EMPTY_I, strategy)
-            outputs.append((sel, counts, nbrs, block.eid[pos], np.full(len(pos), block.part, np.int32), pos))
+            groups = [(0, np.arange(len(ids)))]
+        else:
+            which = topo.block_of(ids)
+            order = np.argsort(which, kind="stable")
+            bounds = np.searchsorted(which[order], np.arange(len(topo.blocks) + 1))
+            groups = [(b, order[bounds[b]: bounds[b + 1]]) for b in range(len(topo.blocks)) if bounds[b + 1] > bounds[b]]
+        outputs = []
+        for b, sel in groups:
+            block = topo.blocks[b]
+            counts, nbrs, eids, pos = kernels.sample_block(
+                block.indptr, block.indices, block.eid, block.lo, ids[sel], fanout, cfg.replace, block.weight,
+                block.time, node_time, 0, time[sel] if len(time) else _EMPTY_I, strategy)
+            outputs.append((sel, counts, nbrs, eids, np.full(len(pos), block.part, np.int32), pos))
+        if len(outputs) == 1:
+            return outputs[0]
         return tuple(np.concatenate(col) for col in zip(*outputs))
 
     def output(self, hetero: bool) -> SamplerOutput | HeteroSamplerOutput:

@@ -32,7 +32,7 @@ def _pick_uniform(count: int, k: int, replace: bool, out: np.ndarray, scratch: n
         for i in range(k):
             out[i] = np.random.randint(0, count)
         return k
-    if k <= 32:  # Floyd's algorithm: k draws, membership by a short linear scan
+    if k <= 32 or len(scratch) < count:  # Floyd's algorithm: k draws, membership by a short linear scan
         n = 0
         for j in range(count - k, count):
             t = np.random.randint(0, j + 1)
@@ -87,16 +87,15 @@ def _pick_weighted(weights: np.ndarray, start: int, cand: np.ndarray, count: int
 
 
 @njit(cache=True)
-def sample_block(indptr: np.ndarray, indices: np.ndarray, lo: int, nodes: np.ndarray, fanout: int,
-                 replace: bool, weights: np.ndarray, edge_time: np.ndarray, node_time: np.ndarray,
+def sample_block(indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, lo: int, nodes: np.ndarray,
+                 fanout: int, replace: bool, weights: np.ndarray, edge_time: np.ndarray, node_time: np.ndarray,
                  node_time_lo: int, seed_time: np.ndarray, strategy: int):
     """Sample up to ``fanout`` in-neighbors of each node of ``nodes`` (global IDs owned by this block).
 
     ``weights``/``edge_time`` (per CSC position) and ``node_time`` (per global node ID minus
     ``node_time_lo``) are empty arrays when unused; ``seed_time`` holds each node's time limit
-    (empty = no temporal constraint). Returns ``(counts, neighbors, positions)``: per node the
-    number sampled, then the neighbors' global IDs and their CSC positions in this block, in
-    node order.
+    (empty = no temporal constraint). Returns ``(counts, neighbors, edge_ids, positions)``: per node
+    the number sampled, then the neighbors' global IDs, edge IDs and CSC positions, in node order.
     """
     num = len(nodes)
     counts = np.zeros(num, np.int64)
@@ -107,38 +106,53 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, lo: int, nodes: np.nda
         max_deg = max(max_deg, d)
         total += d if (fanout < 0 or (not replace and d < fanout)) else fanout
     neighbors = np.empty(total, np.int64)
+    edge_ids = np.empty(total, np.int64)
     positions = np.empty(total, np.int64)
-    cand = np.empty(max_deg, np.int64)
+    filtered = len(seed_time) > 0 or len(weights) > 0
+    cand = np.empty(max_deg if filtered else 0, np.int64)
     picked = np.empty(max(max_deg, fanout if fanout > 0 else 0), np.int64)
-    scratch = np.empty(max_deg, np.int64)
-    keys = np.empty(max_deg, np.float64)
-    temporal = len(seed_time) > 0
+    scratch = np.empty(max_deg if (fanout > 32 or replace) else 0, np.int64)
+    keys = np.empty(max_deg if filtered else 0, np.float64)
     n_out = 0
     for i in range(num):
         start = indptr[nodes[i] - lo]
         deg = indptr[nodes[i] - lo + 1] - start
-        count = 0
-        for j in range(deg):  # candidate offsets that respect time
-            if temporal:
-                if len(edge_time) > 0 and edge_time[start + j] > seed_time[i]:
-                    continue
-                if len(node_time) > 0 and node_time[indices[start + j] - node_time_lo] > seed_time[i]:
-                    continue
-            cand[count] = j
-            count += 1
-        if temporal and strategy == STRATEGY_LAST and fanout >= 0 and count > fanout:
-            m = _latest(indices, start, cand, count, fanout, edge_time, node_time, node_time_lo, picked, keys)
-        elif len(weights) > 0:
-            m = _pick_weighted(weights, start, cand, count, fanout, replace, picked, keys)
-        else:
-            m = _pick_uniform(count, fanout, replace, picked, scratch)
+        if filtered:
+            count = _candidates(indices, start, deg, edge_time, node_time, node_time_lo, seed_time, i, cand)
+            if len(seed_time) > 0 and strategy == STRATEGY_LAST and 0 <= fanout < count:
+                m = _latest(indices, start, cand, count, fanout, edge_time, node_time, node_time_lo, picked, keys)
+            elif len(weights) > 0:
+                m = _pick_weighted(weights, start, cand, count, fanout, replace, picked, keys)
+            else:
+                m = _pick_uniform(count, fanout, replace, picked, scratch)
+            for j in range(m):
+                picked[j] = cand[picked[j]]
+        else:  # the hot path: positions drawn directly, no per-neighbor work
+            m = _pick_uniform(deg, fanout, replace, picked, scratch)
         for j in range(m):
-            pos = start + cand[picked[j]]
+            pos = start + picked[j]
             neighbors[n_out] = indices[pos]
+            edge_ids[n_out] = eid[pos]
             positions[n_out] = pos
             n_out += 1
         counts[i] = m
-    return counts, neighbors[:n_out], positions[:n_out]
+    return counts, neighbors[:n_out], edge_ids[:n_out], positions[:n_out]
+
+
+@njit(cache=True)
+def _candidates(indices, start, deg, edge_time, node_time, node_time_lo, seed_time, i, cand) -> int:
+    """Offsets of the neighbors allowed by time (all of them when not temporal)."""
+    count = 0
+    temporal = len(seed_time) > 0
+    for j in range(deg):
+        if temporal:
+            if len(edge_time) > 0 and edge_time[start + j] > seed_time[i]:
+                continue
+            if len(node_time) > 0 and node_time[indices[start + j] - node_time_lo] > seed_time[i]:
+                continue
+        cand[count] = j
+        count += 1
+    return count
 
 
 @njit(cache=True)
@@ -186,6 +200,23 @@ def hash_insert(table_keys: np.ndarray, table_vals: np.ndarray, keys: np.ndarray
                 break
             slot = (slot + 1) & mask
     return out, new, next_id
+
+
+@njit(cache=True)
+def hash_clear(table_keys: np.ndarray, keys: np.ndarray) -> None:
+    """Empty the table by removing ``keys`` — every key it holds, in insertion order — in O(len(keys)).
+
+    Removing in reverse insertion order keeps every probe chain intact: a key's chain only passes
+    slots taken by keys inserted before it, which are still there when it is removed.
+    """
+    mask = len(table_keys) - 1
+    for i in range(len(keys) - 1, -1, -1):
+        slot = _hash(keys[i], mask)
+        while table_keys[slot] != keys[i]:
+            if table_keys[slot] == _EMPTY:
+                break
+            slot = (slot + 1) & mask
+        table_keys[slot] = _EMPTY
 
 
 @njit(cache=True)

@@ -14,7 +14,7 @@ from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
 from graphstore.errors import InvalidInputError
 from sampling import kernels
-from sampling.frontier import Frontier
+from sampling.frontier import Frontier, NodeTable
 from sampling.topology import EdgeTopology, from_dataset, from_graph_store, from_pyg
 
 STRATEGIES = {"uniform": kernels.STRATEGY_UNIFORM, "last": kernels.STRATEGY_LAST}
@@ -66,6 +66,7 @@ class NeighborSampler(BaseSampler):
         self._topology: dict[Any, EdgeTopology] | None = None
         self._node_time: dict[Any, np.ndarray] | None = None
         self._seed, self._seeded_pid = seed, -1
+        self._tables: dict[Any, NodeTable] | None = None
         topo = self.topology  # validates the data and attribute names now, not in a worker
         self.is_hetero = next(iter(topo)) is not None
         self.edge_types = list(topo)
@@ -138,7 +139,18 @@ class NeighborSampler(BaseSampler):
             state["_topology"] = None  # memory-mapped: cheap to rebuild in the worker
             state["_node_time"] = None
         state["_seeded_pid"] = -1
+        state["_tables"] = None
         return state
+
+    def node_tables(self) -> dict[Any, NodeTable]:
+        """Per node type, this process's de-duplication table, emptied for a new batch (reused: no
+        allocation per batch)."""
+        if self._tables is None:
+            counts = self.num_nodes if isinstance(self.num_nodes, dict) else {None: self.num_nodes}
+            self._tables = {t: NodeTable(n, self.disjoint) for t, n in counts.items()}
+        for table in self._tables.values():
+            table.reset()
+        return self._tables
 
     # -- BaseSampler --
 

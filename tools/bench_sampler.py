@@ -1,0 +1,149 @@
+"""Benchmark neighbor sampling: our sampler vs a plain torch reference (and pyg-lib when installed).
+
+Usage::
+
+    python tools/bench_sampler.py [--json] [--data DIR] [--spec SPEC] [--parts 4] [--batches 30]
+
+On an ogbn-products-shaped synthetic graph (ingested once into --data), fanout [15, 10, 5], batch
+1,024, one thread: sampled edges per second and batches per second for (a) sampling alone, (b)
+sampling plus feature fetch through ``sampling.NeighborLoader``, and, in the same run on the same
+seeds, (c) a plain torch reference sampler with the same semantics and (d) PyG's NeighborSampler
+over pyg-lib when pyg-lib is importable (skipped with a message otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.sampler import NodeSamplerInput
+
+import graphstore
+from graphstore.errors import DatasetNotFoundError
+from sampling import NeighborLoader, NeighborSampler
+
+PRODUCTS = "synthetic:nodes=2400000,avg_degree=52,features=100,classes=47,seed=0"
+FANOUT = [15, 10, 5]
+
+
+def reference_sample(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanouts: list[int]) -> int:
+    """A plain, vectorised torch sampler with the same semantics (uniform without replacement, unique
+    nodes, relabelled edges). Returns the number of sampled edges.
+    """
+    nodes, frontier, total = seeds, seeds, 0
+    for k in fanouts:
+        start = indptr[frontier]
+        deg = indptr[frontier + 1] - start
+        owner = torch.repeat_interleave(torch.arange(len(frontier)), deg)
+        group_start = torch.repeat_interleave(torch.cumsum(deg, 0) - deg, deg)
+        perm = torch.argsort(owner.to(torch.float64) + torch.rand(len(owner), dtype=torch.float64))
+        rank = torch.arange(len(perm)) - group_start  # rank of each shuffled edge inside its node
+        keep = rank < k
+        picked = perm[keep]
+        nbrs = indices[start[owner[picked]] + (picked - group_start[picked])]
+        total += len(nbrs)
+        new = torch.unique(nbrs)
+        new = new[~torch.isin(new, nodes)]
+        nodes = torch.cat([nodes, new])
+        sorted_nodes, where = torch.sort(nodes)
+        _row = where[torch.searchsorted(sorted_nodes, nbrs)]  # relabelled sources
+        frontier = new
+    return total
+
+
+def _dataset(data: Path, spec: str, parts: int) -> graphstore.Dataset:
+    try:
+        return graphstore.open_dataset(data)
+    except DatasetNotFoundError:
+        print(f"ingesting {spec} into {data} ({parts} METIS partitions, once)", file=sys.stderr)
+        graphstore.ingest(spec, data, num_parts=parts)
+        return graphstore.open_dataset(data)
+
+
+def _rate(fn, batches: list[torch.Tensor]) -> tuple[float, float]:
+    """(sampled edges per second, batches per second) of ``fn(seeds) -> edges`` over ``batches``."""
+    fn(batches[0])  # warm: numba compilation / page cache
+    start, edges = time.perf_counter(), 0
+    for seeds in batches:
+        edges += fn(seeds)
+    seconds = time.perf_counter() - start
+    return edges / seconds, len(batches) / seconds
+
+
+def _pyglib(ds: graphstore.Dataset, batches: list[torch.Tensor]) -> dict | None:
+    try:
+        import pyg_lib  # noqa: F401
+        from torch_geometric.data import Data
+        from torch_geometric.sampler import NeighborSampler as PyGSampler
+    except ImportError:
+        print("pyg-lib is not installed here: skipping the PyG/pyg-lib comparison", file=sys.stderr)
+        return None
+    from graphstore.dataset_stores import DatasetGraphStore
+
+    src, dst = DatasetGraphStore(ds).get_edge_index(None, "coo")
+    sampler = PyGSampler(Data(edge_index=torch.stack([src, dst]), num_nodes=ds.num_nodes()), FANOUT)
+    eps, bps = _rate(lambda s: int(sampler.sample_from_nodes(NodeSamplerInput(None, s)).row.numel()), batches)
+    return {"edges_per_s": eps, "batches_per_s": bps}
+
+
+def run(args: argparse.Namespace) -> dict:
+    torch.set_num_threads(1)
+    ds = _dataset(args.data, args.spec, args.parts)
+    rng = np.random.default_rng(0)
+    n = ds.num_nodes()
+    batches = [torch.from_numpy(rng.choice(n, args.batch_size, replace=False)) for _ in range(args.batches)]
+    sampler = NeighborSampler(ds, FANOUT, seed=0)
+    ours = _rate(lambda s: int(sampler.sample_from_nodes(NodeSamplerInput(None, s)).row.numel()), batches)
+    loader = NeighborLoader(ds, FANOUT, input_nodes=torch.cat(batches), batch_size=args.batch_size, seed=0)
+    start = time.perf_counter()
+    loaded = [(b.edge_index.size(1), b.x.size(0)) for b in loader]
+    with_features = sum(e for e, _ in loaded) / (time.perf_counter() - start)
+    from graphstore.dataset_stores import DatasetGraphStore
+
+    indices, indptr = DatasetGraphStore(ds).get_edge_index(None, "csc")
+    ref = _rate(lambda s: reference_sample(indptr, indices, s, FANOUT), batches[: max(3, args.batches // 3)])
+    out = {"graph": {"nodes": n, "edges": int(len(indices)), "parts": ds.num_parts}, "fanout": FANOUT,
+           "batch_size": args.batch_size, "threads": 1,
+           "ours": {"edges_per_s": ours[0], "batches_per_s": ours[1]},
+           "ours_with_features": {"edges_per_s": with_features, "batches_per_s": len(loaded) / (
+               sum(e for e, _ in loaded) / with_features)},
+           "torch_reference": {"edges_per_s": ref[0], "batches_per_s": ref[1]},
+           "pyg_lib": _pyglib(ds, batches)}
+    out["speedup_vs_torch_reference"] = ours[0] / ref[0]
+    if out["pyg_lib"]:
+        out["speedup_vs_pyg_lib"] = ours[0] / out["pyg_lib"]["edges_per_s"]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "products")
+    parser.add_argument("--spec", default=PRODUCTS)
+    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    out = run(parser.parse_args(argv))
+    if parser.parse_args(argv).json:
+        print(json.dumps(out, indent=2))
+        return 0
+    g = out["graph"]
+    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges, {g['parts']} partitions; fanout {FANOUT}, "
+          f"batch {out['batch_size']}, 1 thread")
+    for name in ("ours", "ours_with_features", "torch_reference", "pyg_lib"):
+        r = out[name]
+        if r:
+            print(f"  {name:<20} {r['edges_per_s'] / 1e6:8.2f} M sampled edges/s  {r['batches_per_s']:8.2f} batches/s")
+    print(f"  speed-up vs torch reference: {out['speedup_vs_torch_reference']:.1f}x"
+          + (f", vs pyg-lib: {out['speedup_vs_pyg_lib']:.2f}x" if "speedup_vs_pyg_lib" in out else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
