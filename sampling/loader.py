@@ -34,16 +34,23 @@ def _make_sampler(data: Any, num_neighbors: Any, neighbor_sampler: NeighborSampl
     return NeighborSampler(data, num_neighbors, **options)
 
 
+class _OutputTransform:
+    """Sampler-output transform: PyG's ``to_bidirectional`` when asked, then the user's (picklable)."""
+
+    def __init__(self, bidirectional: bool, user: Callable | None) -> None:
+        self.bidirectional, self.user = bidirectional, user
+
+    def __call__(self, out: Any) -> Any:
+        if self.bidirectional:
+            out = out.to_bidirectional()
+        return self.user(out) if self.user is not None else out
+
+
 class _EdgeAttrs:
     """Adds a Dataset's edge attributes (weight, time, edge_attr, ...) to sampled batches."""
 
     _graph_dataset: Dataset | None
     bidirectional: bool
-
-    def _transform_output(self, out: Any) -> Any:
-        if self.bidirectional:
-            out = out.to_bidirectional()
-        return out
 
     def _add_edge_attrs(self, batch: Any, out: SamplerOutput | HeteroSamplerOutput) -> Any:
         if self._graph_dataset is None or self.bidirectional or not hasattr(out, "edge_locator"):
@@ -99,14 +106,9 @@ class NeighborLoader(_EdgeAttrs, NodeLoader):
         if time_attr is not None and input_time is None:
             input_time = _seed_times(sampler, input_nodes)
         super().__init__(_as_pyg_data(data), sampler, input_nodes=input_nodes, input_time=input_time,
-                         transform=transform, transform_sampler_output=self._chain(transform_sampler_output),
+                         transform=transform,
+                         transform_sampler_output=_OutputTransform(self.bidirectional, transform_sampler_output),
                          filter_per_worker=filter_per_worker, **kwargs)
-
-    def _chain(self, user: Callable | None) -> Callable:
-        def transform(out: Any) -> Any:
-            out = self._transform_output(out)
-            return user(out) if user is not None else out
-        return transform
 
     def filter_fn(self, out: Any) -> Any:
         return self._add_edge_attrs(super().filter_fn(out), out)
@@ -147,7 +149,7 @@ class LinkNeighborLoader(_EdgeAttrs, LinkLoader):
         super().__init__(_as_pyg_data(data), sampler, edge_label_index=edge_label_index, edge_label=edge_label,
                          edge_label_time=edge_label_time, neg_sampling=neg_sampling,
                          neg_sampling_ratio=neg_sampling_ratio, transform=transform,
-                         transform_sampler_output=NeighborLoader._chain(self, transform_sampler_output),
+                         transform_sampler_output=_OutputTransform(self.bidirectional, transform_sampler_output),
                          filter_per_worker=filter_per_worker, **kwargs)
 
     def filter_fn(self, out: Any) -> Any:
@@ -182,8 +184,9 @@ def _default_edge_label_index(data: Any, edge_label_index: Any) -> Any:
     if edge_label_index is None or (isinstance(edge_label_index, (tuple, list)) and isinstance(edge_label_index[0], str)):
         etype = None if edge_label_index is None else tuple(edge_label_index)
         src, dst = DatasetGraphStore(data).get_edge_index(etype, "coo")
-        index = torch.stack([src, dst])
-        return index if etype is None else (etype, index)
+        return etype, torch.stack([src, dst])
+    if isinstance(edge_label_index, torch.Tensor):  # PyG wants (edge type, index) for store pairs
+        return None, edge_label_index
     return edge_label_index
 
 
