@@ -76,6 +76,18 @@ def _rate(fn, batches: list[torch.Tensor]) -> tuple[float, float]:
     return edges / seconds, len(batches) / seconds
 
 
+def _loader_rate(ds: graphstore.Dataset, batches: list[torch.Tensor], batch_size: int, workers: int
+                 ) -> tuple[float, float]:
+    """(edges/s, batches/s) of ``NeighborLoader`` iteration (sampling + feature fetch) with ``workers``."""
+    loader = NeighborLoader(ds, FANOUT, input_nodes=torch.cat(batches), batch_size=batch_size, seed=0,
+                            num_workers=workers, persistent_workers=workers > 0)
+    next(iter(loader))  # warm: workers started, kernels compiled
+    start = time.perf_counter()
+    edges = sum(b.edge_index.size(1) for b in loader)
+    seconds = time.perf_counter() - start
+    return edges / seconds, len(loader) / seconds
+
+
 def _pyglib(ds: graphstore.Dataset, batches: list[torch.Tensor]) -> dict | None:
     try:
         import pyg_lib  # noqa: F401
@@ -100,10 +112,8 @@ def run(args: argparse.Namespace) -> dict:
     batches = [torch.from_numpy(rng.choice(n, args.batch_size, replace=False)) for _ in range(args.batches)]
     sampler = NeighborSampler(ds, FANOUT, seed=0)
     ours = _rate(lambda s: int(sampler.sample_from_nodes(NodeSamplerInput(None, s)).row.numel()), batches)
-    loader = NeighborLoader(ds, FANOUT, input_nodes=torch.cat(batches), batch_size=args.batch_size, seed=0)
-    start = time.perf_counter()
-    loaded = [(b.edge_index.size(1), b.x.size(0)) for b in loader]
-    with_features = sum(e for e, _ in loaded) / (time.perf_counter() - start)
+    with_features, loader_bps = _loader_rate(ds, batches, args.batch_size, workers=0)
+    workers = {w: _loader_rate(ds, batches, args.batch_size, workers=w)[1] for w in (args.workers,)}
     from graphstore.dataset_stores import DatasetGraphStore
 
     indices, indptr = DatasetGraphStore(ds).get_edge_index(None, "csc")
@@ -111,8 +121,8 @@ def run(args: argparse.Namespace) -> dict:
     out = {"graph": {"nodes": n, "edges": int(len(indices)), "parts": ds.num_parts}, "fanout": FANOUT,
            "batch_size": args.batch_size, "threads": 1,
            "ours": {"edges_per_s": ours[0], "batches_per_s": ours[1]},
-           "ours_with_features": {"edges_per_s": with_features, "batches_per_s": len(loaded) / (
-               sum(e for e, _ in loaded) / with_features)},
+           "ours_with_features": {"edges_per_s": with_features, "batches_per_s": loader_bps},
+           "loader_batches_per_s_by_workers": {0: loader_bps, **workers},
            "torch_reference": {"edges_per_s": ref[0], "batches_per_s": ref[1]},
            "pyg_lib": _pyglib(ds, batches)}
     out["speedup_vs_torch_reference"] = ours[0] / ref[0]
@@ -129,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--batches", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers compared with 0")
     out = run(parser.parse_args(argv))
     if parser.parse_args(argv).json:
         print(json.dumps(out, indent=2))
@@ -140,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         r = out[name]
         if r:
             print(f"  {name:<20} {r['edges_per_s'] / 1e6:8.2f} M sampled edges/s  {r['batches_per_s']:8.2f} batches/s")
+    by_workers = out["loader_batches_per_s_by_workers"]
+    print("  NeighborLoader batches/s by num_workers: "
+          + ", ".join(f"{w}: {bps:.2f}" for w, bps in by_workers.items()))
     print(f"  speed-up vs torch reference: {out['speedup_vs_torch_reference']:.1f}x"
           + (f", vs pyg-lib: {out['speedup_vs_pyg_lib']:.2f}x" if "speedup_vs_pyg_lib" in out else ""))
     return 0
