@@ -137,13 +137,18 @@ class Frontier:
             order = np.argsort(which, kind="stable")
             bounds = np.searchsorted(which[order], np.arange(len(topo.blocks) + 1))
             groups = [(b, order[bounds[b]: bounds[b + 1]]) for b in range(len(topo.blocks)) if bounds[b + 1] > bounds[b]]
-        outputs = []
+        # remote blocks first, so their requests are in flight while local blocks are sampled
+        groups.sort(key=lambda g: not getattr(topo.blocks[g[0]], "is_remote", False))
+        pending = []
         for b, sel in groups:
             block = topo.blocks[b]
-            counts, nbrs, eids, pos = kernels.sample_block(
-                block.indptr, block.indices, block.eid, block.lo, ids[sel], fanout, cfg.replace, block.weight,
-                block.time, node_time, 0, time[sel] if len(time) else _EMPTY_I, strategy)
-            outputs.append((sel, counts, nbrs, eids, np.full(len(pos), block.part, np.int32), pos))
+            result = block.start(ids[sel], fanout, cfg.replace, node_time, time[sel] if len(time) else _EMPTY_I,
+                                 strategy)
+            pending.append((sel, block.part, result))
+        outputs = []
+        for sel, part, result in pending:
+            counts, nbrs, eids, pos = result()
+            outputs.append((sel, counts, nbrs, eids, np.full(len(pos), part, np.int32), pos))
         if len(outputs) == 1:
             return outputs[0]
         return tuple(np.concatenate(col) for col in zip(*outputs))

@@ -13,13 +13,13 @@ STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1
 _EMPTY = -1
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def seed_rng(seed: int) -> None:
     """Seed numba's per-thread generator (it is separate from numpy's)."""
     np.random.seed(seed)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pick_uniform(count: int, k: int, replace: bool, out: np.ndarray, scratch: np.ndarray) -> int:
     """Write ``k`` positions in ``[0, count)`` to ``out`` (all if ``k < 0`` or ``k >= count`` w/o replacement)."""
     if count == 0:
@@ -53,7 +53,7 @@ def _pick_uniform(count: int, k: int, replace: bool, out: np.ndarray, scratch: n
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _pick_weighted(weights: np.ndarray, start: int, cand: np.ndarray, count: int, k: int, replace: bool,
                    out: np.ndarray, keys: np.ndarray) -> int:
     """Pick among candidates ``cand[:count]`` (offsets from ``start``) with probability ∝ weight."""
@@ -86,7 +86,7 @@ def _pick_weighted(weights: np.ndarray, start: int, cand: np.ndarray, count: int
     return take
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sample_block(indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, lo: int, nodes: np.ndarray,
                  fanout: int, replace: bool, weights: np.ndarray, edge_time: np.ndarray, node_time: np.ndarray,
                  node_time_lo: int, seed_time: np.ndarray, strategy: int):
@@ -139,7 +139,7 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, lo: i
     return counts, neighbors[:n_out], edge_ids[:n_out], positions[:n_out]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _candidates(indices, start, deg, edge_time, node_time, node_time_lo, seed_time, i, cand) -> int:
     """Offsets of the neighbors allowed by time (all of them when not temporal)."""
     count = 0
@@ -155,7 +155,7 @@ def _candidates(indices, start, deg, edge_time, node_time, node_time_lo, seed_ti
     return count
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _latest(indices, start, cand, count, k, edge_time, node_time, node_time_lo, out, keys) -> int:
     """Temporal strategy 'last': the ``k`` candidates with the largest time."""
     for i in range(count):
@@ -169,13 +169,13 @@ def _latest(indices, start, cand, count, k, edge_time, node_time, node_time_lo, 
     return k
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _hash(key: np.int64, mask: int) -> int:
     h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
     return np.int64((h >> np.uint64(17)) & np.uint64(mask))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hash_insert(table_keys: np.ndarray, table_vals: np.ndarray, keys: np.ndarray, next_id: int):
     """Map each key to a dense local ID, assigning ``next_id, next_id + 1, ...`` to new keys.
 
@@ -202,7 +202,7 @@ def hash_insert(table_keys: np.ndarray, table_vals: np.ndarray, keys: np.ndarray
     return out, new, next_id
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hash_clear(table_keys: np.ndarray, keys: np.ndarray) -> None:
     """Empty the table by removing ``keys`` — every key it holds, in insertion order — in O(len(keys)).
 
@@ -219,7 +219,7 @@ def hash_clear(table_keys: np.ndarray, keys: np.ndarray) -> None:
         table_keys[slot] = _EMPTY
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def hash_rehash(table_keys: np.ndarray, table_vals: np.ndarray, capacity: int):
     """A table of ``capacity`` slots holding the same entries."""
     new_keys = np.full(capacity, _EMPTY, np.int64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,7 +173,7 @@ class NeighborSampler(BaseSampler):
     # -- sampling --
 
     def _ensure_seeded(self) -> None:
-        pid = os.getpid()
+        pid = (os.getpid(), threading.get_ident())  # numba's generator is per process and per thread
         if self._seeded_pid != pid:
             info = torch.utils.data.get_worker_info()
             base = self._seed if self._seed is not None else torch.initial_seed()

@@ -30,6 +30,16 @@ class CSCBlock:
     weight: np.ndarray = field(default_factory=lambda: _EMPTY_F)
     time: np.ndarray = field(default_factory=lambda: _EMPTY_I)
     part: int = 0
+    is_remote = False
+
+    def start(self, nodes: np.ndarray, fanout: int, replace: bool, node_time: np.ndarray, seed_time: np.ndarray,
+              strategy: int) -> Callable[[], tuple[np.ndarray, ...]]:
+        """Sample ``nodes`` (owned here) now; returns a getter of ``(counts, neighbors, edge_ids, positions)``."""
+        from sampling import kernels
+
+        result = kernels.sample_block(self.indptr, self.indices, self.eid, self.lo, nodes, fanout, replace,
+                                      self.weight, self.time, node_time, 0, seed_time, strategy)
+        return lambda: result
 
 
 @dataclass

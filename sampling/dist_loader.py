@@ -1,0 +1,164 @@
+"""Distributed node and link loaders: PyG's arguments, remote sampling and features, async prefetch."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from graphstore.dataset import Dataset
+from sampling.distributed import (EDGE_ATTR, DistributedFeatureStore, DistributedSampler, RankLayout, RemoteStats,
+                                  _waited)
+from sampling.loader import LinkNeighborLoader, NeighborLoader
+from sampling.transport import Transport
+
+_SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "seed")
+
+
+class Prefetcher:
+    """Runs an iterator in a background thread, ``depth`` items ahead, so sampling and remote
+    fetches overlap training. Errors are re-raised in the consumer; ``close`` stops the thread.
+    """
+
+    _DONE = object()
+
+    def __init__(self, source: Iterator, depth: int = 2) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(source,), daemon=True, name="graphstore-prefetch")
+        self._thread.start()
+
+    def _run(self, source: Iterator) -> None:
+        try:
+            for item in source:
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            self._queue.put(self._DONE)
+        except BaseException as exc:  # delivered to the consumer
+            self._queue.put(exc)
+
+    def __iter__(self) -> Prefetcher:
+        return self
+
+    def __next__(self) -> Any:
+        item = self._queue.get()
+        if item is self._DONE:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class _Distributed:
+    """What both distributed loaders share: layout, stats, remote edge attributes, prefetching."""
+
+    transport: Transport
+    layout: RankLayout
+    stats: RemoteStats
+    prefetch: int
+
+    def _setup(self, dataset: Dataset, transport: Transport, layout: RankLayout | None, stats: RemoteStats | None,
+               num_neighbors: Any, kwargs: dict[str, Any], cache_rows: int) -> tuple:
+        self.transport = transport
+        self.layout = layout or RankLayout(dataset.num_parts, transport.world_size)
+        self.stats = stats or RemoteStats()
+        self.part = self.layout.part_of(transport.rank)
+        options = {k: kwargs.pop(k) for k in _SAMPLER_OPTIONS if k in kwargs}
+        sampler = DistributedSampler(dataset, num_neighbors, transport, self.layout, self.stats, **options)
+        store = DistributedFeatureStore(dataset, transport, self.layout, self.stats, cache_rows)
+        if "time_attr" in options:
+            kwargs["time_attr"] = options["time_attr"]
+        return sampler, (store, dataset.partition(self.part)[1])
+
+    def _gather_edges(self, etype: Any, name: str, part: np.ndarray, pos: np.ndarray, schema: Any) -> torch.Tensor:
+        out = torch.empty((len(pos), *schema.shape), dtype=getattr(torch, schema.dtype))
+        pending = []
+        for p in np.unique(part):
+            sel = torch.from_numpy(np.flatnonzero(part == p))
+            positions = torch.from_numpy(pos[sel.numpy()])
+            if p == self.part:
+                out[sel] = self._graph_dataset.partition(int(p))[1].edge_attr(name, etype, positions)
+            else:
+                peer = self.layout.server(int(p), self.transport.rank)
+                pending.append((sel, self.transport.call(peer, EDGE_ATTR, etype, name, positions)))
+                self.stats.add(requests=1)
+        for sel, future in pending:
+            out[sel] = _waited(self.stats, future)
+        return out
+
+    def __iter__(self) -> Iterator:
+        base = super().__iter__()  # type: ignore[misc]
+        return Prefetcher(base, self.prefetch) if self.prefetch else base
+
+
+class DistributedNeighborLoader(_Distributed, NeighborLoader):
+    """``NeighborLoader`` for one rank of a distributed job over a partitioned dataset.
+
+    ``input_nodes``: global IDs (this rank's seeds), or a mask name (this rank's partition's nodes
+    with the mask set). Batches hold every node attribute and edge attribute, fetched from owners.
+
+    Examples
+    --------
+    >>> loader = DistributedNeighborLoader(ds, [15, 10], transport, input_nodes="train_mask",
+    ...                                    batch_size=1024, shuffle=True)  # doctest: +SKIP
+    """
+
+    def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, input_nodes: Any = None, *,
+                 layout: RankLayout | None = None, stats: RemoteStats | None = None, prefetch: int = 2,
+                 cache_rows: int = 0, **kwargs: Any) -> None:
+        self.prefetch = prefetch
+        sampler, pair = self._setup(dataset, transport, layout, stats, num_neighbors, kwargs, cache_rows)
+        seeds = local_seeds(dataset, self.part, input_nodes, self.layout)
+        super().__init__(pair, num_neighbors, input_nodes=seeds, neighbor_sampler=sampler, **kwargs)
+        self._graph_dataset = dataset
+
+
+class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
+    """``LinkNeighborLoader`` for one rank: ``edge_label_index`` holds this rank's seed links (global IDs)."""
+
+    def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, edge_label_index: Any = None, *,
+                 layout: RankLayout | None = None, stats: RemoteStats | None = None, prefetch: int = 2,
+                 cache_rows: int = 0, **kwargs: Any) -> None:
+        self.prefetch = prefetch
+        sampler, pair = self._setup(dataset, transport, layout, stats, num_neighbors, kwargs, cache_rows)
+        if edge_label_index is None:
+            indices, indptr = pair[1].get_edge_index(None, "csc")
+            lo, hi = pair[1].dst_range()
+            dst = torch.repeat_interleave(torch.arange(lo, hi), torch.diff(indptr))
+            edge_label_index = torch.stack([indices, dst])
+        if isinstance(edge_label_index, torch.Tensor):
+            edge_label_index = (None, edge_label_index)
+        super().__init__(pair, num_neighbors, edge_label_index=edge_label_index, neighbor_sampler=sampler, **kwargs)
+        self._graph_dataset = dataset
+
+
+def local_seeds(dataset: Dataset, part: int, input_nodes: Any, layout: RankLayout | None = None,
+                rank: int | None = None) -> Any:
+    """This rank's seed nodes: ``input_nodes`` as given, or a mask name / ``None`` resolved on its
+    partition (global IDs); with several ranks per partition, the partition's seeds are split
+    between them (``rank`` picks the share)."""
+    if input_nodes is not None and not isinstance(input_nodes, str):
+        return input_nodes
+    info = dataset.manifest.node_types[0]
+    fs = dataset.partition(part)[0]
+    lo = info.offsets[part]
+    if input_nodes is None:
+        ids = torch.arange(lo, info.offsets[part + 1])
+    else:
+        ids = fs[info.name, input_nodes, None].nonzero().view(-1) + lo
+    if layout is not None and rank is not None and layout.ranks_per_part > 1:
+        share = rank % layout.ranks_per_part
+        ids = ids[share:: layout.ranks_per_part]
+    return ids

@@ -1,0 +1,345 @@
+"""Distributed sampling and feature fetch: own partition locally, the rest from its owners.
+
+Per hop the frontier is split by owner with the range partition book; owned nodes are sampled from
+the memory-mapped CSC here, the others in one batched request per remote partition, all issued
+before the local work starts. Features: own rows and halo replicas from the local store, the rest in
+one request per remote partition per batch, concurrently, optionally through a cache of remote rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch_geometric.data import FeatureStore, TensorAttr
+
+from graphstore.dataset import Dataset
+from graphstore.errors import InvalidInputError
+from graphstore.stores import ReadOnlyError, _ids
+from sampling.sampler import NeighborSampler
+from sampling.topology import CSCBlock, EdgeTopology, from_dataset
+from sampling.transport import Transport
+
+SAMPLE, GATHER, EDGE_ATTR = "graphstore.sample", "graphstore.gather", "graphstore.edge_attr"
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """Ranks grouped by partition: ``world_size`` is a multiple of ``num_parts``; consecutive ranks
+    (one machine's, under torchrun/SLURM) share a partition, and any of them answers for it.
+    """
+
+    num_parts: int
+    world_size: int
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or self.world_size % self.num_parts:
+            raise InvalidInputError(
+                f"{self.world_size} ranks cannot be grouped over {self.num_parts} partitions: the number of "
+                f"ranks must be a multiple of the partition count (e.g. {self.num_parts} or {2 * self.num_parts}); "
+                "change --nproc / --nnodes x --nproc-per-node, or re-ingest with a matching --parts"
+            )
+
+    @property
+    def ranks_per_part(self) -> int:
+        return self.world_size // self.num_parts
+
+    def part_of(self, rank: int) -> int:
+        return rank // self.ranks_per_part
+
+    def ranks_of(self, part: int) -> range:
+        return range(part * self.ranks_per_part, (part + 1) * self.ranks_per_part)
+
+    def server(self, part: int, caller: int) -> int:
+        """The rank of ``part`` that answers ``caller`` (callers spread over the partition's ranks)."""
+        return part * self.ranks_per_part + caller % self.ranks_per_part
+
+
+@dataclass
+class RemoteStats:
+    """This process's remote traffic: requests, seconds spent waiting on them, rows fetched."""
+
+    requests: int = 0
+    wait_seconds: float = 0.0
+    rows: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, requests: int = 0, wait: float = 0.0, rows: int = 0) -> None:
+        with self._lock:
+            self.requests += requests
+            self.wait_seconds += wait
+            self.rows += rows
+
+    def snapshot(self, reset: bool = False) -> dict[str, float]:
+        with self._lock:
+            out = {"requests": self.requests, "wait_seconds": self.wait_seconds, "rows": self.rows,
+                   "cache_hits": self.cache_hits, "cache_misses": self.cache_misses}
+            if reset:
+                self.requests = self.rows = self.cache_hits = self.cache_misses = 0
+                self.wait_seconds = 0.0
+        return out
+
+
+def _waited(stats: RemoteStats, future: Any) -> Any:
+    start = time.perf_counter()
+    try:
+        return future.result()
+    finally:
+        stats.add(wait=time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class RemoteBlock:
+    """A partition this rank does not hold: sampling requests go to one of its ranks."""
+
+    lo: int
+    hi: int
+    part: int
+    edge_type: Any
+    transport: Transport
+    layout: RankLayout
+    stats: RemoteStats
+    options: tuple  # (weight_attr, time_attr) the server samples with
+    is_remote = True
+
+    def start(self, nodes: np.ndarray, fanout: int, replace: bool, node_time: np.ndarray, seed_time: np.ndarray,
+              strategy: int) -> Callable[[], tuple[np.ndarray, ...]]:
+        peer = self.layout.server(self.part, self.transport.rank)
+        future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, nodes, fanout, replace, seed_time,
+                                     strategy, self.options)
+        self.stats.add(requests=1)
+        return lambda: _waited(self.stats, future)
+
+
+class PartitionServer:
+    """What a rank answers for its partition: sampling, node rows (own and halo), edge attributes."""
+
+    def __init__(self, dataset: Dataset, part: int) -> None:
+        self.dataset, self.part = dataset, part
+        self.feature_store, self.graph_store = dataset.partition(part)
+        self._topologies: dict[tuple, dict[Any, EdgeTopology]] = {}
+        self._node_time: dict[str | None, dict[Any, np.ndarray]] = {}
+        self._lock = threading.Lock()
+
+    def register(self, transport: Transport) -> None:
+        transport.register(SAMPLE, self.sample)
+        transport.register(GATHER, self.gather)
+        transport.register(EDGE_ATTR, self.edge_attr)
+
+    def _topology(self, options: tuple) -> dict[Any, EdgeTopology]:
+        with self._lock:
+            if options not in self._topologies:
+                self._topologies[options] = from_dataset(self.dataset, [self.part], *options)
+                from sampling.sampler import _node_times
+
+                self._node_time[options[1]] = _node_times(self.dataset, options[1])
+            return self._topologies[options]
+
+    def sample(self, edge_type: Any, part: int, nodes: np.ndarray, fanout: int, replace: bool,
+               seed_time: np.ndarray, strategy: int, options: tuple) -> tuple[np.ndarray, ...]:
+        if part != self.part:
+            raise InvalidInputError(f"rank serving partition {self.part} was asked to sample partition {part}")
+        topo = self._topology(options)[edge_type]
+        node_time = self._node_time[options[1]].get(topo.src_type, np.zeros(0, np.int64))
+        return topo.blocks[0].start(nodes, fanout, replace, node_time, seed_time, strategy)()
+
+    def gather(self, node_type: Any, names: list[str], ids: torch.Tensor) -> list[torch.Tensor]:
+        return [self.feature_store.get_tensor(node_type, name, ids) for name in names]
+
+    def edge_attr(self, edge_type: Any, name: str, positions: torch.Tensor) -> torch.Tensor:
+        return self.graph_store.edge_attr(name, edge_type, positions)
+
+
+class DistributedSampler(NeighborSampler):
+    """``NeighborSampler`` over a partitioned dataset: own partition local, the others over ``transport``.
+
+    Examples
+    --------
+    >>> sampler = DistributedSampler(ds, [15, 10], transport, RankLayout(2, 2))  # doctest: +SKIP
+    """
+
+    def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, layout: RankLayout,
+                 stats: RemoteStats | None = None, **options: Any) -> None:
+        self.transport, self.layout = transport, layout
+        self.part = layout.part_of(transport.rank)
+        self.stats = stats or RemoteStats()
+        super().__init__(dataset, num_neighbors, **options)
+
+    @property
+    def topology(self) -> dict[Any, EdgeTopology]:
+        if self._topology is None:
+            c = self.config
+            local = from_dataset(self._data, [self.part], c.weight_attr, c.time_attr)
+            out = {}
+            for etype, topo in local.items():
+                dst = self._data.node_offsets(topo.dst_type)
+                blocks: list[Any] = []
+                for p in range(self._data.num_parts):
+                    blocks.append(topo.blocks[0] if p == self.part else RemoteBlock(
+                        int(dst[p]), int(dst[p + 1]), p, etype, self.transport, self.layout, self.stats,
+                        (c.weight_attr, c.time_attr)))
+                out[etype] = EdgeTopology(etype, topo.src_type, topo.dst_type, blocks, topo.num_src, topo.num_dst)
+            self._topology = out
+        return self._topology
+
+
+class RowCache:
+    """A direct-mapped cache of remote node rows (slot = ID mod capacity), vectorised, with counters."""
+
+    def __init__(self, capacity: int, row_shape: tuple[int, ...], dtype: torch.dtype) -> None:
+        self.keys = torch.full((capacity,), -1, dtype=torch.long)
+        self.rows = torch.empty((capacity, *row_shape), dtype=dtype)
+
+    def lookup(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(hit mask, rows for the hits)``."""
+        slots = ids % len(self.keys)
+        hit = self.keys[slots] == ids
+        return hit, self.rows[slots[hit]]
+
+    def insert(self, ids: torch.Tensor, rows: torch.Tensor) -> None:
+        slots = ids % len(self.keys)
+        self.keys[slots] = ids
+        self.rows[slots] = rows
+
+
+class DistributedFeatureStore(FeatureStore):
+    """Node attributes by global ID for a rank: local partition (own + halo), the rest from owners.
+
+    ``cache_rows`` > 0 keeps up to that many remote rows per attribute (hit/miss counts in ``stats``).
+    """
+
+    def __init__(self, dataset: Dataset, transport: Transport, layout: RankLayout, stats: RemoteStats | None = None,
+                 cache_rows: int = 0) -> None:
+        super().__init__()
+        self.dataset, self.transport, self.layout = dataset, transport, layout
+        self.part = layout.part_of(transport.rank)
+        self.local = dataset.partition(self.part)[0]
+        self.stats = stats or RemoteStats()
+        self.cache_rows = cache_rows
+        self._caches: dict[tuple[Any, str], RowCache] = {}
+
+    def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        return self.local.get_all_tensor_attrs()
+
+    def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...]:
+        return self.local._get_tensor_size(attr)
+
+    def _get_tensor(self, attr: TensorAttr) -> torch.Tensor:
+        return self._multi_get_tensor([attr])[0]
+
+    def _multi_get_tensor(self, attrs: list[TensorAttr]) -> list[torch.Tensor]:
+        by_group: dict[tuple, list[int]] = {}
+        for i, attr in enumerate(attrs):  # PyG asks every attribute with the same index: one request each
+            by_group.setdefault((attr.group_name, id(attr.index)), []).append(i)
+        out: list[Any] = [None] * len(attrs)
+        for (group, _), which in by_group.items():
+            names = [attrs[i].attr_name for i in which]
+            for i, tensor in zip(which, self._fetch(group, names, attrs[which[0]].index)):
+                out[i] = tensor
+        return out
+
+    def _fetch(self, group: Any, names: list[str], index: Any) -> list[torch.Tensor]:
+        info = self.local._node_info(group)
+        lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
+        ids = _ids(index, lo, hi)
+        if ids is None or (len(ids) and ids.min() >= lo and ids.max() < hi):
+            return [self.local.get_tensor(group, n, index) for n in names]
+        ids_t = torch.from_numpy(ids)
+        local_mask = self._servable_here(info, ids)
+        owners = self.dataset.owner(ids, info.name)
+        results = [self._empty(info, n, len(ids)) for n in names]
+        pending = self._request_remote(group, names, ids_t, owners, local_mask, results)
+        if local_mask.any():
+            sel = torch.from_numpy(np.flatnonzero(local_mask))
+            for res, n in zip(results, names):
+                res[sel] = self.local.get_tensor(group, n, ids_t[sel])
+        for sel, future in pending:
+            rows = _waited(self.stats, future)
+            self.stats.add(rows=len(sel))
+            for res, r in zip(results, rows):
+                res[sel] = r
+        return results
+
+    def _servable_here(self, info: Any, ids: np.ndarray) -> np.ndarray:
+        lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
+        mask = (ids >= lo) & (ids < hi)
+        if info.halo_attrs:
+            from graphstore import layout
+
+            halo = np.asarray(self.dataset.array(layout.halo_array(self.part, info.key, layout.HALO_IDS)))
+            if len(halo):
+                pos = np.searchsorted(halo, ids).clip(0, len(halo) - 1)
+                mask |= halo[pos] == ids
+        return mask
+
+    def _request_remote(self, group: Any, names: list[str], ids: torch.Tensor, owners: np.ndarray,
+                        local_mask: np.ndarray, results: list[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
+        pending = []
+        for part in np.unique(owners[~local_mask]):
+            sel = torch.from_numpy(np.flatnonzero((owners == part) & ~local_mask))
+            sel = self._from_cache(group, names, ids, sel, results)
+            if len(sel) == 0:
+                continue
+            peer = self.layout.server(int(part), self.transport.rank)
+            future = self.transport.call(peer, GATHER, group, names, ids[sel])
+            self.stats.add(requests=1)
+            pending.append((sel, _CachingFuture(self, group, names, ids[sel], future)))
+        return pending
+
+    def _from_cache(self, group: Any, names: list[str], ids: torch.Tensor, sel: torch.Tensor,
+                    results: list[torch.Tensor]) -> torch.Tensor:
+        if not self.cache_rows:
+            return sel
+        hit = torch.ones(len(sel), dtype=torch.bool)
+        for res, n in zip(results, names):
+            cache = self._cache(group, n, res)
+            h, rows = cache.lookup(ids[sel])
+            hit &= h
+        for res, n in zip(results, names):  # rows hit in every attribute's cache are served from it
+            h, rows = self._cache(group, n, res).lookup(ids[sel[hit]])
+            res[sel[hit]] = rows
+        with self.stats._lock:
+            self.stats.cache_hits += int(hit.sum())
+            self.stats.cache_misses += int((~hit).sum())
+        return sel[~hit]
+
+    def _cache(self, group: Any, name: str, like: torch.Tensor) -> RowCache:
+        key = (group, name)
+        if key not in self._caches:
+            self._caches[key] = RowCache(self.cache_rows, tuple(like.shape[1:]), like.dtype)
+        return self._caches[key]
+
+    def _empty(self, info: Any, name: str, count: int) -> torch.Tensor:
+        from graphstore import layout
+
+        if name == layout.ORIG_ID:
+            return torch.empty(count, dtype=torch.long)
+        schema = info.attrs[name]
+        return torch.empty((count, *schema.shape), dtype=getattr(torch, schema.dtype))
+
+    def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
+        raise ReadOnlyError(f"{self.dataset.url} is read-only; datasets are written once by `graphstore ingest`")
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        raise ReadOnlyError(f"{self.dataset.url} is read-only; datasets are written once by `graphstore ingest`")
+
+
+class _CachingFuture:
+    """Wraps a gather future so the rows it brings are also put into the store's caches."""
+
+    def __init__(self, store: DistributedFeatureStore, group: Any, names: list[str], ids: torch.Tensor,
+                 future: Any) -> None:
+        self.store, self.group, self.names, self.ids, self.future = store, group, names, ids, future
+
+    def result(self) -> list[torch.Tensor]:
+        rows = self.future.result()
+        if self.store.cache_rows:
+            for n, r in zip(self.names, rows):
+                self.store._cache(self.group, n, r).insert(self.ids, r)
+        return rows

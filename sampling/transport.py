@@ -1,0 +1,133 @@
+"""How samplers and feature fetchers reach other partitions: a small Transport interface.
+
+Callees are named (``"sample"``, ``"gather"``), never numbered by registration order, and every
+call has a timeout. ``LoopbackTransport`` connects in-process "ranks" (tests, one machine);
+``RpcTransport`` uses ``torch.distributed.rpc`` (TensorPipe).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from graphstore.errors import GraphstoreError
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[..., Any]
+_HANDLERS: dict[str, Handler] = {}  # this process's named callees (RpcTransport)
+_LOCK = threading.Lock()
+
+
+class PeerError(GraphstoreError, ConnectionError):
+    """A remote call failed: the peer is dead, unreachable, too slow, or its handler raised."""
+
+
+class Transport(ABC):
+    """Calls named handlers on other ranks; every call returns a future and has a timeout."""
+
+    rank: int
+    world_size: int
+    timeout: float
+
+    @abstractmethod
+    def register(self, name: str, handler: Handler) -> None:
+        """Serve ``handler`` under ``name`` on this rank."""
+
+    @abstractmethod
+    def call(self, peer: int, name: str, *args: Any) -> Future:
+        """Run ``name(*args)`` on ``peer``; the future raises :class:`PeerError` naming the peer."""
+
+    def shutdown(self) -> None:
+        """Stop serving (bounded: never waits for dead peers)."""
+
+
+class LoopbackTransport(Transport):
+    """In-process transport: every rank's handlers live in one shared table; calls run inline.
+
+    Examples
+    --------
+    >>> a, b = LoopbackTransport.group(2)
+    >>> b.register("echo", lambda x: x * 2)
+    >>> a.call(1, "echo", 21).result()
+    42
+    """
+
+    def __init__(self, rank: int, world_size: int, table: dict[tuple[int, str], Handler]) -> None:
+        self.rank, self.world_size, self.timeout = rank, world_size, 0.0
+        self._table = table
+        self.calls = 0  # remote calls made by this rank (tests assert on it)
+
+    @classmethod
+    def group(cls, world_size: int) -> list[LoopbackTransport]:
+        table: dict[tuple[int, str], Handler] = {}
+        return [cls(r, world_size, table) for r in range(world_size)]
+
+    def register(self, name: str, handler: Handler) -> None:
+        self._table[(self.rank, name)] = handler
+
+    def call(self, peer: int, name: str, *args: Any) -> Future:
+        self.calls += 1
+        future: Future = Future()
+        handler = self._table.get((peer, name))
+        if handler is None:
+            future.set_exception(PeerError(f"rank {peer} serves no handler {name!r}"))
+            return future
+        try:
+            future.set_result(handler(*args))
+        except Exception as exc:  # the peer's failure, delivered to the caller
+            future.set_exception(PeerError(f"rank {peer} failed in {name!r}: {exc}"))
+        return future
+
+
+def _dispatch(name: str, args: tuple) -> Any:
+    """The one function RPC runs remotely: look the handler up by name in the callee's table."""
+    handler = _HANDLERS.get(name)
+    if handler is None:
+        raise KeyError(f"this rank serves no handler {name!r} (registered: {sorted(_HANDLERS)})")
+    return handler(*args)
+
+
+class RpcTransport(Transport):
+    """``torch.distributed.rpc`` transport. ``init_rpc`` must have been called (training does it).
+
+    Worker names are ``worker<rank>``; calls go through :func:`_dispatch` with the handler's name.
+    """
+
+    def __init__(self, rank: int, world_size: int, timeout: float = 120.0) -> None:
+        self.rank, self.world_size, self.timeout = rank, world_size, timeout
+        self.calls = 0
+
+    def register(self, name: str, handler: Handler) -> None:
+        with _LOCK:
+            _HANDLERS[name] = handler
+
+    def call(self, peer: int, name: str, *args: Any) -> Future:
+        from torch.distributed import rpc
+
+        self.calls += 1
+        out: Future = Future()
+        try:
+            fut = rpc.rpc_async(f"worker{peer}", _dispatch, args=(name, args), timeout=self.timeout)
+        except Exception as exc:  # the agent is gone or the peer is unknown
+            out.set_exception(PeerError(f"cannot reach rank {peer} for {name!r}: {exc}"))
+            return out
+
+        def done(f: Any) -> None:
+            try:
+                out.set_result(f.wait())
+            except Exception as exc:
+                out.set_exception(PeerError(
+                    f"rank {peer} did not answer {name!r} (dead, unreachable, or slower than the "
+                    f"{self.timeout:.0f} s timeout): {exc}"))
+
+        fut.add_done_callback(done)
+        return out
+
+    def shutdown(self) -> None:
+        with _LOCK:
+            _HANDLERS.clear()
