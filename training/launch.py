@@ -1,0 +1,160 @@
+"""``graphstore-train``: one command for N local ranks; the same entry point runs under torchrun/srun."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict
+from typing import Any
+
+from graphstore.errors import GraphstoreError
+from training.trainer import MODELS, TrainConfig, Trainer
+from training.world import World
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="graphstore-train", description="Train a GNN on a graphstore dataset")
+    p.add_argument("dataset", help="dataset URL or path (the same on every machine)")
+    p.add_argument("--nproc", type=int, default=None, help="local ranks to start (default: the partition count)")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--model", choices=MODELS, default="sage")
+    p.add_argument("--fanout", default="15,10", help="neighbours per hop, comma-separated (-1 = all)")
+    p.add_argument("--batch-size", type=int, default=512)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--lr", type=float, default=0.003)
+    p.add_argument("--dropout", type=float, default=0.5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--checkpoint-dir")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
+    p.add_argument("--metrics-out", help="write per-epoch metrics (JSON) here")
+    p.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds before a silent peer or stuck collective ends the job (default 120)")
+    p.add_argument("--cache-rows", type=int, default=0, help="cache up to this many remote feature rows per rank")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    try:
+        fanout = tuple(int(k) for k in args.fanout.split(","))
+    except ValueError as exc:
+        raise GraphstoreError(f"--fanout {args.fanout!r}: give integers per hop, e.g. 15,10") from exc
+    return TrainConfig(args.dataset, args.epochs, args.model, fanout, args.batch_size, args.hidden, args.lr,
+                       args.dropout, args.seed, args.checkpoint_dir, args.resume, args.metrics_out, args.timeout,
+                       args.cache_rows, not args.no_progress)
+
+
+def run_rank(config: TrainConfig, world: World) -> int:
+    """Run this process's rank; exit code 0, 2 (bad input) or 1 (failure, named on stderr)."""
+    try:
+        Trainer(config, world).run()
+        return 0
+    except GraphstoreError as exc:
+        print(f"graphstore-train rank {world.rank}: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except Exception as exc:
+        print(f"graphstore-train rank {world.rank}: failed: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
+    """Start ``nproc`` ranks on this machine (file rendezvous: no ports guessed), watch them, and stop
+    all of them when one fails. Returns the job's exit code."""
+    with tempfile.TemporaryDirectory(prefix="graphstore-train-") as tmp:
+        procs = []
+        for rank in range(nproc):
+            env = {**os.environ, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
+                   "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous",
+                   "GRAPHSTORE_CONFIG": json.dumps(asdict(config)), "OMP_NUM_THREADS": os.environ.get(
+                       "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
+            procs.append(subprocess.Popen([sys.executable, "-m", "training.launch", "--rank-from-env"], env=env))
+        return _supervise(procs, grace)
+
+
+def _supervise(procs: list[subprocess.Popen], grace: float) -> int:
+    failed: dict[int, int] = {}
+    deadline = None
+    while any(p.poll() is None for p in procs):
+        for rank, p in enumerate(procs):
+            if p.poll() not in (None, 0) and rank not in failed:
+                failed[rank] = p.returncode
+                print(f"graphstore-train: rank {rank} exited with {_describe(p.returncode)}; stopping the others "
+                      f"within {grace:.0f} s", file=sys.stderr, flush=True)
+                deadline = deadline or time.monotonic() + grace
+        if deadline and time.monotonic() > deadline:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.2)
+    for rank, p in enumerate(procs):
+        if p.returncode not in (0,) and rank not in failed:
+            failed[rank] = p.returncode
+    if failed:
+        print(f"graphstore-train: failed ranks: " + ", ".join(f"{r} ({_describe(c)})" for r, c in sorted(failed.items())),
+              file=sys.stderr, flush=True)
+        return next(iter(failed.values())) if all(c > 0 for c in failed.values()) else 1
+    return 0
+
+
+def _describe(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``graphstore-train`` (and of each rank the local launcher starts)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--rank-from-env"]:
+        config = TrainConfig(**_config_env())
+        world = World.from_env()
+        logging.basicConfig(level=logging.WARNING, format=f"rank {world.rank}: %(levelname)s %(message)s")
+        warnings.filterwarnings("ignore", message="You are using a Backend")  # torch's own object collectives
+        return run_rank(config, world)
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        config = config_from_args(args)
+        world = World.from_env()
+        if world is not None:  # under torchrun or srun: this process is one rank
+            return run_rank(config, world)
+        nproc = args.nproc or _num_parts(config)
+        _check_nproc(config, nproc)
+    except GraphstoreError as exc:
+        print(f"graphstore-train: error: {exc}", file=sys.stderr)
+        return 2
+    return launch_local(config, nproc, grace=config.timeout + 15)
+
+
+def _config_env() -> dict[str, Any]:
+    doc = json.loads(os.environ["GRAPHSTORE_CONFIG"])
+    doc["fanout"] = tuple(doc["fanout"])
+    return doc
+
+
+def _num_parts(config: TrainConfig) -> int:
+    import graphstore
+
+    return graphstore.open_dataset(config.dataset, config.storage_options or None).num_parts
+
+
+def _check_nproc(config: TrainConfig, nproc: int) -> None:
+    from sampling.distributed import RankLayout
+
+    RankLayout(_num_parts(config), nproc)  # raises with the fix when nproc is not a multiple
+
+
+if __name__ == "__main__":
+    sys.exit(main())

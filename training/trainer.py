@@ -1,0 +1,305 @@
+"""The distributed training loop: data-parallel GNN training over a partitioned dataset, one rank each."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+import graphstore
+from graphstore.errors import InvalidInputError
+from sampling.dist_loader import DistributedNeighborLoader, local_seeds
+from sampling.distributed import PartitionServer, RankLayout, RemoteStats
+from training import checkpoint
+from training.process import PeerFailure, Watchdog, start, stop
+from training.timing import Timers, timed_allreduce_hook
+from training.world import World
+
+logger = logging.getLogger(__name__)
+MODELS = ("sage", "gcn", "gat", "gin")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything ``graphstore-train`` is told; validated before any process starts."""
+
+    dataset: str
+    epochs: int = 3
+    model: str = "sage"
+    fanout: tuple[int, ...] = (15, 10)
+    batch_size: int = 512
+    hidden: int = 128
+    lr: float = 0.003
+    dropout: float = 0.5
+    seed: int = 0
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    metrics_out: str | None = None
+    timeout: float = 120.0
+    cache_rows: int = 0
+    progress: bool = True
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise InvalidInputError(f"--model {self.model!r} is not one of {MODELS}")
+        for name in ("epochs", "batch_size", "hidden"):
+            if getattr(self, name) < 1:
+                raise InvalidInputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not self.fanout or any(k == 0 or k < -1 for k in self.fanout):
+            raise InvalidInputError(f"--fanout {self.fanout} must be positive per hop (or -1 for all), e.g. 15,10")
+        if self.resume and not self.checkpoint_dir:
+            raise InvalidInputError("--resume needs --checkpoint-dir")
+        if self.timeout <= 0:
+            raise InvalidInputError(f"--timeout must be > 0 seconds, got {self.timeout}")
+
+
+def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, dropout: float) -> torch.nn.Module:
+    from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
+
+    cls = {"sage": GraphSAGE, "gcn": GCN, "gat": GAT, "gin": GIN}[name]
+    return cls(in_dim, hidden, num_layers=layers, out_channels=out_dim, dropout=dropout)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """One rank: mounts its partition, serves it to peers, trains and evaluates, writes metrics."""
+
+    def __init__(self, config: TrainConfig, world: World) -> None:
+        self.config, self.world = config, world
+        self.dataset = graphstore.open_dataset(config.dataset, config.storage_options or None)
+        self.layout = RankLayout(self.dataset.num_parts, world.world_size)
+        self.part = self.layout.part_of(world.rank)
+        self.timers, self.stats = Timers(), RemoteStats()
+        self.transport = None
+        self.watchdog: Watchdog | None = None
+
+    # -- set-up --
+
+    def _loaders(self) -> dict[str, DistributedNeighborLoader]:
+        c, out = self.config, {}
+        for split, mask in (("train", "train_mask"), ("val", "val_mask"), ("test", "test_mask")):
+            if mask not in self.dataset.manifest.node_types[0].attrs:
+                if split == "train":
+                    raise InvalidInputError(f"{self.dataset.url} has no train_mask: ingest a graph with splits")
+                continue
+            seeds = local_seeds(self.dataset, self.part, mask, self.layout, self.world.rank)
+            out[split] = DistributedNeighborLoader(
+                self.dataset, list(c.fanout), self.transport, seeds, layout=self.layout, stats=self.stats,
+                batch_size=c.batch_size, shuffle=split == "train", seed=c.seed * 7919 + self.world.rank,
+                cache_rows=c.cache_rows, filter_per_worker=False)
+        _time_loader(out["train"], self.timers)
+        return out
+
+    def _model(self) -> torch.nn.Module:
+        info = self.dataset.manifest.node_types[0]
+        if "x" not in info.attrs or "y" not in info.attrs:
+            raise InvalidInputError(f"{self.dataset.url} needs node attributes x and y to train a node classifier")
+        in_dim = int(np.prod(info.attrs["x"].shape))
+        y = self.dataset.partition(self.part)[0][None, "y", None]
+        classes = torch.tensor(int(y.max()) + 1 if y.numel() else 1)
+        dist.all_reduce(classes, op=dist.ReduceOp.MAX)
+        return build_model(self.config.model, in_dim, self.config.hidden, int(classes), len(self.config.fanout),
+                           self.config.dropout).to(self.world.device)
+
+    # -- the job --
+
+    def run(self) -> list[dict[str, Any]]:
+        c = self.config
+        self.transport = start(self.world, c.timeout, use_rpc=self.dataset.num_parts > 1)
+        self.watchdog = Watchdog(self.world, limit=c.timeout)
+        graceful = False
+        try:
+            PartitionServer(self.dataset, self.part).register(self.transport)
+            history = self._train()
+            dist.monitored_barrier(timeout=_td(c.timeout), wait_all_ranks=True)
+            graceful = True
+            return history
+        except Exception as exc:
+            raise self._explain(exc) from exc
+        finally:
+            self.watchdog.stop()
+            stop(self.transport, graceful=graceful)
+
+    def _explain(self, exc: Exception) -> Exception:
+        if isinstance(exc, (InvalidInputError, PeerFailure)):
+            return exc
+        dead = self.watchdog.dead_ranks() if self.watchdog else []
+        who = f"rank(s) {dead} died or stopped responding" if dead else "a peer or collective failed"
+        return PeerFailure(f"rank {self.world.rank}: {who}: {type(exc).__name__}: {exc}")
+
+    def _train(self) -> list[dict[str, Any]]:
+        c, world = self.config, self.world
+        loaders = self._loaders()
+        model = self._model()
+        ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[world.local_rank] if world.use_cuda else None)
+        ddp.register_comm_hook(None, timed_allreduce_hook(self.timers))
+        optimizer = torch.optim.Adam(ddp.parameters(), lr=c.lr)
+        first, history = self._resume(model, optimizer)
+        steps = _agree_max(len(loaders["train"]))
+        for epoch in range(first, c.epochs):
+            _seed_everything(c.seed * 100_003 + epoch * 1009 + world.rank)
+            start_time = time.perf_counter()
+            loss, train_acc = self._epoch(ddp, optimizer, loaders["train"], steps, epoch)
+            record = {"epoch": epoch + 1, "loss": loss, "train_acc": train_acc,
+                      **{f"{k}_acc": self._evaluate(model, loaders[k]) for k in ("val", "test") if k in loaders}}
+            record["epoch_seconds"] = round(time.perf_counter() - start_time, 3)
+            record["remote"] = self.stats.snapshot(reset=True)
+            record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
+            record["steps"] = steps
+            history.append(_reduce_record(record))
+            self._after_epoch(epoch, model, optimizer, history)
+        return history
+
+    def _epoch(self, ddp: torch.nn.Module, optimizer: Any, loader: Any, steps: int, epoch: int) -> tuple[float, float]:
+        ddp.train()
+        totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, seen
+        bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"epoch {epoch + 1}/{self.config.epochs}")
+        batches = _cycle(loader, steps)
+        for _ in range(steps):
+            with self.timers.time("data_wait"):
+                batch = next(batches).to(self.world.device)
+            with self.timers.time("forward_backward"):
+                optimizer.zero_grad()
+                out = ddp(batch.x.float(), batch.edge_index)[: batch.batch_size]
+                y = batch.y[: batch.batch_size]
+                loss = F.cross_entropy(out, y)
+                loss.backward()
+            with self.timers.time("optimizer"):
+                optimizer.step()
+            totals += torch.tensor([float(loss.detach()) * len(y), float((out.argmax(-1) == y).sum()), len(y)],
+                                   dtype=torch.float64)
+            bar.update(1)
+        bar.close()
+        dist.all_reduce(totals)
+        return round(float(totals[0] / max(totals[2], 1)), 5), round(float(totals[1] / max(totals[2], 1)), 5)
+
+    @torch.no_grad()
+    def _evaluate(self, model: torch.nn.Module, loader: Any) -> float:
+        model.eval()
+        counts = torch.zeros(2, dtype=torch.float64)
+        for batch in loader:
+            batch = batch.to(self.world.device)
+            out = model(batch.x.float(), batch.edge_index)[: batch.batch_size]
+            counts += torch.tensor([float((out.argmax(-1) == batch.y[: batch.batch_size]).sum()), batch.batch_size],
+                                   dtype=torch.float64)
+        dist.all_reduce(counts)
+        return round(float(counts[0] / max(counts[1], 1)), 5)
+
+    def _resume(self, model: torch.nn.Module, optimizer: Any) -> tuple[int, list[dict[str, Any]]]:
+        c = self.config
+        if not (c.resume and c.checkpoint_dir):
+            return 0, []
+        state = checkpoint.load_latest(c.checkpoint_dir)
+        if state is None:
+            logger.warning("--resume: no checkpoint in %s; starting at epoch 1", c.checkpoint_dir)
+            return 0, []
+        first = checkpoint.restore(state, model, optimizer)
+        if self.world.rank == 0:
+            logger.warning("resumed from %s at epoch %d", c.checkpoint_dir, first + 1)
+        return first, list(state["extra"].get("history", []))
+
+    def _after_epoch(self, epoch: int, model: torch.nn.Module, optimizer: Any, history: list[dict]) -> None:
+        c = self.config
+        if self.world.rank == 0:
+            _print_epoch(history[-1], c.epochs)
+            if c.checkpoint_dir:
+                checkpoint.save(c.checkpoint_dir, epoch, model, optimizer, {"history": history})
+            if c.metrics_out:
+                _write_json(c.metrics_out, {"config": asdict(c), "world_size": self.world.world_size,
+                                            "num_parts": self.dataset.num_parts, "epochs": history})
+        dist.barrier()
+
+
+def _td(seconds: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=seconds)
+
+
+def _agree_max(value: int) -> int:
+    """All ranks take the largest step count: ranks with fewer batches cycle their seeds (no hang)."""
+    t = torch.tensor(value)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t)
+
+
+def _cycle(loader: Any, steps: int) -> Any:
+    produced = 0
+    while produced < steps:
+        for batch in loader:
+            yield batch
+            produced += 1
+            if produced == steps:
+                return
+        if produced == 0:
+            raise InvalidInputError("this rank has no training seeds; use fewer ranks or re-ingest with fewer parts")
+
+
+def _time_loader(loader: Any, timers: Timers) -> None:
+    """Record sampling and feature-fetch seconds (spent in the prefetch thread) for the timing breakdown."""
+    collate, filter_fn = loader.collate_fn, loader.filter_fn
+
+    def timed_collate(index: Any) -> Any:
+        with timers.time("sampling"):
+            return collate(index)
+
+    def timed_filter(out: Any) -> Any:
+        with timers.time("feature_fetch"):
+            return filter_fn(out)
+
+    loader.collate_fn, loader.filter_fn = timed_collate, timed_filter
+
+
+def _reduce_record(record: dict[str, Any]) -> dict[str, Any]:
+    """Timings as the mean over ranks; remote counters summed over ranks."""
+    world = dist.get_world_size()
+    keys = sorted(record["timing"]) + [f"remote.{k}" for k in sorted(record["remote"])]
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, keys)  # a timer may have fired on some ranks only
+    union = sorted(set().union(*gathered))
+    values = torch.tensor([record["timing"].get(k, 0.0) if not k.startswith("remote.")
+                           else float(record["remote"].get(k[7:], 0)) for k in union], dtype=torch.float64)
+    dist.all_reduce(values)
+    timing = {k: round(float(v) / world, 4) for k, v in zip(union, values) if not k.startswith("remote.")}
+    remote = {k[7:]: round(float(v), 4) for k, v in zip(union, values) if k.startswith("remote.")}
+    return {**record, "timing": timing, "remote": remote}
+
+
+def _bar(enabled: bool, total: int, desc: str) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="batch", disable=not enabled, leave=False)
+
+
+def _print_epoch(r: dict[str, Any], epochs: int) -> None:
+    t = r["timing"]
+    accs = "  ".join(f"{k[:-4]} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in r)
+    print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s  "
+          f"(sampling {t.get('sampling', 0):.1f}, remote wait {t.get('remote_wait', 0):.1f}, "
+          f"features {t.get('feature_fetch', 0):.1f}, fwd/bwd {t.get('forward_backward', 0):.1f}, "
+          f"grad sync {t.get('grad_sync', 0):.1f}, data wait {t.get('data_wait', 0):.1f})  "
+          f"remote requests {int(r['remote'].get('requests', 0))}", flush=True)
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.partial-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=2)
+    os.replace(tmp, path)

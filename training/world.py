@@ -1,0 +1,93 @@
+"""Who this process is in the job: rank, world size, local rank, rendezvous and device (a value object)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+from dataclasses import dataclass
+
+import torch
+
+from graphstore.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class World:
+    """Rank facts, from torchrun's or SLURM's environment, the local launcher, or explicit arguments.
+
+    ``init_method`` is a ``file://`` or ``tcp://`` rendezvous for ``torch.distributed``.
+
+    Examples
+    --------
+    >>> World(rank=0, world_size=1, local_rank=0, init_method="file:///tmp/rdzv").backend
+    'gloo'
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    init_method: str
+    master_addr: str = "127.0.0.1"
+    use_cuda: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.rank < self.world_size:
+            raise InvalidInputError(f"rank {self.rank} is outside world size {self.world_size}")
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if self.use_cuda else "gloo"
+
+    @property
+    def device(self) -> torch.device:
+        """``cuda:<local_rank>`` with CUDA (one GPU per local rank), else the CPU."""
+        return torch.device(f"cuda:{self.local_rank}") if self.use_cuda else torch.device("cpu")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, use_cuda: bool | None = None) -> World | None:
+        """The world described by torchrun (``RANK``...), SLURM (``SLURM_PROCID``...) or our launcher;
+        ``None`` when the environment describes no job (then launch locally)."""
+        env = dict(os.environ if env is None else env)
+        cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
+        if "GRAPHSTORE_INIT_METHOD" in env:  # our local launcher
+            return cls(int(env["GRAPHSTORE_RANK"]), int(env["GRAPHSTORE_WORLD_SIZE"]), int(env["GRAPHSTORE_RANK"]),
+                       env["GRAPHSTORE_INIT_METHOD"], use_cuda=cuda)
+        if "RANK" in env and "WORLD_SIZE" in env:  # torchrun / torch.distributed.launch
+            addr, port = env.get("MASTER_ADDR", "127.0.0.1"), env.get("MASTER_PORT")
+            if port is None:
+                raise InvalidInputError("RANK/WORLD_SIZE are set but MASTER_PORT is not; launch with torchrun")
+            return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
+                       f"tcp://{addr}:{port}", addr, use_cuda=cuda)
+        if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+            return cls._from_slurm(env, cuda)
+        return None
+
+    @classmethod
+    def _from_slurm(cls, env: dict[str, str], cuda: bool) -> World:
+        addr = env.get("MASTER_ADDR") or _first_slurm_host(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
+        port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
+        return cls(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)),
+                   f"tcp://{addr}:{port}", addr, use_cuda=cuda)
+
+
+def _first_slurm_host(nodelist: str) -> str:
+    """The first host of a SLURM node list (``node[01-04],gpu7`` → ``node01``)."""
+    try:
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=10)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.split()[0]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    match = re.match(r"([^\[,]+)(?:\[(\d+)[^\]]*\])?", nodelist)
+    if not match:
+        raise InvalidInputError(f"cannot tell the first host of SLURM node list {nodelist!r}; set MASTER_ADDR")
+    return match.group(1) + (match.group(2) or "")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it: no guessed ports)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
