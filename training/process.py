@@ -98,6 +98,23 @@ class Watchdog:
             return [0] if self.world.rank != 0 else dead
         return dead
 
+    def _beats(self) -> dict[int, str] | None:
+        try:
+            return {r: self.store.get(f"graphstore/heartbeat/{r}").decode() for r in range(self.world.world_size)
+                    if r != self.world.rank}
+        except Exception:
+            return None
+
+    def stalled_ranks(self) -> list[int]:
+        """Ranks whose heartbeat does not advance over ~2.5 beats: the peers that died (a failed
+        collective does not say which). Rank 0 when the store it hosts is gone."""
+        before = self._beats()
+        time.sleep(2.5 * self.interval)
+        after = self._beats()
+        if before is None or after is None:
+            return [0] if self.world.rank != 0 else []
+        return [r for r in before if before[r] == after.get(r)]
+
     def _run(self) -> None:
         started = time.time()
         while not self._stop.wait(self.interval):

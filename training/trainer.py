@@ -138,7 +138,7 @@ class Trainer:
     def _explain(self, exc: Exception) -> Exception:
         if isinstance(exc, (InvalidInputError, PeerFailure)):
             return exc
-        dead = self.watchdog.dead_ranks() if self.watchdog else []
+        dead = self.watchdog.stalled_ranks() if self.watchdog else []
         who = f"rank(s) {dead} died or stopped responding" if dead else "a peer or collective failed"
         return PeerFailure(f"rank {self.world.rank}: {who}: {type(exc).__name__}: {exc}")
 

@@ -1,0 +1,111 @@
+"""graphstore-train end to end: accuracy, metrics, checkpoints and resume, uneven ranks, dead peers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+import graphstore
+from tests.training.conftest import ROOT, metrics, run_train, train_cmd
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def test_two_ranks_on_cora_reach_the_known_accuracy(cora2, tmp_path):
+    out = run_train(cora2, "--nproc", 2, "--epochs", 8, "--fanout", "10,10", "--batch-size", 32, "--lr", 0.01,
+                    "--hidden", 64, "--metrics-out", tmp_path / "m.json")
+    assert out.returncode == 0, out.stderr
+    doc = metrics(tmp_path / "m.json")
+    assert doc["world_size"] == 2 and doc["num_parts"] == 2 and len(doc["epochs"]) == 8
+    last = doc["epochs"][-1]
+    assert last["test_acc"] >= 0.75, last
+    assert last["remote"]["requests"] > 0, "two partitions must talk"
+    for key in ("sampling", "feature_fetch", "forward_backward", "grad_sync", "data_wait", "remote_wait"):
+        assert key in last["timing"]
+    assert "epoch 8/8" in out.stdout
+
+
+def test_synthetic_default_graph_learns(tmp_path):
+    spec = "synthetic:nodes=6000,avg_degree=10,features=16,classes=4,seed=0"
+    graphstore.ingest(spec, tmp_path / "syn", num_parts=2)
+    out = run_train(tmp_path / "syn", "--epochs", 3, "--fanout", "10,5", "--batch-size", 256, "--lr", 0.01,
+                    "--metrics-out", tmp_path / "m.json")
+    assert out.returncode == 0, out.stderr
+    assert metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"] > 0.5, "chance is 0.25"
+
+
+def test_resume_continues_at_the_next_epoch(cora2, tmp_path):
+    ckpt, m = tmp_path / "ckpt", tmp_path / "m.json"
+    common = ("--nproc", 2, "--fanout", "5,5", "--batch-size", 64, "--checkpoint-dir", ckpt, "--metrics-out", m)
+    assert run_train(cora2, "--epochs", 2, *common).returncode == 0
+    assert sorted(p.name for p in ckpt.iterdir() if p.suffix == ".pt") == [
+        "checkpoint-epoch0000.pt", "checkpoint-epoch0001.pt"]
+    out = run_train(cora2, "--epochs", 4, "--resume", *common)
+    assert out.returncode == 0, out.stderr
+    assert "resumed" in out.stderr and "at epoch 3" in out.stderr
+    epochs = [e["epoch"] for e in metrics(m)["epochs"]]
+    assert epochs == [1, 2, 3, 4]
+    assert "epoch 1/4" not in out.stdout and "epoch 3/4" in out.stdout
+
+
+def test_ranks_with_very_uneven_training_nodes_finish(tmp_path):
+    from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
+
+    rng = np.random.default_rng(0)
+    n = 2000
+    train = np.zeros(n, bool)
+    train[:900] = True  # range partitioning: partition 0 gets 900 training nodes, partition 1 gets 3
+    train[1500:1503] = True
+    y = rng.integers(0, 3, n)
+    x = (np.eye(3)[y] + rng.normal(0, 1, (n, 3))).astype(np.float32)
+    src, dst = rng.integers(0, n, 10000), rng.integers(0, n, 10000)
+    source = GraphSource({None: NodeTable(n, {"x": ArrayRows(x), "y": ArrayRows(y), "train_mask": ArrayRows(train)})},
+                         {None: EdgeTable(src, dst)})
+    graphstore.ingest(source, tmp_path / "uneven", num_parts=2, method="range")
+    out = run_train(tmp_path / "uneven", "--epochs", 2, "--batch-size", 64, "--metrics-out", tmp_path / "m.json")
+    assert out.returncode == 0, out.stderr
+    assert metrics(tmp_path / "m.json")["epochs"][-1]["steps"] == 15  # ceil(900 / 64): the busier rank sets it
+
+
+def test_nproc_must_be_a_multiple_of_the_partition_count(cora2):
+    out = run_train(cora2, "--nproc", 3)
+    assert out.returncode == 2
+    assert "multiple of the partition count" in out.stderr
+
+
+def test_a_killed_rank_ends_the_job_with_its_name(cora2, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = train_cmd(cora2, "--nproc", 2, "--epochs", 200, "--fanout", "10,10", "--batch-size", 8, "--timeout", 20)
+    launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    try:
+        ranks = _wait_for_ranks(launcher, 2)
+        line = launcher.stdout.readline()  # the first epoch is done: training is under way
+        assert line.startswith("epoch 1/"), line
+        os.kill(ranks[1].pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        _, err = launcher.communicate(timeout=90)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    assert "rank 1 exited with signal SIGKILL" in err
+    assert "rank 0: rank(s) [1] died or stopped responding" in err, err
+    assert elapsed < 60, f"the job took {elapsed:.0f} s to stop"
+    assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "a rank was left behind"
+
+
+def _wait_for_ranks(launcher: subprocess.Popen, count: int) -> list[psutil.Process]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        children = psutil.Process(launcher.pid).children()
+        if len(children) == count:
+            return sorted(children, key=lambda p: p.environ().get("GRAPHSTORE_RANK", "0"))
+        time.sleep(0.1)
+    raise AssertionError("the launcher did not start its ranks")
