@@ -284,7 +284,9 @@ def _reduce_record(record: dict[str, Any]) -> dict[str, Any]:
 def _bar(enabled: bool, total: int, desc: str) -> Any:
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="batch", disable=not enabled, leave=False)
+    import sys
+
+    return tqdm(total=total, desc=desc, unit="batch", disable=not enabled or not sys.stderr.isatty(), leave=False)
 
 
 def _print_epoch(r: dict[str, Any], epochs: int) -> None:
