@@ -157,11 +157,15 @@ class Trainer:
             start_time = time.perf_counter()
             loss, train_acc = self._epoch(ddp, optimizer, loaders["train"], steps, epoch)
             record = {"epoch": epoch + 1, "loss": loss, "train_acc": train_acc,
-                      **{f"{k}_acc": self._evaluate(model, loaders[k]) for k in ("val", "test") if k in loaders}}
-            record["epoch_seconds"] = round(time.perf_counter() - start_time, 3)
-            record["remote"] = self.stats.snapshot(reset=True)
+                      "train_seconds": round(time.perf_counter() - start_time, 3)}
+            record["remote"] = self.stats.snapshot(reset=True)  # training steps only
             record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
+            record.update({f"{k}_acc": self._evaluate(model, loaders[k]) for k in ("val", "test") if k in loaders})
+            record["epoch_seconds"] = round(time.perf_counter() - start_time, 3)
+            record["remote_eval"] = self.stats.snapshot(reset=True)
+            self.timers.snapshot()  # evaluation's sampling/feature time is not part of the training breakdown
             record["steps"] = steps
+            record["memory_mb"] = _memory_per_rank(self.dataset)
             history.append(_reduce_record(record))
             self._after_epoch(epoch, model, optimizer, history)
         return history
@@ -185,6 +189,7 @@ class Trainer:
             totals += torch.tensor([float(loss.detach()) * len(y), float((out.argmax(-1) == y).sum()), len(y)],
                                    dtype=torch.float64)
             bar.update(1)
+        batches.close()
         bar.close()
         dist.all_reduce(totals)
         return round(float(totals[0] / max(totals[2], 1)), 5), round(float(totals[1] / max(totals[2], 1)), 5)
@@ -240,13 +245,19 @@ def _agree_max(value: int) -> int:
 
 
 def _cycle(loader: Any, steps: int) -> Any:
+    """``steps`` batches from ``loader``, starting it again when it runs out; closes its prefetcher."""
     produced = 0
     while produced < steps:
-        for batch in loader:
-            yield batch
-            produced += 1
-            if produced == steps:
-                return
+        iterator = iter(loader)
+        try:
+            for batch in iterator:
+                yield batch
+                produced += 1
+                if produced == steps:
+                    return
+        finally:
+            if hasattr(iterator, "close"):
+                iterator.close()
         if produced == 0:
             raise InvalidInputError("this rank has no training seeds; use fewer ranks or re-ingest with fewer parts")
 
@@ -267,18 +278,51 @@ def _time_loader(loader: Any, timers: Timers) -> None:
 
 
 def _reduce_record(record: dict[str, Any]) -> dict[str, Any]:
-    """Timings as the mean over ranks; remote counters summed over ranks."""
+    """Timings as the mean over ranks; remote counters (training and evaluation) summed over ranks."""
     world = dist.get_world_size()
+    record = {**record, "remote_eval": {k: v for k, v in record["remote_eval"].items() if k != "wait_seconds"}}
     keys = sorted(record["timing"]) + [f"remote.{k}" for k in sorted(record["remote"])]
+    keys += [f"remote_eval.{k}" for k in sorted(record["remote_eval"])]
     gathered: list[Any] = [None] * world
     dist.all_gather_object(gathered, keys)  # a timer may have fired on some ranks only
     union = sorted(set().union(*gathered))
-    values = torch.tensor([record["timing"].get(k, 0.0) if not k.startswith("remote.")
-                           else float(record["remote"].get(k[7:], 0)) for k in union], dtype=torch.float64)
+    def value(key: str) -> float:
+        group, _, name = key.partition(".")
+        return float(record[group].get(name, 0)) if name else float(record["timing"].get(key, 0.0))
+
+    values = torch.tensor([value(k) for k in union], dtype=torch.float64)
     dist.all_reduce(values)
-    timing = {k: round(float(v) / world, 4) for k, v in zip(union, values) if not k.startswith("remote.")}
-    remote = {k[7:]: round(float(v), 4) for k, v in zip(union, values) if k.startswith("remote.")}
-    return {**record, "timing": timing, "remote": remote}
+    out = {**record, "timing": {}, "remote": {}, "remote_eval": {}}
+    for key, v in zip(union, values):
+        group, _, name = key.partition(".")
+        if name:
+            out[group][name] = round(float(v), 4)
+        else:
+            out["timing"][key] = round(float(v) / world, 4)
+    return out
+
+
+def _memory_per_rank(dataset: Any) -> dict[str, list[float]]:
+    """Every rank's resident memory (MB): ``rss``; ``anon`` (private heap: copies would land here);
+    ``dataset_rss``/``dataset_pss``, the dataset's memory-mapped pages resident in this rank and its
+    proportional share of them (ranks mapping the same pages split them: one copy in the page cache)."""
+    import psutil
+
+    proc = psutil.Process()
+    mine = {"rss": proc.memory_info().rss, "anon": 0, "dataset_rss": 0, "dataset_pss": 0}
+    root = str(getattr(dataset.location, "root", "") or "")
+    try:
+        with open("/proc/self/status") as fh:
+            mine["anon"] = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("RssAnon:"))
+        for m in proc.memory_maps(grouped=True):
+            if root and m.path.startswith(root):
+                mine["dataset_rss"] += m.rss
+                mine["dataset_pss"] += getattr(m, "pss", m.rss)
+    except (OSError, StopIteration, psutil.Error):
+        pass  # not Linux: only rss is reported
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return {k: [round(g[k] / 2**20, 1) for g in gathered] for k in mine}
 
 
 def _bar(enabled: bool, total: int, desc: str) -> Any:
@@ -292,7 +336,8 @@ def _bar(enabled: bool, total: int, desc: str) -> Any:
 def _print_epoch(r: dict[str, Any], epochs: int) -> None:
     t = r["timing"]
     accs = "  ".join(f"{k[:-4]} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in r)
-    print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s  "
+    print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, training "
+          f"{r['train_seconds']:.1f} s "
           f"(sampling {t.get('sampling', 0):.1f}, remote wait {t.get('remote_wait', 0):.1f}, "
           f"features {t.get('feature_fetch', 0):.1f}, fwd/bwd {t.get('forward_backward', 0):.1f}, "
           f"grad sync {t.get('grad_sync', 0):.1f}, data wait {t.get('data_wait', 0):.1f})  "

@@ -1,0 +1,94 @@
+"""Benchmark distributed training: epoch time and its breakdown for 1, 2 and 4 ranks on one machine.
+
+Usage::
+
+    python tools/bench_train.py [--json] [--ranks 1,2,4] [--spec SPEC] [--epochs 2] [--data DIR]
+
+Each rank count N trains on the same synthetic graph ingested into N METIS partitions (once, cached
+under --data) with ``graphstore-train --nproc N``; the last epoch's figures are reported (the first
+includes numba compilation and page-cache warm-up): training seconds (the speed-up is computed on
+these), epoch seconds with evaluation, the per-rank timing breakdown, remote requests per training
+step and resident memory per rank. PyG's
+``torch_geometric.distributed`` needs pyg-lib for its sampler, so the comparison with it is skipped
+with a message when pyg-lib is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import graphstore
+from graphstore.errors import DatasetNotFoundError
+
+SPEC = "synthetic:nodes=200000,avg_degree=15,features=64,classes=10,train=0.2,val=0.05,seed=0"
+
+
+def _dataset(root: Path, spec: str, parts: int) -> Path:
+    dest = root / f"parts{parts}"
+    try:
+        graphstore.open_dataset(dest)
+    except DatasetNotFoundError:
+        print(f"ingesting {spec} into {parts} partition(s) at {dest}", file=sys.stderr)
+        graphstore.ingest(spec, dest, num_parts=parts)
+    return dest
+
+
+def bench(ranks: int, args: argparse.Namespace) -> dict:
+    dest = _dataset(args.data, args.spec, ranks)
+    metrics = args.data / f"metrics-{ranks}.json"
+    cmd = [sys.executable, "-m", "training.launch", str(dest), "--nproc", str(ranks), "--epochs", str(args.epochs),
+           "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--no-progress", "--metrics-out", str(metrics)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    last = json.loads(metrics.read_text())["epochs"][-1]
+    return {"ranks": ranks, "epoch_seconds": last["epoch_seconds"], "train_seconds": last["train_seconds"],
+            "steps": last["steps"], "memory_mb": last.get("memory_mb"),
+            "timing": last["timing"], "remote_requests": last["remote"]["requests"],
+            "remote_requests_per_step": round(last["remote"]["requests"] / max(1, last["steps"] * ranks), 2),
+            "test_acc": last.get("test_acc")}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--spec", default=SPEC)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--fanout", default="10,5")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "train")
+    args = parser.parse_args(argv)
+    try:
+        import pyg_lib  # noqa: F401
+        note = "pyg-lib is installed, but the PyG distributed comparison is not implemented in this tool yet"
+    except ImportError:
+        note = "pyg-lib is not installed here: PyG's torch_geometric.distributed cannot sample; comparison skipped"
+    print(note, file=sys.stderr)
+    rows = [bench(int(r), args) for r in args.ranks.split(",")]
+    base = rows[0]["train_seconds"]
+    for row in rows:
+        row["speedup_vs_first"] = round(base / row["train_seconds"], 2)
+    if args.json:
+        print(json.dumps({"spec": args.spec, "fanout": args.fanout, "batch_size": args.batch_size, "runs": rows,
+                          "pyg_distributed": note}, indent=2))
+        return 0
+    print(f"{args.spec}, fanout {args.fanout}, batch {args.batch_size}; last of {args.epochs} epochs")
+    for r in rows:
+        t = r["timing"]
+        mem = r["memory_mb"] or {}
+        print(f"  {r['ranks']} rank(s): training {r['train_seconds']:6.1f} s (x{r['speedup_vs_first']} vs "
+              f"{rows[0]['ranks']}; epoch with evaluation {r['epoch_seconds']:.1f} s), {r['steps']} steps/rank; "
+              f"RSS/rank {mem.get('rss')} MB; sampling {t.get('sampling', 0):.1f} s, remote wait "
+              f"{t.get('remote_wait', 0):.1f} s, features {t.get('feature_fetch', 0):.1f} s, fwd/bwd "
+              f"{t.get('forward_backward', 0):.1f} s, grad sync {t.get('grad_sync', 0):.1f} s, data wait "
+              f"{t.get('data_wait', 0):.1f} s; {r['remote_requests_per_step']} remote requests/step; "
+              f"test acc {r['test_acc']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
