@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from graphstore.cli_storage import (ChunkBar, add_storage_arguments, io_text, open_from_args, parse_parts,
+                                    parse_storage_options)
 from graphstore.errors import GraphstoreError
 from graphstore.ingest.partition import METHODS, METIS_MAX_EDGES
 from graphstore.ingest.sources import describe_schemes
@@ -50,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     ing = sub.add_parser("ingest", help="partition a graph and write it as a dataset",
                          description=f"SOURCE is one of: {describe_schemes()}")
     ing.add_argument("source")
-    ing.add_argument("dest", help="dataset directory (local or NFS path, or file:// URL)")
+    ing.add_argument("dest", help="where the dataset goes: local or NFS path, file:// URL, or an fsspec URL "
+                                  "(s3://bucket/name, gs://..., az://...)")
     ing.add_argument("--parts", type=int, default=1, help="number of partitions (default 1)")
     ing.add_argument("--method", choices=METHODS, default="metis", help="partitioner (default metis)")
     ing.add_argument("--seed", type=int, default=0)
@@ -66,12 +69,18 @@ def _parser() -> argparse.ArgumentParser:
                           "(about 80 bytes per edge); 0 = all edges (default %(default)s)")
     ing.add_argument("--to-undirected", action="store_true", default=None, help="add the reverse of every edge")
     ing.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_storage_arguments(ing, cache=False)
     info = sub.add_parser("info", help="describe a dataset")
     info.add_argument("dest")
     info.add_argument("--json", action="store_true")
+    info.add_argument("--prefetch", metavar="PARTS", help="pull partitions ('all' or '0,2') into the local cache")
+    info.add_argument("--io", action="store_true", help="report requests, bytes and cache hits/misses")
+    add_storage_arguments(info)
     ver = sub.add_parser("verify", help="recompute every chunk checksum")
     ver.add_argument("dest")
     ver.add_argument("--json", action="store_true")
+    ver.add_argument("--io", action="store_true", help="report requests, bytes and cache hits/misses")
+    add_storage_arguments(ver)
     return parser
 
 
@@ -84,7 +93,7 @@ def _ingest(args: argparse.Namespace) -> int:
                          overwrite=args.overwrite, compression=args.compression, halo_features=args.halo_features,
                          allow_nan=args.allow_nan, chunk_mb=args.chunk_mb, to_undirected=args.to_undirected,
                          metis_max_edges=args.metis_max_edges or None,
-                         progress=bars)
+                         storage_options=parse_storage_options(args.storage_option) or None, progress=bars)
     finally:
         bars.close()
     if args.json:
@@ -120,28 +129,40 @@ def _info_text(meta: dict[str, Any], url: str) -> str:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from graphstore import open_dataset
-
-    ds = open_dataset(args.dest)
+    ds = open_from_args(args)
+    for part in parse_parts(args.prefetch, ds.num_parts) if args.prefetch else []:
+        bar = ChunkBar(f"prefetch partition {part}", enabled=not args.json and sys.stderr.isatty())
+        try:
+            ds.prefetch(part, True, bar)
+        finally:
+            bar.close()
     meta = ds.metadata
     meta["bytes"] = sum(int(np.dtype(a.dtype).itemsize * math.prod(a.shape)) for a in ds.manifest.arrays.values())
-    print(json.dumps(meta, indent=2) if args.json else _info_text(meta, ds.url))
+    if args.io:
+        meta["io"] = ds.io_stats()
+    text = _info_text(meta, ds.url) + (f"\n{io_text(meta['io'])}" if args.io else "")
+    print(json.dumps(meta, indent=2) if args.json else text)
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from graphstore import open_dataset
-
-    ds = open_dataset(args.dest)
-    problems = ds.verify()
+    ds = open_from_args(args)
+    bar = ChunkBar("verify", enabled=not args.json and sys.stderr.isatty() and not ds.location.is_local)
+    try:
+        problems = ds.verify(bar)
+    finally:
+        bar.close()
     chunks = sum(a.num_chunks for a in ds.manifest.arrays.values())
     if args.json:
-        print(json.dumps({"dataset": ds.url, "chunks": chunks, "ok": not problems, "problems": problems}, indent=2))
+        report = {"dataset": ds.url, "chunks": chunks, "ok": not problems, "problems": problems}
+        print(json.dumps({**report, "io": ds.io_stats()} if args.io else report, indent=2))
     elif problems:
         print(f"{ds.url}: {len(problems)} damaged chunk(s) of {chunks}:", *problems, sep="\n  ", file=sys.stderr)
         print("re-ingest the dataset (graphstore ingest ... --overwrite)", file=sys.stderr)
     else:
         print(f"{ds.url}: all {chunks} chunks match their checksums")
+    if args.io and not args.json:
+        print(io_text(ds.io_stats()))
     return 1 if problems else 0
 
 

@@ -2,28 +2,42 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from graphstore import layout
 from graphstore.arrays import ZarrRows, open_array
-from graphstore.errors import CorruptDatasetError, DatasetNotFoundError, PartitionIndexError
-from graphstore.types import EdgeType, NodeType
+from graphstore.cache import CacheConfig, ChunkCache, ChunkRef
+from graphstore.errors import (CorruptDatasetError, DatasetNotFoundError, GraphstoreError, PartitionIndexError,
+                               UnknownAttributeError)
+from graphstore.iostats import IOStats
+from graphstore.lazy import LazyRows
 from graphstore.manifest import Manifest
-from graphstore.storage import LocalLocation, open_location
+from graphstore.retry import RetryPolicy
+from graphstore.storage import Location, open_location
+from graphstore.types import EdgeType, NodeType
 
 if TYPE_CHECKING:
     from graphstore.stores import ZarrFeatureStore, ZarrGraphStore
+
+Progress = Callable[[int, int], None]
+_TOPOLOGY = frozenset({layout.INDPTR, layout.INDICES, layout.EID, layout.HALO_IDS})
 
 logger = logging.getLogger(__name__)
 
 
 class Dataset:
     """A graphstore dataset opened read-only. Arrays are mapped on first use; the object pickles.
+
+    Local (and NFS) datasets map their chunk files in place. Remote ones read through a local chunk
+    cache (:class:`~graphstore.cache.CacheConfig`): a chunk is downloaded the first time a read needs
+    it, verified, and mapped like a local one. :meth:`io_stats` counts what this process fetched.
 
     Examples
     --------
@@ -33,19 +47,23 @@ class Dataset:
     torch.Size([1354, 1433])
     """
 
-    def __init__(self, location: LocalLocation, manifest: Manifest) -> None:
+    def __init__(self, location: Location, manifest: Manifest, cache: CacheConfig | None = None) -> None:
         self.location = location
         self.manifest = manifest
-        self._arrays: dict[str, np.ndarray | ZarrRows] = {}
+        self.cache_config = cache if cache is not None else CacheConfig()
+        self._arrays: dict[str, np.ndarray | ZarrRows | LazyRows] = {}
+        self._stats = IOStats()
+        self._cache: ChunkCache | None = None
 
     def __repr__(self) -> str:
         return f"Dataset({self.url!r}, name={self.name!r}, num_parts={self.num_parts})"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location, "manifest": self.manifest}  # mapped arrays are reopened lazily
+        # mapped arrays, the cache's threads and the counters stay in this process; reopened lazily
+        return {"location": self.location, "manifest": self.manifest, "cache": self.cache_config}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["location"], state["manifest"])  # type: ignore[misc]
+        self.__init__(state["location"], state["manifest"], state.get("cache"))  # type: ignore[misc]
 
     @property
     def url(self) -> str:
@@ -97,61 +115,146 @@ class Dataset:
             )
         return int(part)
 
-    def array(self, path: str) -> np.ndarray | ZarrRows:
-        """A stored array by its layout path, mapped once per process."""
+    def array(self, path: str) -> np.ndarray | ZarrRows | LazyRows:
+        """A stored array by its layout path, opened once per process.
+
+        Local: an ``np.ndarray`` over the mapped chunk files. Remote: a :class:`LazyRows` whose reads
+        fetch the chunks they need, replaced by the plain ``np.ndarray`` once every chunk is here.
+        """
         found = self._arrays.get(path)
         if found is None:
             info = self.manifest.arrays.get(path)
             if info is None:
                 raise CorruptDatasetError(f"{self.url}: array {path} is not in the manifest; re-ingest the dataset")
-            found = self._arrays[path] = open_array(self.location, path, info)
+            cache = None if self.location.is_local else self.chunk_cache()
+            found = self._arrays[path] = open_array(self.location, path, info, cache)
+        elif type(found) is LazyRows and found.complete:
+            found = self._arrays[path] = found.full  # every chunk mapped: reads skip the wrapper from now on
         return found
+
+    def chunk_cache(self) -> ChunkCache:
+        """This process's cache of this (remote) dataset's chunks."""
+        if self._cache is None:
+            doc = json.dumps(self.manifest.to_json(), sort_keys=True).encode()
+            digest = hashlib.sha256(doc).hexdigest()[:16]  # a re-ingested dataset never reuses stale chunks
+            self._cache = ChunkCache(self.location, digest, self.cache_config, self._stats)
+        return self._cache
+
+    def io_stats(self) -> dict[str, Any]:
+        """What this process fetched: ``requests``, ``bytes``, cache ``hits``/``misses``, ``retries``,
+        ``wait_seconds``, totals and per array (``arrays``). Local datasets read in place: all zero."""
+        return self._stats.snapshot()
+
+    def reset_io_stats(self) -> None:
+        self._stats.reset()
 
     def has_array(self, path: str) -> bool:
         return path in self.manifest.arrays
 
-    def partition(self, part: int) -> tuple[ZarrFeatureStore, ZarrGraphStore]:
-        """The PyG ``(FeatureStore, GraphStore)`` pair serving partition ``part``."""
+    def partition(self, part: int, prefetch: bool | str | Iterable[str] = False,
+                  progress: Progress | None = None) -> tuple[ZarrFeatureStore, ZarrGraphStore]:
+        """The PyG ``(FeatureStore, GraphStore)`` pair serving partition ``part``.
+
+        ``prefetch`` (remote datasets): ``True`` pulls every array of the partition into the local cache
+        now; attribute names (``["x", "y"]``) pull the topology and those attributes. ``progress(done,
+        total)`` is called per chunk. Without it, chunks are fetched when a read first needs them.
+
+        Examples
+        --------
+        >>> fs, gs = ds.partition(0, prefetch=["x"])  # doctest: +SKIP
+        """
         from graphstore.stores import ZarrFeatureStore, ZarrGraphStore
 
         part = self.check_part(part)
+        if prefetch is not False and prefetch is not None:
+            self.prefetch(part, prefetch, progress)
         return ZarrFeatureStore(self, part), ZarrGraphStore(self, part)
 
-    def verify(self, progress: Callable[[int, int], None] | None = None) -> list[str]:
-        """Recompute every chunk checksum; return one message per damaged or missing chunk."""
+    def prefetch(self, part: int, attrs: bool | str | Iterable[str] = True, progress: Progress | None = None) -> int:
+        """Fetch partition ``part``'s arrays (all, or topology + ``attrs``) into the cache; return the chunk count."""
+        part = self.check_part(part)
+        if self.location.is_local:
+            return 0
+        lazy = {p: a for p in self._partition_paths(part, attrs) if isinstance(a := self.array(p), LazyRows)}
+        refs = [ChunkRef(p, rows.info, i) for p, rows in lazy.items() for i in rows.missing()]
+        self.chunk_cache().fetch_many(refs, lambda ref, fd: lazy[ref.path].install(ref, fd), progress)
+        for rows in lazy.values():
+            rows.ensure(None)  # whole-array (compressed) ones are decoded now, from the cache
+        return len(refs)
+
+    def _partition_paths(self, part: int, attrs: bool | str | Iterable[str]) -> list[str]:
+        prefix = layout.part_key(part) + "/"
+        paths = sorted(p for p in self.manifest.arrays if p.startswith(prefix))
+        if attrs is True:
+            return paths
+        names = {attrs} if isinstance(attrs, str) else set(attrs)  # type: ignore[arg-type]
+        known = {p.rsplit("/", 1)[1] for p in paths}
+        if names - known:
+            raise UnknownAttributeError(f"prefetch names {sorted(names - known)}, which partition {part} does not "
+                                        f"store; it has {sorted(known)}")
+        return [p for p in paths if p.rsplit("/", 1)[1] in names | _TOPOLOGY]
+
+    def verify(self, progress: Progress | None = None) -> list[str]:
+        """Recompute every chunk checksum from storage; return one message per damaged or missing chunk.
+
+        Remote datasets are read concurrently (every chunk is downloaded; counted in :meth:`io_stats`).
+        """
+        refs = [ChunkRef(path, info, i) for path, info in sorted(self.manifest.arrays.items())
+                for i in range(info.num_chunks)]
+        if self.location.is_local:
+            found: Iterable[str | None] = (self.location.checksum(ref.key) for ref in refs)
+        else:
+            found = self.chunk_cache().stored_checksums(refs)
         problems = []
-        total = sum(info.num_chunks for info in self.manifest.arrays.values())
-        done = 0
-        for path, info in sorted(self.manifest.arrays.items()):
-            for index, expected in enumerate(info.checksums):
-                key = layout.chunk_key(path, index, len(info.shape))
-                found = self.location.checksum(key)
-                if found is None:
-                    problems.append(f"{path}: chunk {index} ({key}) is missing")
-                elif found != expected:
-                    problems.append(f"{path}: chunk {index} ({key}) is corrupted (checksum {found}, expected {expected})")
-                done += 1
-                if progress:
-                    progress(done, total)
+        for done, (ref, checksum) in enumerate(zip(refs, found), 1):
+            expected = ref.info.checksums[ref.index]
+            if checksum is None:
+                problems.append(f"{ref.path}: chunk {ref.index} ({ref.key}) is missing")
+            elif checksum != expected:
+                problems.append(f"{ref.path}: chunk {ref.index} ({ref.key}) is corrupted (checksum {checksum}, "
+                                f"expected {expected})")
+            if progress:
+                progress(done, len(refs))
         return problems
 
 
-def open_dataset(url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> Dataset:
-    """Open the graphstore dataset at ``url`` (a local/NFS path or ``file://`` URL).
+def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[str, Any] | None = None, *,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_max_bytes: int | str | None = None,
+                 concurrency: int = 16, retry: RetryPolicy | None = None) -> Dataset:
+    """Open the graphstore dataset at ``url``: a local/NFS path, ``file://``, or any fsspec URL (``s3://``, ...).
 
     Refuses a location without a complete manifest (an interrupted ingest) or with an unknown format
-    version.
+    version. For remote URLs, ``storage_options`` go to the fsspec file system (credentials there
+    or, better, in the usual environment variables), chunks are cached under ``cache_dir`` (default
+    ``$GRAPHSTORE_CACHE_DIR`` or ``~/.cache/graphstore``) up to ``cache_max_bytes`` (default
+    ``$GRAPHSTORE_CACHE_MAX_BYTES`` or unbounded), fetched ``concurrency`` at a time, and transient
+    errors are retried as ``retry`` says.
 
     Examples
     --------
     >>> import graphstore
     >>> ds = graphstore.open_dataset("/data/cora")  # doctest: +SKIP
+    >>> ds = graphstore.open_dataset("s3://bucket/cora", cache_dir="/scratch/gs-cache")  # doctest: +SKIP
     >>> ds.num_parts  # doctest: +SKIP
     2
     """
-    location = open_location(url, storage_options)
+    location = open_location(url, storage_options, retry=retry)
+    cache = CacheConfig(directory=None if cache_dir is None else os.fspath(cache_dir), max_bytes=cache_max_bytes,
+                        concurrency=concurrency)
+    raw, manifest = _read_manifest(location)
+    dataset = Dataset(location, Manifest.from_json(manifest, location.url), cache)
+    if not location.is_local:
+        dataset._stats.add(layout.ROOT_METADATA, requests=1, nbytes=len(raw))
+    return dataset
+
+
+def _read_manifest(location: Location) -> tuple[bytes, Any]:
+    """The root metadata's bytes and its manifest; refuses a location without a complete one."""
     try:
-        doc = location.read_json(layout.ROOT_METADATA)
+        raw = location.read_bytes(layout.ROOT_METADATA)
+        doc = None if raw is None else json.loads(raw)
+    except GraphstoreError:
+        raise  # storage errors name the URL and the fix already
     except (ValueError, OSError) as exc:
         raise CorruptDatasetError(f"{location.url}/{layout.ROOT_METADATA} is unreadable ({exc}); re-ingest") from exc
     if doc is None:
@@ -165,4 +268,4 @@ def open_dataset(url: str | os.PathLike[str], storage_options: dict[str, Any] | 
             f"{location.url} is not a complete graphstore dataset: it has no manifest (an ingest into it was "
             "interrupted, or it is another Zarr group); run the ingest again with --overwrite"
         )
-    return Dataset(location, Manifest.from_json(manifest, location.url))
+    return raw or b"", manifest

@@ -51,3 +51,31 @@ class UnknownAttributeError(GraphstoreError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class UnsupportedLocationError(GraphstoreError, ValueError):
+    """A URL scheme or option graphstore cannot use."""
+
+
+class MissingBackendError(GraphstoreError, ImportError):
+    """The optional package that serves a URL scheme (s3fs, gcsfs, adlfs) is not installed."""
+
+
+class StorageError(GraphstoreError, OSError):
+    """A storage operation failed (after retrying transient errors)."""
+
+
+class StorageNotFoundError(GraphstoreError, FileNotFoundError):
+    """The bucket or container of a remote URL does not exist (or is invisible to these credentials)."""
+
+
+class StoragePermissionError(GraphstoreError, PermissionError):
+    """Access to a remote URL was refused: wrong or missing credentials, or a policy denies it."""
+
+
+class ConfigError(GraphstoreError, ValueError):
+    """An option (cache, retry, storage) has a value graphstore cannot use."""
+
+
+class RowIndexError(GraphstoreError, IndexError):
+    """A row index outside an array's bounds."""

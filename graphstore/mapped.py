@@ -5,6 +5,8 @@ private pages, never the file and never a crash) at consecutive addresses of one
 the whole array is a single zero-copy ``np.ndarray``: a gather is one numpy/torch fancy index and a
 sampler kernel sees a plain array. Where chunk sizes are not page multiples (or the platform has no
 ``mmap(MAP_FIXED)``), chunks are mapped one by one and concatenated (a copy; logged once).
+Remote arrays use the same range incrementally (:class:`SlotMap`): reserved at open, each chunk
+mapped into its slot when it arrives in the local cache.
 """
 
 from __future__ import annotations
@@ -83,23 +85,56 @@ def map_chunks(paths: Sequence[str | None], shape: tuple[int, ...], dtype: np.dt
 
 def _map_contiguous(paths: Sequence[str | None], shape: tuple[int, ...], dtype: np.dtype,
                     chunk_bytes: int) -> np.ndarray:
-    total = chunk_bytes * len(paths)
-    base = _mmap(None, total, _PROT_NONE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1)
-    buffer = (ctypes.c_char * total).from_address(base)
-    weakref.finalize(buffer, _unmap, base, total)  # unmapped when the last array view is gone
-    prot = _PROT_READ | _PROT_WRITE  # copy-on-write: writes stay private to this process
+    slots = SlotMap(len(paths), chunk_bytes, shape, dtype)
     for i, path in enumerate(paths):
-        addr = base + i * chunk_bytes
         if path is None:
-            _mmap(addr, chunk_bytes, prot, _MAP_PRIVATE | _MAP_FIXED | _MAP_ANONYMOUS, -1)
+            slots.map_zeros(i)
             continue
         fd = os.open(path, os.O_RDONLY)
         try:
-            _mmap(addr, chunk_bytes, prot, _MAP_PRIVATE | _MAP_FIXED, fd)
+            slots.map(i, fd)
         finally:
             os.close(fd)
-    count = shape[0] * int(np.prod(shape[1:], dtype=np.int64))
-    return np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape)
+    return slots.array
+
+
+def can_map_slots(num_chunks: int, chunk_bytes: int) -> bool:
+    """Whether chunks of ``chunk_bytes`` can be mapped back to back (page multiples, or a single chunk)."""
+    return (num_chunks == 1 or chunk_bytes % mmap.PAGESIZE == 0) and _load_libc() is not None
+
+
+class SlotMap:
+    """One reserved address range of ``num_chunks`` slots, each mapped to a chunk file when it arrives.
+
+    ``array`` is the whole array as one ``np.ndarray`` from the start. Slots not yet mapped are
+    ``PROT_NONE``: touching one is a segmentation fault, so a caller maps (:meth:`map`) every slot a read
+    needs before indexing (``present`` says which are mapped). Mapped slots are copy-on-write private
+    pages of the file; they stay valid after the file is deleted, until the last view of ``array`` is gone.
+    """
+
+    def __init__(self, num_chunks: int, chunk_bytes: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        dtype = np.dtype(dtype)
+        span = -(-chunk_bytes * num_chunks // mmap.PAGESIZE) * mmap.PAGESIZE
+        self.chunk_bytes = chunk_bytes
+        self.present = np.zeros(num_chunks, dtype=bool)
+        self._base = _mmap(None, span, _PROT_NONE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1)
+        buffer = (ctypes.c_char * span).from_address(self._base)
+        weakref.finalize(buffer, _unmap, self._base, span)  # unmapped when the last array view is gone
+        count = shape[0] * int(np.prod(shape[1:], dtype=np.int64))
+        self.array = np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape)
+
+    def map(self, index: int, fd: int) -> None:
+        """Map the chunk file open at ``fd`` into slot ``index`` (copy-on-write: writes stay private)."""
+        if not self.present[index]:
+            _mmap(self._base + index * self.chunk_bytes, self.chunk_bytes, _PROT_READ | _PROT_WRITE,
+                  _MAP_PRIVATE | _MAP_FIXED, fd)
+            self.present[index] = True
+
+    def map_zeros(self, index: int) -> None:
+        """Fill slot ``index`` with zero pages (an absent chunk reads as the fill value)."""
+        _mmap(self._base + index * self.chunk_bytes, self.chunk_bytes, _PROT_READ | _PROT_WRITE,
+              _MAP_PRIVATE | _MAP_FIXED | _MAP_ANONYMOUS, -1)
+        self.present[index] = True
 
 
 def _unmap(base: int, total: int) -> None:

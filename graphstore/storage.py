@@ -1,25 +1,105 @@
-"""Where a dataset lives: the one function that turns a user's URL into a location, and local disk."""
+"""Where a dataset lives: the location interface, local disk, and the one function turning a URL into a location."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import uuid
 import zlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
-from graphstore.errors import GraphstoreError
 from graphstore import layout
+from graphstore.errors import UnsupportedLocationError
+from graphstore.retry import RetryPolicy
+
+__all__ = ["Location", "LocalLocation", "LocationWrapper", "UnsupportedLocationError", "is_dataset",
+           "open_location", "redact_url"]
 
 _BLOCK = 1 << 22
+_USERINFO = re.compile(r"(?<=://)[^/@?#\s]*@")
+_QUERY = re.compile(r"(://[^\s?]*)\?[^\s]*")
+OnRetry = Callable[[BaseException], None]
 
 
-class UnsupportedLocationError(GraphstoreError, ValueError):
-    """A URL scheme or option graphstore cannot use."""
+def redact_url(url: str) -> str:
+    """``url`` without credentials: userinfo (``user:secret@``) and query strings (signed URLs) removed.
+
+    Examples
+    --------
+    >>> redact_url("https://me:hunter2@example.com/data?sig=abc")
+    'https://example.com/data?<redacted>'
+    """
+    return _QUERY.sub(r"\1?<redacted>", _USERINFO.sub("", url))
 
 
-class LocalLocation:
+class Location(ABC):
+    """Where the keys of one dataset live (``zarr.json``, ``part_00000/.../c/0``); duck-typed by readers.
+
+    ``is_local`` says whether chunks have files that can be memory-mapped in place; other locations
+    are read through the local chunk cache. ``url`` never holds credentials.
+    """
+
+    url: str
+    is_local: bool = False
+
+    @abstractmethod
+    def read_bytes(self, key: str) -> bytes | None:
+        """The stored bytes of ``key``, or ``None`` if there is no such key."""
+
+    def read_json(self, key: str) -> Any:
+        raw = self.read_bytes(key)
+        return None if raw is None else json.loads(raw)
+
+    def checksum(self, key: str) -> str | None:
+        """``crc32:<hex>`` of the stored bytes of ``key``; ``None`` if absent."""
+        raw = self.read_bytes(key)
+        return None if raw is None else f"crc32:{zlib.crc32(raw):08x}"
+
+    @abstractmethod
+    def download(self, key: str, dest: str, on_retry: OnRetry | None = None) -> int | None:
+        """Copy ``key`` into the local file ``dest``; return its size, or ``None`` if there is no such key."""
+
+    @abstractmethod
+    def exists(self) -> bool:
+        """Whether anything is stored at the root."""
+
+    @abstractmethod
+    def is_empty(self) -> bool:
+        """Whether nothing is stored at the root."""
+
+    @abstractmethod
+    def has(self, key: str) -> bool:
+        """Whether ``key`` is stored, or any key below it."""
+
+    @abstractmethod
+    def zarr_store(self, read_only: bool = True) -> Any:
+        """A ``zarr.abc.store.Store`` over the root."""
+
+    @abstractmethod
+    def remove_key(self, key: str) -> None:
+        """Delete one key (absent is fine)."""
+
+    @abstractmethod
+    def remove(self) -> None:
+        """Delete everything under the root (absent is fine)."""
+
+    def local_file(self, key: str) -> str | None:
+        """The local file holding ``key`` (memory-mappable), or ``None``."""
+        return None
+
+    def check_container(self) -> None:
+        """Raise if the root cannot be written at all (e.g. its bucket does not exist)."""
+
+    def storage_error(self, exc: BaseException, action: str) -> BaseException:
+        """``exc`` (raised while ``action``) as the graphstore error users should see."""
+        return exc
+
+
+class LocalLocation(Location):
     """A dataset directory on a local or network (NFS) file system.
 
     Every chunk has a file path, so readers memory-map chunks in place.
@@ -35,10 +115,9 @@ class LocalLocation:
         return f"LocalLocation({self.root!r})"
 
     def path(self, key: str) -> str:
-        return os.path.join(self.root, *key.split("/"))
+        return os.path.join(self.root, *key.split("/")) if key else self.root
 
     def local_file(self, key: str) -> str | None:
-        """The file holding ``key`` (memory-mappable), or ``None`` if absent."""
         path = self.path(key)
         return path if os.path.isfile(path) else None
 
@@ -50,7 +129,6 @@ class LocalLocation:
             return None
 
     def checksum(self, key: str) -> str | None:
-        """``crc32:<hex>`` of the stored bytes of ``key``, streamed; ``None`` if absent."""
         crc = 0
         try:
             with open(self.path(key), "rb") as fh:
@@ -60,9 +138,12 @@ class LocalLocation:
             return None
         return f"crc32:{crc:08x}"
 
-    def read_json(self, key: str) -> Any:
-        raw = self.read_bytes(key)
-        return None if raw is None else json.loads(raw)
+    def download(self, key: str, dest: str, on_retry: OnRetry | None = None) -> int | None:
+        try:
+            shutil.copyfile(self.path(key), dest)
+        except FileNotFoundError:
+            return None
+        return os.path.getsize(dest)
 
     def exists(self) -> bool:
         return os.path.exists(self.root)
@@ -70,10 +151,22 @@ class LocalLocation:
     def is_empty(self) -> bool:
         return not os.path.isdir(self.root) or not os.listdir(self.root)
 
+    def has(self, key: str) -> bool:
+        return os.path.exists(self.path(key))
+
     def zarr_store(self, read_only: bool = True) -> Any:
         from zarr.storage import LocalStore
 
         return LocalStore(self.root, read_only=read_only)
+
+    def remove_key(self, key: str) -> None:
+        try:
+            os.remove(self.path(key))
+        except FileNotFoundError:
+            pass
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
 
     # -- writing: ingest writes into a hidden sibling and renames it into place on commit --
 
@@ -96,8 +189,62 @@ class LocalLocation:
         if old:
             shutil.rmtree(old, ignore_errors=True)
 
+
+class LocationWrapper(Location):
+    """A location that forwards every call to ``inner``: subclass it to observe or alter reads.
+
+    A wrapper is never memory-mapped in place (``is_local`` is false), so every chunk read goes
+    through :meth:`download` and the local chunk cache: the hook for latency simulation, request
+    recording and fault injection in tests and benchmarks.
+
+    Examples
+    --------
+    >>> class Counting(LocationWrapper):
+    ...     calls = 0
+    ...     def download(self, key, dest, on_retry=None):
+    ...         type(self).calls += 1
+    ...         return super().download(key, dest, on_retry)
+    """
+
+    def __init__(self, inner: Location) -> None:
+        self.inner = inner
+        self.url = inner.url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+    def read_bytes(self, key: str) -> bytes | None:
+        return self.inner.read_bytes(key)
+
+    def checksum(self, key: str) -> str | None:
+        return self.inner.checksum(key)
+
+    def download(self, key: str, dest: str, on_retry: OnRetry | None = None) -> int | None:
+        return self.inner.download(key, dest, on_retry)
+
+    def exists(self) -> bool:
+        return self.inner.exists()
+
+    def is_empty(self) -> bool:
+        return self.inner.is_empty()
+
+    def has(self, key: str) -> bool:
+        return self.inner.has(key)
+
+    def zarr_store(self, read_only: bool = True) -> Any:
+        return self.inner.zarr_store(read_only)
+
+    def remove_key(self, key: str) -> None:
+        self.inner.remove_key(key)
+
     def remove(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.inner.remove()
+
+    def check_container(self) -> None:
+        self.inner.check_container()
+
+    def storage_error(self, exc: BaseException, action: str) -> BaseException:
+        return self.inner.storage_error(exc, action)
 
 
 def _pid_alive(entry: str) -> bool:
@@ -112,34 +259,44 @@ def _pid_alive(entry: str) -> bool:
     return True
 
 
-def open_location(url: str | os.PathLike[str], storage_options: dict[str, Any] | None = None) -> LocalLocation:
+def open_location(url: str | os.PathLike[str] | Location, storage_options: dict[str, Any] | None = None, *,
+                  retry: RetryPolicy | None = None) -> Location:
     """Turn anything a user passes as a dataset location into a location object.
 
-    Plain paths, ``~`` paths and ``file://`` URLs are local (an NFS mount is a plain path).
+    Plain paths, ``~`` paths and ``file://`` URLs are local (an NFS mount is a plain path); any other
+    fsspec URL (``s3://``, ``gs://``, ``az://``, ...) is remote and takes ``storage_options`` (passed to
+    the fsspec file system; options it does not accept are refused) and a ``retry`` policy. A
+    :class:`Location` is returned as is.
 
     Examples
     --------
     >>> open_location("file:///tmp/cora").root
     '/tmp/cora'
+    >>> open_location("s3://bucket/cora", {"anon": True}).url  # doctest: +SKIP
+    's3://bucket/cora'
     """
+    if isinstance(url, Location):
+        if storage_options or retry is not None:
+            raise UnsupportedLocationError(f"{url!r} is already a location: storage_options and retry apply to "
+                                           "URLs only; remove them")
+        return url
     url = os.fspath(url)
     scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "file", url
-    if scheme in ("file", "local"):
-        if storage_options:
-            raise UnsupportedLocationError(
-                f"storage_options {sorted(storage_options)} do nothing for the local path {rest!r}; remove them"
-            )
+    if not sep or scheme in ("file", "local"):
+        rest = rest if sep else url
+        unused = [name for name, value in (("storage_options", storage_options), ("retry", retry)) if value]
+        if unused:
+            keys = sorted(storage_options) if storage_options else []
+            raise UnsupportedLocationError(f"{' and '.join(unused)} {keys or ''} do nothing for the local path "
+                                           f"{rest!r}; remove them")
         return LocalLocation(rest)
-    raise UnsupportedLocationError(
-        f"cannot open {url!r}: URL scheme {scheme!r} is not supported by this graphstore version; "
-        "use a local or NFS path (or file://)"
-    )
+    from graphstore.remote import RemoteLocation
+
+    return RemoteLocation(url, storage_options, retry=retry)
 
 
-def is_dataset(location: LocalLocation) -> bool:
+def is_dataset(location: Location) -> bool:
     """Whether ``location`` holds a graphstore dataset (complete or not): its root group names us."""
     doc = location.read_json(layout.ROOT_METADATA)
     return isinstance(doc, dict) and (layout.MANIFEST_ATTR in doc.get("attributes", {}) or
-                                      os.path.isdir(location.path(layout.part_key(0))))
+                                      location.has(layout.part_key(0)))

@@ -87,7 +87,8 @@ class ZarrFeatureStore(FeatureStore):
 
     def _reader(self, group: Any, name: str) -> _Reader:
         found = self._readers.get((group, name))
-        if found is None:
+        if found is None or found.rows_t is None and getattr(found.rows, "complete", False):
+            # new, or a remote array whose chunks have all arrived: from now on the local hot path
             info = self._node_info(group)
             if name not in info.attrs and name != layout.ORIG_ID:
                 raise UnknownAttributeError(f"{group!r} has no attribute {name!r}; it has {sorted(info.attrs)}")
@@ -111,6 +112,8 @@ class ZarrFeatureStore(FeatureStore):
         return _tensor(self._gather(r.info, r.name, r.rows, ids, r.lo, r.hi))
 
     def _gather(self, info: Any, name: str, rows: Any, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        # ``rows`` of a remote dataset is a LazyRows: indexing it first ensures the rows (fetching the
+        # missing chunks concurrently into the cache and mapping them), then does one fancy index
         if len(ids) and ids.min() >= lo and ids.max() < hi:  # the hot path: all own rows
             return rows[ids - lo]
         own = (ids >= lo) & (ids < hi)

@@ -20,10 +20,10 @@ from graphstore.ingest.parts_writer import EdgeStats, PartsWriter
 from graphstore.ingest.relabel import relabel
 from graphstore.ingest.source import GraphSource
 from graphstore.ingest.sources import resolve_source
-from graphstore.ingest.validate import validate_source
+from graphstore.ingest.validate import check_finite, validate_source
 from graphstore.ingest.writer import ArrayWriter
 from graphstore.manifest import AttrSchema, EdgeTypeInfo, Manifest, NodeTypeInfo
-from graphstore.storage import LocalLocation, is_dataset, open_location
+from graphstore.storage import LocalLocation, Location, is_dataset, open_location, redact_url
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
@@ -44,6 +44,7 @@ class IngestSummary:
     edge_balance: float
     bytes_written: int
     seconds: float
+    checksums_read_back: int = 0  # chunks whose checksum was read back from storage (normally 0)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,8 +58,12 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     """Partition a graph and write it to ``dest`` as a graphstore dataset (Zarr v3).
 
     ``data`` is a SOURCE string (``planetoid:DIR``, ``ogb:DIR``, ``npz:PATH``, ``synthetic:...``), a PyG
-    ``Data``/``HeteroData``, or a :class:`GraphSource`. Nothing at ``dest`` is touched until the new
-    dataset is complete: it is written beside ``dest`` and renamed into place after its manifest.
+    ``Data``/``HeteroData``, or a :class:`GraphSource`. ``dest`` is a local/NFS path or any fsspec URL
+    (``s3://bucket/name`` with ``storage_options``). Everything is validated before anything is deleted.
+    On a local file system nothing at ``dest`` is touched until the new dataset is complete: it is
+    written beside ``dest`` and renamed into place after its manifest. Object storage has no rename:
+    the dataset is written in place, manifest last; replacing one first deletes its manifest (so it
+    stops opening), then its arrays, so a failed overwrite there leaves no valid dataset.
 
     Examples
     --------
@@ -69,24 +74,66 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     """
     started = time.perf_counter()
     location = open_location(dest, storage_options)
-    _check_dest(location, overwrite)
+    replacing = _check_dest(location, overwrite)
     source = resolve_source(data, to_undirected=to_undirected)
+    options = dict(num_parts=num_parts, method=method, seed=seed, compression=compression,
+                   halo_features=halo_features, allow_nan=allow_nan, chunk_bytes=int(chunk_mb * (1 << 20)),
+                   metis_max_edges=metis_max_edges, progress=progress, started=started)
     try:
         validate_source(source, num_parts)
         _compact_ids(source)
-        staged = location.staging()
-        try:
-            summary = _write_dataset(source, staged, num_parts=num_parts, method=method, seed=seed,
-                                     compression=compression, halo_features=halo_features, allow_nan=allow_nan,
-                                     chunk_bytes=int(chunk_mb * (1 << 20)), metis_max_edges=metis_max_edges,
-                                     progress=progress, started=started)
-            location.replace_with(staged)
-        except BaseException:
-            staged.remove()
-            raise
+        if isinstance(location, LocalLocation):
+            summary = _ingest_staged(source, location, options)
+        else:
+            summary = _ingest_in_place(source, location, replacing, options)
     finally:
         source.close()
     return IngestSummary(**{**summary.to_json(), "dest": location.url, "seconds": time.perf_counter() - started})
+
+
+def _ingest_staged(source: GraphSource, location: LocalLocation, options: dict[str, Any]) -> IngestSummary:
+    """Write into a hidden sibling directory, then rename it into place: DEST is never half-written."""
+    staged = location.staging()
+    try:
+        summary = _write_dataset(source, staged, **options)
+        location.replace_with(staged)
+    except BaseException:
+        staged.remove()
+        raise
+    return summary
+
+
+def _ingest_in_place(source: GraphSource, location: Location, replacing: bool,
+                     options: dict[str, Any]) -> IngestSummary:
+    """Object storage: write where the dataset lives (no rename there), the manifest last.
+
+    Input values are checked before the old dataset is deleted, which happens only after
+    partitioning, right before the first write: manifest first (it stops opening), then the rest.
+    """
+    if replacing and not options["allow_nan"]:
+        check_finite(source)  # otherwise found while writing, after the old dataset is gone
+
+    writing = []
+
+    def clear() -> None:
+        writing.append(True)
+        if replacing:
+            logger.info("deleting the dataset at %s: its manifest first, then its arrays", location.url)
+            location.remove_key(layout.ROOT_METADATA)
+            location.remove()
+
+    try:
+        return _write_dataset(source, location, prepare=clear, **options)
+    except Exception:
+        if not writing:  # failed before anything was deleted or written
+            raise
+        logger.warning("ingest into %s failed; deleting the arrays it wrote (it has no manifest, so it never "
+                       "opens as a dataset)", location.url)
+        try:
+            location.remove()
+        except Exception as exc:  # noqa: BLE001  (the original error matters more)
+            logger.warning("could not delete the partial dataset at %s (%s)", location.url, type(exc).__name__)
+        raise
 
 
 def _compact_ids(source: GraphSource) -> None:
@@ -98,16 +145,23 @@ def _compact_ids(source: GraphSource) -> None:
             table.dst = np.asarray(table.dst).astype(np.int32, copy=False)
 
 
-def _check_dest(location: LocalLocation, overwrite: bool) -> None:
+def _check_dest(location: Location, overwrite: bool) -> bool:
+    """Refuse a DEST holding anything but a graphstore dataset; return whether there is one to replace."""
+    location.check_container()
     if not location.exists() or location.is_empty():
-        return
+        return False
     if not is_dataset(location):
         raise DatasetExistsError(
             f"{location.url} exists and is not a graphstore dataset; refusing to write there (even with "
             "--overwrite, so nothing of yours is deleted): choose a new or empty directory"
         )
+    doc = location.read_json(layout.ROOT_METADATA)
+    if isinstance(doc, dict) and layout.MANIFEST_ATTR not in doc.get("attributes", {}):
+        logger.info("%s holds an interrupted ingest (no manifest); replacing it", location.url)
+        return True
     if not overwrite:
         raise DatasetExistsError(f"{location.url} already holds a dataset; pass --overwrite (overwrite=True) to replace it")
+    return True
 
 
 def _halo_attrs(source: GraphSource, spec: tuple[str, ...] | str) -> dict[Any, tuple[str, ...]]:
@@ -124,9 +178,10 @@ def _halo_attrs(source: GraphSource, spec: tuple[str, ...] | str) -> dict[Any, t
     return out
 
 
-def _write_dataset(source: GraphSource, staged: LocalLocation, *, num_parts: int, method: str, seed: int,
+def _write_dataset(source: GraphSource, staged: Location, *, num_parts: int, method: str, seed: int,
                    compression: str, halo_features: tuple[str, ...] | str, allow_nan: bool, chunk_bytes: int,
-                   metis_max_edges: int | None, progress: Progress | None, started: float) -> IngestSummary:
+                   metis_max_edges: int | None, progress: Progress | None, started: float,
+                   prepare: Callable[[], None] | None = None) -> IngestSummary:
     replicate = _halo_attrs(source, halo_features)
     logger.info("partitioning %s into %d parts by %s", source.name, num_parts, method)
     assign, details = partition_nodes(source, num_parts, method, seed, progress, metis_max_edges)
@@ -134,6 +189,8 @@ def _write_dataset(source: GraphSource, staged: LocalLocation, *, num_parts: int
     del assign
     logger.info("partitioned after %.1f s; writing into %s", time.perf_counter() - started, staged.url)
     keys = _type_keys(source)
+    if prepare is not None:
+        prepare()
     writer = ArrayWriter(staged, compression=compression, chunk_bytes=chunk_bytes)
     parts = PartsWriter(source, books, keys, writer, allow_nan=allow_nan, progress=progress)
     edge_stats = {}
@@ -150,7 +207,8 @@ def _write_dataset(source: GraphSource, staged: LocalLocation, *, num_parts: int
     writer.commit(manifest.to_json())
     q = manifest.partitioning
     return IngestSummary(staged.url, num_parts, method, q["nodes_per_part"], q["edges_per_part"], q["edge_cut"],
-                         q["edge_cut_fraction"], q["node_balance"], q["edge_balance"], writer.bytes_written, 0.0)
+                         q["edge_cut_fraction"], q["node_balance"], q["edge_balance"], writer.bytes_written, 0.0,
+                         writer.read_back)
 
 
 def _type_keys(source: GraphSource) -> dict[Any, str]:
@@ -185,7 +243,8 @@ def _manifest(source: GraphSource, books: dict, keys: dict, parts: PartsWriter, 
                     partitioning=_quality(books, edge_stats, opts), splits=splits,
                     stats=_stats(source, edge_stats),
                     storage={"compression": opts["compression"], "chunk_bytes": opts["chunk_bytes"]},
-                    provenance={"source": source.origin, "tool": "graphstore", "tool_version": graphstore.__version__,
+                    provenance={"source": redact_url(source.origin), "tool": "graphstore",
+                                "tool_version": graphstore.__version__,
                                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 "seconds": round(time.perf_counter() - opts["started"], 3)})
 
