@@ -11,7 +11,7 @@ from torch_geometric.data.graph_store import EdgeLayout
 
 from graphstore import layout
 from graphstore.dataset import Dataset
-from graphstore.errors import UnknownAttributeError
+from graphstore.errors import NotOwnedError, UnknownAttributeError
 from graphstore.stores import ReadOnlyError, ZarrFeatureStore, _ids
 
 
@@ -44,6 +44,10 @@ class DatasetFeatureStore(FeatureStore):
             raise UnknownAttributeError(
                 f"{attr.group_name!r} has no attribute {attr.attr_name!r}; it has {sorted(info.attrs)}")
         ids = _ids(attr.index, 0, info.num_nodes)
+        if ids is not None and len(ids) and (ids.min() < 0 or ids.max() >= info.num_nodes):
+            bad = ids[(ids < 0) | (ids >= info.num_nodes)]
+            raise NotOwnedError(f"node IDs {bad[:5].tolist()} of {info.name!r} are outside [0, {info.num_nodes}): "
+                                "pass global IDs of this dataset")
         if ids is None:
             return torch.cat([fs.get_tensor(info.name, attr.attr_name, None) for fs in self._parts])
         owners = self.dataset.owner(ids, info.name) if self.dataset.num_parts > 1 else np.zeros(len(ids), np.int64)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from graphstore.dataset import Dataset
+from graphstore.errors import InvalidInputError
 from sampling.distributed import (EDGE_ATTR, DistributedFeatureStore, DistributedSampler, RankLayout, RemoteStats,
                                   _waited)
 from sampling.loader import LinkNeighborLoader, NeighborLoader
@@ -20,7 +21,8 @@ _SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "we
 
 class Prefetcher:
     """Runs an iterator in a background thread, ``depth`` items ahead, so sampling and remote
-    fetches overlap training. Errors are re-raised in the consumer; ``close`` stops the thread.
+    fetches overlap training. Errors are re-raised in the consumer; ``close`` stops and joins the
+    thread (also on garbage collection), and a finished prefetcher keeps raising ``StopIteration``.
     """
 
     _DONE = object()
@@ -28,36 +30,56 @@ class Prefetcher:
     def __init__(self, source: Iterator, depth: int = 2) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
+        self._finished = False
         self._thread = threading.Thread(target=self._run, args=(source,), daemon=True, name="graphstore-prefetch")
         self._thread.start()
+
+    def _put(self, item: Any) -> bool:
+        """Queue ``item`` unless asked to stop; False when stopped."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def _run(self, source: Iterator) -> None:
         try:
             for item in source:
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
+                if not self._put(item):
                     return
-            self._queue.put(self._DONE)
+            self._put(self._DONE)
         except BaseException as exc:  # delivered to the consumer
-            self._queue.put(exc)
+            self._put(exc)
 
     def __iter__(self) -> Prefetcher:
         return self
 
     def __next__(self) -> Any:
-        item = self._queue.get()
-        if item is self._DONE:
+        if self._finished:
             raise StopIteration
-        if isinstance(item, BaseException):
+        item = self._queue.get()
+        if item is self._DONE or isinstance(item, BaseException):
+            self._finished = True
+            self.close()
+            if item is self._DONE:
+                raise StopIteration
             raise item
         return item
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop the thread and wait for it (it finishes the batch it is on: bounded by RPC timeouts)."""
+        self._stop.set()
+        while True:  # unblock a producer waiting for room
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def __del__(self) -> None:
         self._stop.set()
 
 
@@ -75,6 +97,11 @@ class _Distributed:
         self.layout = layout or RankLayout(dataset.num_parts, transport.world_size)
         self.stats = stats or RemoteStats()
         self.part = self.layout.part_of(transport.rank)
+        if kwargs.get("num_workers", 0):
+            raise InvalidInputError(
+                "distributed loaders sample in this process (its RPC agent cannot be shared with DataLoader "
+                "workers); drop num_workers — a background thread already prefetches (prefetch=2)"
+            )
         options = {k: kwargs.pop(k) for k in _SAMPLER_OPTIONS if k in kwargs}
         sampler = DistributedSampler(dataset, num_neighbors, transport, self.layout, self.stats, **options)
         store = DistributedFeatureStore(dataset, transport, self.layout, self.stats, cache_rows)
@@ -120,7 +147,7 @@ class DistributedNeighborLoader(_Distributed, NeighborLoader):
                  cache_rows: int = 0, **kwargs: Any) -> None:
         self.prefetch = prefetch
         sampler, pair = self._setup(dataset, transport, layout, stats, num_neighbors, kwargs, cache_rows)
-        seeds = local_seeds(dataset, self.part, input_nodes, self.layout)
+        seeds = local_seeds(dataset, self.part, input_nodes, self.layout, transport.rank)
         super().__init__(pair, num_neighbors, input_nodes=seeds, neighbor_sampler=sampler, **kwargs)
         self._graph_dataset = dataset
 
@@ -137,7 +164,8 @@ class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
             indices, indptr = pair[1].get_edge_index(None, "csc")
             lo, hi = pair[1].dst_range()
             dst = torch.repeat_interleave(torch.arange(lo, hi), torch.diff(indptr))
-            edge_label_index = torch.stack([indices, dst])
+            share, ranks = transport.rank % self.layout.ranks_per_part, self.layout.ranks_per_part
+            edge_label_index = torch.stack([indices, dst])[:, share::ranks]  # the partition's ranks split its links
         if isinstance(edge_label_index, torch.Tensor):
             edge_label_index = (None, edge_label_index)
         super().__init__(pair, num_neighbors, edge_label_index=edge_label_index, neighbor_sampler=sampler, **kwargs)

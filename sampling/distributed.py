@@ -70,6 +70,13 @@ class RemoteStats:
     cache_misses: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def add(self, requests: int = 0, wait: float = 0.0, rows: int = 0) -> None:
         with self._lock:
             self.requests += requests
@@ -251,7 +258,7 @@ class DistributedFeatureStore(FeatureStore):
         if ids is None or (len(ids) and ids.min() >= lo and ids.max() < hi):
             return [self.local.get_tensor(group, n, index) for n in names]
         ids_t = torch.from_numpy(ids)
-        local_mask = self._servable_here(info, ids)
+        local_mask = self._servable_here(info, ids, names)
         owners = self.dataset.owner(ids, info.name)
         results = [self._empty(info, n, len(ids)) for n in names]
         pending = self._request_remote(group, names, ids_t, owners, local_mask, results)
@@ -266,10 +273,11 @@ class DistributedFeatureStore(FeatureStore):
                 res[sel] = r
         return results
 
-    def _servable_here(self, info: Any, ids: np.ndarray) -> np.ndarray:
+    def _servable_here(self, info: Any, ids: np.ndarray, names: list[str]) -> np.ndarray:
+        """Own IDs, plus halo IDs when every asked attribute is replicated for the halo."""
         lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
         mask = (ids >= lo) & (ids < hi)
-        if info.halo_attrs:
+        if info.halo_attrs and set(names) <= set(info.halo_attrs):
             from graphstore import layout
 
             halo = np.asarray(self.dataset.array(layout.halo_array(self.part, info.key, layout.HALO_IDS)))

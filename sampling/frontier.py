@@ -46,9 +46,12 @@ class NodeTable:
         self._room(len(ids))
         keys = batch * self.num_nodes + ids if self.disjoint else ids
         local, new, next_id = kernels.hash_insert(self.keys, self.vals, keys, self.count)
-        if force_new:
+        if force_new:  # every entry gets its own position; a repeated key maps to its first one
             local = np.arange(self.count, self.count + len(ids), dtype=np.int64)
             new = np.ones(len(ids), bool)
+            if next_id - self.count != len(ids):
+                uniq, first = np.unique(keys, return_index=True)
+                kernels.hash_set(self.keys, self.vals, uniq, first + self.count)
             next_id = self.count + len(ids)
         self.count = next_id
         self.ids.append(ids if force_new else ids[new])
@@ -127,6 +130,8 @@ class Frontier:
         """Sample in every block that owns some of ``ids``; results grouped by block."""
         cfg = self.sampler.config
         node_time = self.sampler.node_time.get(topo.src_type, _EMPTY_I)
+        if not len(node_time) and not topo.has_time:
+            time = _EMPTY_I  # neither its edges nor its source nodes have times: no constraint here
         strategy = kernels.STRATEGY_LAST if cfg.temporal_strategy == "last" else kernels.STRATEGY_UNIFORM
         if len(topo.blocks) == 1:
             if ids.min() < topo.blocks[0].lo or ids.max() >= topo.blocks[0].hi:

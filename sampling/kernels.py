@@ -32,7 +32,7 @@ def _pick_uniform(count: int, k: int, replace: bool, out: np.ndarray, scratch: n
         for i in range(k):
             out[i] = np.random.randint(0, count)
         return k
-    if k <= 32 or len(scratch) < count:  # Floyd's algorithm: k draws, membership by a short linear scan
+    if count > 4 * k or len(scratch) < count:  # Floyd's algorithm: k draws, O(k^2) membership scans
         n = 0
         for j in range(count - k, count):
             t = np.random.randint(0, j + 1)
@@ -111,7 +111,7 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, lo: i
     filtered = len(seed_time) > 0 or len(weights) > 0
     cand = np.empty(max_deg if filtered else 0, np.int64)
     picked = np.empty(max(max_deg, fanout if fanout > 0 else 0), np.int64)
-    scratch = np.empty(max_deg if (fanout > 32 or replace) else 0, np.int64)
+    scratch = np.empty(max_deg if (fanout > 0 and not replace) else 0, np.int64)
     keys = np.empty(max_deg if filtered else 0, np.float64)
     n_out = 0
     for i in range(num):
@@ -172,7 +172,8 @@ def _latest(indices, start, cand, count, k, edge_time, node_time, node_time_lo, 
 @njit(cache=True, nogil=True)
 def _hash(key: np.int64, mask: int) -> int:
     h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    return np.int64((h >> np.uint64(17)) & np.uint64(mask))
+    h ^= h >> np.uint64(32)  # fold the well-mixed high bits into the low bits the mask keeps
+    return np.int64(h & np.uint64(mask))
 
 
 @njit(cache=True, nogil=True)
@@ -203,20 +204,36 @@ def hash_insert(table_keys: np.ndarray, table_vals: np.ndarray, keys: np.ndarray
 
 
 @njit(cache=True, nogil=True)
-def hash_clear(table_keys: np.ndarray, keys: np.ndarray) -> None:
-    """Empty the table by removing ``keys`` — every key it holds, in insertion order — in O(len(keys)).
-
-    Removing in reverse insertion order keeps every probe chain intact: a key's chain only passes
-    slots taken by keys inserted before it, which are still there when it is removed.
-    """
+def _find(table_keys: np.ndarray, key: np.int64) -> int:
+    """The slot holding ``key``, or -1."""
     mask = len(table_keys) - 1
-    for i in range(len(keys) - 1, -1, -1):
-        slot = _hash(keys[i], mask)
-        while table_keys[slot] != keys[i]:
-            if table_keys[slot] == _EMPTY:
-                break
-            slot = (slot + 1) & mask
-        table_keys[slot] = _EMPTY
+    slot = _hash(key, mask)
+    while table_keys[slot] != key:
+        if table_keys[slot] == _EMPTY:
+            return -1
+        slot = (slot + 1) & mask
+    return slot
+
+
+@njit(cache=True, nogil=True)
+def hash_clear(table_keys: np.ndarray, keys: np.ndarray) -> None:
+    """Empty the table by removing ``keys`` (every key it holds, any order, repeats allowed) in
+    O(len(keys)): all slots are found while the table is intact, then blanked."""
+    slots = np.empty(len(keys), np.int64)
+    for i in range(len(keys)):
+        slots[i] = _find(table_keys, keys[i])
+    for i in range(len(keys)):
+        if slots[i] >= 0:
+            table_keys[slots[i]] = _EMPTY
+
+
+@njit(cache=True, nogil=True)
+def hash_set(table_keys: np.ndarray, table_vals: np.ndarray, keys: np.ndarray, vals: np.ndarray) -> None:
+    """Set the value of each (present) key."""
+    for i in range(len(keys)):
+        slot = _find(table_keys, keys[i])
+        if slot >= 0:
+            table_vals[slot] = vals[i]
 
 
 @njit(cache=True, nogil=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -66,8 +65,9 @@ class NeighborSampler(BaseSampler):
         self._data = data
         self._topology: dict[Any, EdgeTopology] | None = None
         self._node_time: dict[Any, np.ndarray] | None = None
-        self._seed, self._seeded_pid = seed, -1
-        self._tables: dict[Any, NodeTable] | None = None
+        self._seed = seed
+        self._local = threading.local()  # per thread: seeded flag and de-duplication tables
+        self._threads_seeded = 0
         topo = self.topology  # validates the data and attribute names now, not in a worker
         self.is_hetero = next(iter(topo)) is not None
         self.edge_types = list(topo)
@@ -139,19 +139,24 @@ class NeighborSampler(BaseSampler):
         if _is_dataset(self._data) or isinstance(self._data, (tuple, list)):
             state["_topology"] = None  # memory-mapped: cheap to rebuild in the worker
             state["_node_time"] = None
-        state["_seeded_pid"] = -1
-        state["_tables"] = None
+        state["_local"] = None
+        state["_threads_seeded"] = 0
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
 
     def node_tables(self) -> dict[Any, NodeTable]:
         """Per node type, this process's de-duplication table, emptied for a new batch (reused: no
         allocation per batch)."""
-        if self._tables is None:
+        tables = getattr(self._local, "tables", None)
+        if tables is None:  # one set per thread: a prefetch thread never shares a main thread's
             counts = self.num_nodes if isinstance(self.num_nodes, dict) else {None: self.num_nodes}
-            self._tables = {t: NodeTable(n, self.disjoint) for t, n in counts.items()}
-        for table in self._tables.values():
+            tables = self._local.tables = {t: NodeTable(n, self.disjoint) for t, n in counts.items()}
+        for table in tables.values():
             table.reset()
-        return self._tables
+        return tables
 
     # -- BaseSampler --
 
@@ -173,12 +178,17 @@ class NeighborSampler(BaseSampler):
     # -- sampling --
 
     def _ensure_seeded(self) -> None:
-        pid = (os.getpid(), threading.get_ident())  # numba's generator is per process and per thread
-        if self._seeded_pid != pid:
-            info = torch.utils.data.get_worker_info()
-            base = self._seed if self._seed is not None else torch.initial_seed()
-            kernels.seed_rng(int((base + (info.id + 1 if info else 0) * 7919) % (2**32)))
-            self._seeded_pid = pid
+        """Seed numba's generator once per thread (it is per process and per thread): from ``seed``
+        (else torch's seed), the DataLoader worker, and how many threads this sampler seeded before —
+        so each epoch's prefetch thread draws a new stream, reproducibly."""
+        if getattr(self._local, "seeded", False):
+            return
+        info = torch.utils.data.get_worker_info()
+        base = self._seed if self._seed is not None else torch.initial_seed()
+        self._threads_seeded += 1
+        mixed = base * 1_000_003 + (info.id + 1 if info else 0) * 7919 + self._threads_seeded * 104_729
+        kernels.seed_rng(int(mixed % (2**32)))
+        self._local.seeded = True
 
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()

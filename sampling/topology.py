@@ -57,12 +57,12 @@ class EdgeTopology:
         self.offsets = np.array([b.lo for b in self.blocks] + [self.blocks[-1].hi], np.int64)
 
     @property
-    def has_weight(self) -> bool:
-        return len(self.blocks[0].weight) > 0
+    def has_weight(self) -> bool:  # remote blocks carry no arrays: ask a local one
+        return any(len(getattr(b, "weight", ())) > 0 for b in self.blocks)
 
     @property
     def has_time(self) -> bool:
-        return len(self.blocks[0].time) > 0
+        return any(len(getattr(b, "time", ())) > 0 for b in self.blocks)
 
     def block_of(self, nodes: np.ndarray) -> np.ndarray:
         """Index of the block owning each destination node; raises for nodes no block owns."""

@@ -21,6 +21,8 @@ logger = logging.getLogger(__name__)
 Handler = Callable[..., Any]
 _HANDLERS: dict[str, Handler] = {}  # this process's named callees (RpcTransport)
 _LOCK = threading.Lock()
+_LOST_PEER_WORDS = ("timeout", "timed out", "ran for more than", "pipe closed", "eof", "connection",
+                    "reset by peer", "shut down", "shutdown", "unreachable", "broken pipe")
 
 
 class PeerError(GraphstoreError, ConnectionError):
@@ -121,12 +123,20 @@ class RpcTransport(Transport):
             try:
                 out.set_result(f.wait())
             except Exception as exc:
-                out.set_exception(PeerError(
-                    f"rank {peer} did not answer {name!r} (dead, unreachable, or slower than the "
-                    f"{self.timeout:.0f} s timeout): {exc}"))
+                out.set_exception(self._error(peer, name, exc))
 
         fut.add_done_callback(done)
         return out
+
+    def _error(self, peer: int, name: str, exc: Exception) -> PeerError:
+        """Tell a peer that did not answer from a handler that raised on the peer."""
+        text = str(exc)
+        lost = isinstance(exc, RuntimeError) and any(
+            word in text.lower() for word in _LOST_PEER_WORDS) and not isinstance(exc, GraphstoreError)
+        if lost:
+            return PeerError(f"rank {peer} did not answer {name!r} (dead, unreachable, or slower than the "
+                             f"{self.timeout:.0f} s timeout): {text}")
+        return PeerError(f"rank {peer} failed in {name!r}: {type(exc).__name__}: {text}")
 
     def shutdown(self) -> None:
         with _LOCK:

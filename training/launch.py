@@ -77,7 +77,30 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
                    "GRAPHSTORE_CONFIG": json.dumps(asdict(config)), "OMP_NUM_THREADS": os.environ.get(
                        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
             procs.append(subprocess.Popen([sys.executable, "-m", "training.launch", "--rank-from-env"], env=env))
-        return _supervise(procs, grace)
+        previous = signal.signal(signal.SIGTERM, _raise_exit)  # scancel / kill: stop the ranks too
+        try:
+            return _supervise(procs, grace)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            _stop_all(procs)
+
+
+def _raise_exit(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _stop_all(procs: list[subprocess.Popen], wait: float = 10.0) -> None:
+    """Terminate ranks still running, then kill those that ignore it: no rank outlives the launcher."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + wait
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float) -> int:

@@ -76,32 +76,33 @@ class Watchdog:
     def __init__(self, world: World, limit: float, interval: float = 2.0) -> None:
         self.world, self.limit, self.interval = world, limit, interval
         self.store = dist.distributed_c10d._get_default_store()
+        self._seen: dict[int, tuple[str, float]] = {}  # rank -> (last heartbeat value, when it changed)
         self._stop = threading.Event()
         self._beat()
         self._thread = threading.Thread(target=self._run, daemon=True, name="graphstore-watchdog")
         self._thread.start()
 
     def _beat(self) -> None:
-        self.store.set(f"graphstore/heartbeat/{self.world.rank}", repr(time.time()))
+        self._count = getattr(self, "_count", 0) + 1
+        self.store.set(f"graphstore/heartbeat/{self.world.rank}", str(self._count))
 
     def dead_ranks(self) -> list[int]:
-        """Ranks whose heartbeat is stale; rank 0 when the store it hosts cannot be reached."""
-        now, dead = time.time(), []
-        try:
-            for rank in range(self.world.world_size):
-                key = f"graphstore/heartbeat/{rank}"
-                if self.store.check([key]) and now - float(self.store.get(key)) <= self.limit:
-                    continue
-                if rank != self.world.rank:
-                    dead.append(rank)
-        except Exception:  # the store lives on rank 0
-            return [0] if self.world.rank != 0 else dead
-        return dead
+        """Ranks whose heartbeat has not changed for ``limit`` seconds of this machine's monotonic
+        clock (no clock comparison across machines); rank 0 when the store it hosts is gone."""
+        beats = self._beats()
+        if beats is None:
+            return [0] if self.world.rank != 0 else []
+        now = time.monotonic()
+        for rank, value in beats.items():
+            if self._seen.get(rank, (None,))[0] != value:
+                self._seen[rank] = (value, now)
+        return [r for r, (_, since) in sorted(self._seen.items()) if now - since > self.limit]
 
     def _beats(self) -> dict[int, str] | None:
         try:
-            return {r: self.store.get(f"graphstore/heartbeat/{r}").decode() for r in range(self.world.world_size)
-                    if r != self.world.rank}
+            keys = [f"graphstore/heartbeat/{r}" for r in range(self.world.world_size) if r != self.world.rank]
+            return {int(k.rsplit("/", 1)[1]): (self.store.get(k).decode() if self.store.check([k]) else "")
+                    for k in keys}
         except Exception:
             return None
 
@@ -116,15 +117,15 @@ class Watchdog:
         return [r for r in before if before[r] == after.get(r)]
 
     def _run(self) -> None:
-        started = time.time()
+        started = time.monotonic()
         while not self._stop.wait(self.interval):
             try:
                 self._beat()
             except Exception:
                 pass
-            if time.time() - started < self.limit:
+            dead = self.dead_ranks()  # called every beat: it tracks when each heartbeat last changed
+            if time.monotonic() - started < self.limit:
                 continue  # give slow starters the full limit
-            dead = self.dead_ranks()
             if dead and not self._stop.is_set():
                 logger.error("rank %d: rank(s) %s stopped responding (no heartbeat for %.0f s); exiting",
                              self.world.rank, dead, self.limit)

@@ -121,12 +121,14 @@ class Trainer:
     def run(self) -> list[dict[str, Any]]:
         c = self.config
         self.transport = start(self.world, c.timeout, use_rpc=self.dataset.num_parts > 1)
+        # bookkeeping collectives use CPU tensors: a gloo group for them when the default is nccl
+        self._cpu_group = dist.new_group(backend="gloo") if self.world.use_cuda else None
         self.watchdog = Watchdog(self.world, limit=c.timeout)
         graceful = False
         try:
             PartitionServer(self.dataset, self.part).register(self.transport)
             history = self._train()
-            dist.monitored_barrier(timeout=_td(c.timeout), wait_all_ranks=True)
+            dist.monitored_barrier(group=self._cpu_group, timeout=_td(c.timeout), wait_all_ranks=True)
             graceful = True
             return history
         except Exception as exc:
@@ -136,8 +138,13 @@ class Trainer:
             stop(self.transport, graceful=graceful)
 
     def _explain(self, exc: Exception) -> Exception:
-        if isinstance(exc, (InvalidInputError, PeerFailure)):
-            return exc
+        from graphstore.errors import GraphstoreError
+        from sampling.transport import PeerError
+
+        if isinstance(exc, PeerError) and "did not answer" in str(exc):
+            return PeerFailure(f"rank {self.world.rank}: {exc}")
+        if isinstance(exc, (GraphstoreError, PeerFailure)):
+            return exc  # names its problem already (bad input, a damaged dataset, a peer's error)
         dead = self.watchdog.stalled_ranks() if self.watchdog else []
         who = f"rank(s) {dead} died or stopped responding" if dead else "a peer or collective failed"
         return PeerFailure(f"rank {self.world.rank}: {who}: {type(exc).__name__}: {exc}")
@@ -151,6 +158,10 @@ class Trainer:
         ddp.register_comm_hook(None, timed_allreduce_hook(self.timers))
         optimizer = torch.optim.Adam(ddp.parameters(), lr=c.lr)
         first, history = self._resume(model, optimizer)
+        if _agree_max(first) != first or -_agree_max(-first) != first:
+            raise InvalidInputError(
+                f"--resume: ranks found different checkpoints in {c.checkpoint_dir} (rank {world.rank} would "
+                f"start at epoch {first + 1}); --checkpoint-dir must be one path every rank sees (shared storage)")
         steps = _agree_max(len(loaders["train"]))
         for epoch in range(first, c.epochs):
             _seed_everything(c.seed * 100_003 + epoch * 1009 + world.rank)

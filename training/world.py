@@ -38,7 +38,8 @@ class World:
 
     @property
     def backend(self) -> str:
-        return "nccl" if self.use_cuda else "gloo"
+        """gloo on CPU; with CUDA, nccl for GPU tensors and gloo for the CPU bookkeeping tensors."""
+        return "cpu:gloo,cuda:nccl" if self.use_cuda else "gloo"
 
     @property
     def device(self) -> torch.device:
