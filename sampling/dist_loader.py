@@ -166,6 +166,9 @@ class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
             dst = torch.repeat_interleave(torch.arange(lo, hi), torch.diff(indptr))
             share, ranks = transport.rank % self.layout.ranks_per_part, self.layout.ranks_per_part
             edge_label_index = torch.stack([indices, dst])[:, share::ranks]  # the partition's ranks split its links
+            time_attr = kwargs.get("time_attr")
+            if time_attr and kwargs.get("edge_label_time") is None and time_attr in dataset.manifest.edge_types[0].attrs:
+                kwargs["edge_label_time"] = pair[1].edge_attr(time_attr)[share::ranks]  # each link at its own time
         if isinstance(edge_label_index, torch.Tensor):
             edge_label_index = (None, edge_label_index)
         super().__init__(pair, num_neighbors, edge_label_index=edge_label_index, neighbor_sampler=sampler, **kwargs)
@@ -173,13 +176,13 @@ class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
 
 
 def local_seeds(dataset: Dataset, part: int, input_nodes: Any, layout: RankLayout | None = None,
-                rank: int | None = None) -> Any:
+                rank: int | None = None, node_type: Any = None) -> Any:
     """This rank's seed nodes: ``input_nodes`` as given, or a mask name / ``None`` resolved on its
     partition (global IDs); with several ranks per partition, the partition's seeds are split
     between them (``rank`` picks the share)."""
     if input_nodes is not None and not isinstance(input_nodes, str):
         return input_nodes
-    info = dataset.manifest.node_types[0]
+    info = dataset.manifest.node_type(node_type) if node_type is not None else dataset.manifest.node_types[0]
     fs = dataset.partition(part)[0]
     lo = info.offsets[part]
     if input_nodes is None:

@@ -38,6 +38,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0,
                    help="seconds before a silent peer or stuck collective ends the job (default 120)")
     p.add_argument("--cache-rows", type=int, default=0, help="cache up to this many remote feature rows per rank")
+    p.add_argument("--task", choices=("node", "link"), default="node",
+                   help="node classification (default) or link prediction (AUC)")
+    p.add_argument("--target", help="node type to classify in a heterogeneous dataset (default: the labelled one)")
+    p.add_argument("--time-attr", help="temporal sampling on this node/edge attribute (links: split in time too)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -50,7 +54,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         raise GraphstoreError(f"--fanout {args.fanout!r}: give integers per hop, e.g. 15,10") from exc
     return TrainConfig(args.dataset, args.epochs, args.model, fanout, args.batch_size, args.hidden, args.lr,
                        args.dropout, args.seed, args.checkpoint_dir, args.resume, args.metrics_out, args.timeout,
-                       args.cache_rows, not args.no_progress)
+                       args.cache_rows, not args.no_progress, task=args.task, target=args.target,
+                       time_attr=args.time_attr)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:

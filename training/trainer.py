@@ -13,14 +13,13 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import graphstore
 from graphstore.errors import InvalidInputError
-from sampling.dist_loader import DistributedNeighborLoader, local_seeds
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from training import checkpoint
 from training.process import PeerFailure, Watchdog, start, stop
+from training.tasks import make_task
 from training.timing import Timers, timed_allreduce_hook
 from training.world import World
 
@@ -47,6 +46,9 @@ class TrainConfig:
     timeout: float = 120.0
     cache_rows: int = 0
     progress: bool = True
+    task: str = "node"
+    target: str | None = None  # node type to classify (heterogeneous datasets); default: the labelled one
+    time_attr: str | None = None  # temporal sampling (and, for links, a split in time) on this attribute
     storage_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -59,15 +61,10 @@ class TrainConfig:
             raise InvalidInputError(f"--fanout {self.fanout} must be positive per hop (or -1 for all), e.g. 15,10")
         if self.resume and not self.checkpoint_dir:
             raise InvalidInputError("--resume needs --checkpoint-dir")
+        if self.task not in ("node", "link"):
+            raise InvalidInputError(f"--task {self.task!r} is not one of ('node', 'link')")
         if self.timeout <= 0:
             raise InvalidInputError(f"--timeout must be > 0 seconds, got {self.timeout}")
-
-
-def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, dropout: float) -> torch.nn.Module:
-    from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
-
-    cls = {"sage": GraphSAGE, "gcn": GCN, "gat": GAT, "gin": GIN}[name]
-    return cls(in_dim, hidden, num_layers=layers, out_channels=out_dim, dropout=dropout)
 
 
 def _seed_everything(seed: int) -> None:
@@ -90,31 +87,18 @@ class Trainer:
 
     # -- set-up --
 
-    def _loaders(self) -> dict[str, DistributedNeighborLoader]:
-        c, out = self.config, {}
-        for split, mask in (("train", "train_mask"), ("val", "val_mask"), ("test", "test_mask")):
-            if mask not in self.dataset.manifest.node_types[0].attrs:
-                if split == "train":
-                    raise InvalidInputError(f"{self.dataset.url} has no train_mask: ingest a graph with splits")
-                continue
-            seeds = local_seeds(self.dataset, self.part, mask, self.layout, self.world.rank)
-            out[split] = DistributedNeighborLoader(
-                self.dataset, list(c.fanout), self.transport, seeds, layout=self.layout, stats=self.stats,
-                batch_size=c.batch_size, shuffle=split == "train", seed=c.seed * 7919 + self.world.rank,
-                cache_rows=c.cache_rows, filter_per_worker=False)
+    def _loaders(self) -> dict[str, Any]:
+        out = self.task.loaders()
+        if "train" not in out:
+            raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
         _time_loader(out["train"], self.timers)
         return out
 
-    def _model(self) -> torch.nn.Module:
-        info = self.dataset.manifest.node_types[0]
-        if "x" not in info.attrs or "y" not in info.attrs:
-            raise InvalidInputError(f"{self.dataset.url} needs node attributes x and y to train a node classifier")
-        in_dim = int(np.prod(info.attrs["x"].shape))
-        y = self.dataset.partition(self.part)[0][None, "y", None]
-        classes = torch.tensor(int(y.max()) + 1 if y.numel() else 1)
-        dist.all_reduce(classes, op=dist.ReduceOp.MAX)
-        return build_model(self.config.model, in_dim, self.config.hidden, int(classes), len(self.config.fanout),
-                           self.config.dropout).to(self.world.device)
+    def _model(self, first_batch: Any) -> torch.nn.Module:
+        model = self.task.model().to(self.world.device)
+        with torch.no_grad():  # materialise lazy parameters (to_hetero, -1 input sizes) before DDP
+            self.task.step(model, first_batch.to(self.world.device))
+        return model
 
     # -- the job --
 
@@ -151,10 +135,12 @@ class Trainer:
 
     def _train(self) -> list[dict[str, Any]]:
         c, world = self.config, self.world
+        self.task = make_task(self)
         loaders = self._loaders()
-        model = self._model()
-        ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[world.local_rank] if world.use_cuda else None)
+        model = self._model(next(iter(loaders["train"])))
+        ddp = torch.nn.parallel.DistributedDataParallel(  # to_hetero models leave non-target outputs unused
+            model, device_ids=[world.local_rank] if world.use_cuda else None,
+            find_unused_parameters=self.dataset.is_hetero)
         ddp.register_comm_hook(None, timed_allreduce_hook(self.timers))
         optimizer = torch.optim.Adam(ddp.parameters(), lr=c.lr)
         first, history = self._resume(model, optimizer)
@@ -171,7 +157,8 @@ class Trainer:
                       "train_seconds": round(time.perf_counter() - start_time, 3)}
             record["remote"] = self.stats.snapshot(reset=True)  # training steps only
             record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
-            record.update({f"{k}_acc": self._evaluate(model, loaders[k]) for k in ("val", "test") if k in loaders})
+            record.update({f"{k}_{self.task.metric}": self.task.evaluate(model, loaders[k])
+                           for k in ("val", "test") if k in loaders})
             record["epoch_seconds"] = round(time.perf_counter() - start_time, 3)
             record["remote_eval"] = self.stats.snapshot(reset=True)
             self.timers.snapshot()  # evaluation's sampling/feature time is not part of the training breakdown
@@ -191,31 +178,16 @@ class Trainer:
                 batch = next(batches).to(self.world.device)
             with self.timers.time("forward_backward"):
                 optimizer.zero_grad()
-                out = ddp(batch.x.float(), batch.edge_index)[: batch.batch_size]
-                y = batch.y[: batch.batch_size]
-                loss = F.cross_entropy(out, y)
+                loss, correct, seen = self.task.step(ddp, batch)
                 loss.backward()
             with self.timers.time("optimizer"):
                 optimizer.step()
-            totals += torch.tensor([float(loss.detach()) * len(y), float((out.argmax(-1) == y).sum()), len(y)],
-                                   dtype=torch.float64)
+            totals += torch.tensor([float(loss.detach()) * seen, correct, seen], dtype=torch.float64)
             bar.update(1)
         batches.close()
         bar.close()
         dist.all_reduce(totals)
         return round(float(totals[0] / max(totals[2], 1)), 5), round(float(totals[1] / max(totals[2], 1)), 5)
-
-    @torch.no_grad()
-    def _evaluate(self, model: torch.nn.Module, loader: Any) -> float:
-        model.eval()
-        counts = torch.zeros(2, dtype=torch.float64)
-        for batch in loader:
-            batch = batch.to(self.world.device)
-            out = model(batch.x.float(), batch.edge_index)[: batch.batch_size]
-            counts += torch.tensor([float((out.argmax(-1) == batch.y[: batch.batch_size]).sum()), batch.batch_size],
-                                   dtype=torch.float64)
-        dist.all_reduce(counts)
-        return round(float(counts[0] / max(counts[1], 1)), 5)
 
     def _resume(self, model: torch.nn.Module, optimizer: Any) -> tuple[int, list[dict[str, Any]]]:
         c = self.config
@@ -346,7 +318,8 @@ def _bar(enabled: bool, total: int, desc: str) -> Any:
 
 def _print_epoch(r: dict[str, Any], epochs: int) -> None:
     t = r["timing"]
-    accs = "  ".join(f"{k[:-4]} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in r)
+    accs = "  ".join(f"{k.replace('_', ' ')} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc", "val_auc",
+                                                                    "test_auc") if k in r)
     print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, training "
           f"{r['train_seconds']:.1f} s "
           f"(sampling {t.get('sampling', 0):.1f}, remote wait {t.get('remote_wait', 0):.1f}, "
