@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 
 from graphstore.dataset import Dataset, open_dataset  # noqa: E402
 from graphstore.ingest import ingest  # noqa: E402
+from graphstore.outputs import OutputWriter  # noqa: E402
 from graphstore.retry import RetryPolicy  # noqa: E402
 
-__all__ = ["Dataset", "RetryPolicy", "__version__", "ingest", "open_dataset"]
+__all__ = ["Dataset", "OutputWriter", "RetryPolicy", "__version__", "ingest", "open_dataset"]

@@ -135,8 +135,12 @@ class Dataset:
     def chunk_cache(self) -> ChunkCache:
         """This process's cache of this (remote) dataset's chunks."""
         if self._cache is None:
-            doc = json.dumps(self.manifest.to_json(), sort_keys=True).encode()
-            digest = hashlib.sha256(doc).hexdigest()[:16]  # a re-ingested dataset never reuses stale chunks
+            # the digest covers what ingest wrote: a re-ingested dataset never reuses stale chunks, and
+            # committing derived arrays (graphstore.outputs) keeps every cached chunk (crc32 tells a
+            # replaced output's chunks apart)
+            base = self.manifest.without_outputs().to_json()
+            base.pop("outputs")
+            digest = hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
             self._cache = ChunkCache(self.location, digest, self.cache_config, self._stats)
         return self._cache
 
@@ -246,6 +250,11 @@ def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[s
     if not location.is_local:
         dataset._stats.add(layout.ROOT_METADATA, requests=1, nbytes=len(raw))
     return dataset
+
+
+def read_manifest(location: Location) -> Manifest:
+    """The manifest stored at ``location`` now (read again, never cached); refuses a location without one."""
+    return Manifest.from_json(_read_manifest(location)[1], location.url)
 
 
 def _read_manifest(location: Location) -> tuple[bytes, Any]:

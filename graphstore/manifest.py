@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,16 @@ class EdgeTypeInfo:
 
 
 @dataclass(frozen=True)
+class OutputInfo:
+    """A node attribute added to the dataset after ingest (e.g. inference embeddings): name, when, what."""
+
+    name: str
+    node_type: NodeType
+    created: str  # UTC ISO time of the commit
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class Manifest:
     """Everything a reader needs to know about a dataset; stored last, as the commit marker."""
 
@@ -74,6 +84,7 @@ class Manifest:
     stats: dict[str, Any] = field(default_factory=dict)
     storage: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
+    outputs: tuple[OutputInfo, ...] = ()  # derived node attributes, in commit order
     format_version: int = layout.FORMAT_VERSION
 
     @property
@@ -94,6 +105,18 @@ class Manifest:
                 return info
         known = [info.name for info in self.edge_types]
         raise UnknownAttributeError(f"edge type {etype!r} is not in dataset {self.name!r}; it has {known}")
+
+    def without_outputs(self) -> Manifest:
+        """The manifest as ingest wrote it: the derived attributes of ``outputs`` and their arrays left out."""
+        if not self.outputs:
+            return self
+        derived = {(out.node_type, out.name) for out in self.outputs}
+        paths = {layout.node_array(p, t.key, name) for t in self.node_types for name in t.attrs
+                 if (t.name, name) in derived for p in range(self.num_parts)}
+        ntypes = tuple(replace(t, attrs={k: v for k, v in t.attrs.items() if (t.name, k) not in derived})
+                       for t in self.node_types)
+        arrays = {path: info for path, info in self.arrays.items() if path not in paths}
+        return replace(self, node_types=ntypes, arrays=arrays, outputs=())
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -143,6 +166,8 @@ def _parse(doc: dict[str, Any]) -> Manifest:
     }
     for info in arrays.values():
         np.dtype(info.dtype)  # raises TypeError on garbage
+    outputs = tuple(OutputInfo(o["name"], o["node_type"], o["created"], o.get("description", ""))
+                    for o in doc.get("outputs", ()))  # absent in manifests written before outputs existed
     keys = ("partitioning", "splits", "stats", "storage", "provenance")
     return Manifest(doc["name"], int(doc["num_parts"]), ntypes, etypes, arrays,
-                    **{k: doc.get(k, {}) for k in keys}, format_version=doc["format_version"])
+                    **{k: doc.get(k, {}) for k in keys}, outputs=outputs, format_version=doc["format_version"])

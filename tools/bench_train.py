@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/bench_train.py [--json] [--ranks 1,2,4] [--spec SPEC] [--epochs 2] [--data DIR]
+    python tools/bench_train.py [--json] [--ranks 1,2,4] [--case homo|hetero|infer] [--epochs 2] [--data DIR]
 
 Each rank count N trains on the same synthetic graph ingested into N METIS partitions (once, cached
 under --data) with ``graphstore-train --nproc N``; the last epoch's figures are reported (the first
@@ -20,12 +20,14 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import graphstore
 from graphstore.errors import DatasetNotFoundError
 
 SPEC = "synthetic:nodes=200000,avg_degree=15,features=64,classes=10,train=0.2,val=0.05,seed=0"
+HETERO_SPEC = "synthetic-mag:papers=50000,classes=32,features=64,seed=0"
 
 
 def _dataset(root: Path, spec: str, parts: int) -> Path:
@@ -39,23 +41,42 @@ def _dataset(root: Path, spec: str, parts: int) -> Path:
 
 
 def bench(ranks: int, args: argparse.Namespace) -> dict:
-    dest = _dataset(args.data, args.spec, ranks)
-    metrics = args.data / f"metrics-{ranks}.json"
+    spec = HETERO_SPEC if args.case == "hetero" else args.spec
+    dest = _dataset(args.data / args.case, spec, ranks)
+    metrics = args.data / f"metrics-{args.case}-{ranks}.json"
     cmd = [sys.executable, "-m", "training.launch", str(dest), "--nproc", str(ranks), "--epochs", str(args.epochs),
            "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--no-progress", "--metrics-out", str(metrics)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    if args.case == "infer":  # a fresh name each run: outputs are added to the dataset
+        cmd += ["--infer-out", f"bench_{int(time.time())}", "--model", "sage"]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - started
     last = json.loads(metrics.read_text())["epochs"][-1]
+    if args.case == "infer":
+        last["inference"] = _inference_seconds(done.stderr, graphstore.open_dataset(dest).num_nodes(), wall)
     return {"ranks": ranks, "epoch_seconds": last["epoch_seconds"], "train_seconds": last["train_seconds"],
             "steps": last["steps"], "memory_mb": last.get("memory_mb"),
             "timing": last["timing"], "remote_requests": last["remote"]["requests"],
             "remote_requests_per_step": round(last["remote"]["requests"] / max(1, last["steps"] * ranks), 2),
-            "test_acc": last.get("test_acc")}
+            "test_acc": last.get("test_acc"), **({"inference": last["inference"]} if "inference" in last else {})}
+
+
+def _inference_seconds(stderr: str, nodes: int, wall: float) -> dict:
+    """Inference seconds as the trainer logged them (``wrote NAME for N nodes ... in S s``)."""
+    import re
+
+    match = re.search(r"wrote \S+ for (\d+) nodes into \S+ in ([\d.]+) s", stderr)
+    seconds = float(match.group(2)) if match else float("nan")
+    return {"nodes": nodes, "seconds": seconds, "nodes_per_s": round(nodes / seconds, 1) if match else None}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--case", choices=("homo", "hetero", "infer"), default="homo",
+                        help="homogeneous training (default), the mag-shaped heterogeneous graph, or training "
+                             "followed by layer-wise inference written into the dataset (nodes/s)")
     parser.add_argument("--spec", default=SPEC)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--fanout", default="10,5")
@@ -86,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{t.get('remote_wait', 0):.1f} s, features {t.get('feature_fetch', 0):.1f} s, fwd/bwd "
               f"{t.get('forward_backward', 0):.1f} s, grad sync {t.get('grad_sync', 0):.1f} s, data wait "
               f"{t.get('data_wait', 0):.1f} s; {r['remote_requests_per_step']} remote requests/step; "
-              f"test acc {r['test_acc']}")
+              f"test acc {r['test_acc']}"
+              + (f"; inference {r['inference']['nodes_per_s']} nodes/s" if "inference" in r else ""))
     return 0
 
 

@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="node classification (default) or link prediction (AUC)")
     p.add_argument("--target", help="node type to classify in a heterogeneous dataset (default: the labelled one)")
     p.add_argument("--time-attr", help="temporal sampling on this node/edge attribute (links: split in time too)")
+    p.add_argument("--infer-out", metavar="NAME",
+                   help="after training, write every node's output into the dataset as node attribute NAME")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -55,7 +57,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(args.dataset, args.epochs, args.model, fanout, args.batch_size, args.hidden, args.lr,
                        args.dropout, args.seed, args.checkpoint_dir, args.resume, args.metrics_out, args.timeout,
                        args.cache_rows, not args.no_progress, task=args.task, target=args.target,
-                       time_attr=args.time_attr)
+                       time_attr=args.time_attr, infer_out=args.infer_out)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:

@@ -49,6 +49,7 @@ class TrainConfig:
     task: str = "node"
     target: str | None = None  # node type to classify (heterogeneous datasets); default: the labelled one
     time_attr: str | None = None  # temporal sampling (and, for links, a split in time) on this attribute
+    infer_out: str | None = None  # after training, write every node's output as this new node attribute
     storage_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -166,7 +167,31 @@ class Trainer:
             record["memory_mb"] = _memory_per_rank(self.dataset)
             history.append(_reduce_record(record))
             self._after_epoch(epoch, model, optimizer, history)
+        if c.infer_out:
+            self._write_inference(model)
         return history
+
+    def _write_inference(self, model: torch.nn.Module) -> None:
+        """Layer-wise inference over full neighbourhoods; each partition's outputs written into the
+        dataset by its first rank, committed to the manifest by rank 0 once all are written."""
+        from graphstore.outputs import OutputWriter
+        from training.inference import layerwise_inference
+
+        if self.config.task != "node" or self.dataset.is_hetero:
+            raise InvalidInputError("--infer-out supports homogeneous node classification in this version")
+        start_time = time.perf_counter()
+        out = layerwise_inference(model, self.dataset, self.part, self.transport, self.layout, self.config.model)
+        writer = OutputWriter(self.dataset.url, self.config.infer_out, row_shape=tuple(out.shape[1:]),
+                              storage_options=self.config.storage_options or None,
+                              description=f"graphstore-train {self.config.model} outputs")
+        info = writer.write_part(self.part, out.numpy()) if self.world.rank in self.layout.ranks_of(self.part)[:1] else None
+        gathered: list[Any] = [None] * self.world.world_size
+        dist.all_gather_object(gathered, (self.part, info))
+        if self.world.rank == 0:
+            writer.commit({p: i for p, i in gathered if i is not None})
+            logger.warning("wrote %s for %d nodes into %s in %.1f s", self.config.infer_out,
+                           self.dataset.num_nodes(), self.dataset.url, time.perf_counter() - start_time)
+        dist.barrier()
 
     def _epoch(self, ddp: torch.nn.Module, optimizer: Any, loader: Any, steps: int, epoch: int) -> tuple[float, float]:
         ddp.train()

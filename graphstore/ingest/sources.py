@@ -13,6 +13,7 @@ SCHEMES = {
     "ogb": "ogb:DIR  (an OGB node-property dataset directory with raw/edge.csv.gz and split/)",
     "npz": "npz:PATH  (an .npz file or a directory of .npy files with edge_index, x, y, masks, ...)",
     "synthetic": "synthetic:nodes=N,avg_degree=D,features=F,classes=C,seed=S",
+    "synthetic-mag": "synthetic-mag:papers=N,features=F,classes=C,seed=S  (an ogbn-mag-shaped heterogeneous graph)",
 }
 
 
@@ -41,7 +42,7 @@ def resolve_source(data: Any, *, to_undirected: bool | None = None, scratch_dir:
         raise UnknownSourceError(
             f"unknown SOURCE {spec!r}: it must start with one of {sorted(SCHEMES)}: {describe_schemes()}"
         )
-    if scheme != "synthetic" and not os.path.exists(os.path.expanduser(rest)):
+    if scheme not in ("synthetic", "synthetic-mag") and not os.path.exists(os.path.expanduser(rest)):
         raise SourceNotFoundError(f"SOURCE {spec!r}: {rest!r} does not exist; expected {SCHEMES[scheme]}")
     rest = os.path.expanduser(rest)
     if scheme == "planetoid":
@@ -57,6 +58,10 @@ def resolve_source(data: Any, *, to_undirected: bool | None = None, scratch_dir:
         from graphstore.ingest.read_npz import read_npz
 
         source = read_npz(rest)
+    elif scheme == "synthetic-mag":
+        from graphstore.ingest.synthetic_mag import parse_synthetic_mag_spec, synthetic_mag_graph
+
+        source = synthetic_mag_graph(parse_synthetic_mag_spec(rest))
     else:
         from graphstore.ingest.synthetic import parse_synthetic_spec, synthetic_graph
 

@@ -52,3 +52,13 @@ def test_heterogeneous_node_classification_runs_with_a_target(tmp_path):
     assert doc["config"]["target"] is None and len(doc["epochs"]) == 2
     bad = run_train(tmp_path / "h", "--nproc", 2, "--target", "author", "--epochs", 1)
     assert bad.returncode == 2 and "--target 'author' has no y/train_mask" in bad.stderr
+
+
+def test_to_hetero_graphsage_learns_on_a_mag_shaped_graph(tmp_path):
+    graphstore.ingest("synthetic-mag:papers=4000,classes=8,features=32", tmp_path / "mag", num_parts=2)
+    out = run_train(tmp_path / "mag", "--nproc", 2, "--epochs", 3, "--fanout", "5,5", "--batch-size", 128,
+                    "--lr", 0.01, "--hidden", 32, "--metrics-out", tmp_path / "m.json")
+    assert out.returncode == 0, out.stderr
+    last = metrics(tmp_path / "m.json")["epochs"][-1]
+    assert last["test_acc"] > 0.5, last  # 8 venues: chance is 0.125
+    assert last["remote"]["requests"] > 0
