@@ -94,10 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         row["speedup_vs_first"] = round(base / row["train_seconds"], 2)
     if args.json:
-        print(json.dumps({"spec": args.spec, "fanout": args.fanout, "batch_size": args.batch_size, "runs": rows,
+        print(json.dumps({"spec": HETERO_SPEC if args.case == "hetero" else args.spec, "case": args.case, "fanout": args.fanout, "batch_size": args.batch_size, "runs": rows,
                           "pyg_distributed": note}, indent=2))
         return 0
-    print(f"{args.spec}, fanout {args.fanout}, batch {args.batch_size}; last of {args.epochs} epochs")
+    spec = HETERO_SPEC if args.case == "hetero" else args.spec
+    print(f"{spec} ({args.case}), fanout {args.fanout}, batch {args.batch_size}; last of {args.epochs} epochs")
     for r in rows:
         t = r["timing"]
         mem = r["memory_mb"] or {}

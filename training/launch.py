@@ -15,6 +15,7 @@ import warnings
 from dataclasses import asdict
 from typing import Any
 
+from graphstore.cli_storage import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
 from training.trainer import MODELS, TrainConfig, Trainer
 from training.world import World
@@ -42,8 +43,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="node classification (default) or link prediction (AUC)")
     p.add_argument("--target", help="node type to classify in a heterogeneous dataset (default: the labelled one)")
     p.add_argument("--time-attr", help="temporal sampling on this node/edge attribute (links: split in time too)")
+    p.add_argument("--edge-type", help="link task: the edge type, as src,rel,dst or rel (heterogeneous datasets)")
+    p.add_argument("--neg-sampling", choices=("binary", "triplet"), default="binary",
+                   help="link task negatives: binary (AUC, default) or triplet (5 per link, MRR)")
     p.add_argument("--infer-out", metavar="NAME",
                    help="after training, write every node's output into the dataset as node attribute NAME")
+    add_storage_arguments(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -57,7 +62,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(args.dataset, args.epochs, args.model, fanout, args.batch_size, args.hidden, args.lr,
                        args.dropout, args.seed, args.checkpoint_dir, args.resume, args.metrics_out, args.timeout,
                        args.cache_rows, not args.no_progress, task=args.task, target=args.target,
-                       time_attr=args.time_attr, infer_out=args.infer_out)
+                       time_attr=args.time_attr, infer_out=args.infer_out,
+                       edge_type=tuple(args.edge_type.split(",")) if args.edge_type else None,
+                       neg_sampling=args.neg_sampling, storage_options=parse_storage_options(args.storage_option),
+                       cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:
@@ -77,11 +85,14 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
     """Start ``nproc`` ranks on this machine (file rendezvous: no ports guessed), watch them, and stop
     all of them when one fails. Returns the job's exit code."""
     with tempfile.TemporaryDirectory(prefix="graphstore-train-") as tmp:
+        config_file = os.path.join(tmp, "config.json")  # private to this user (mkdtemp is 0700)
+        with open(config_file, "w") as fh:
+            json.dump(asdict(config), fh)
         procs = []
         for rank in range(nproc):
             env = {**os.environ, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
                    "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous",
-                   "GRAPHSTORE_CONFIG": json.dumps(asdict(config)), "OMP_NUM_THREADS": os.environ.get(
+                   "GRAPHSTORE_CONFIG_FILE": config_file, "OMP_NUM_THREADS": os.environ.get(
                        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
             procs.append(subprocess.Popen([sys.executable, "-m", "training.launch", "--rank-from-env"], env=env))
         previous = signal.signal(signal.SIGTERM, _raise_exit)  # scancel / kill: stop the ranks too
@@ -169,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _config_env() -> dict[str, Any]:
-    doc = json.loads(os.environ["GRAPHSTORE_CONFIG"])
+    with open(os.environ["GRAPHSTORE_CONFIG_FILE"]) as fh:
+        doc = json.load(fh)
     doc["fanout"] = tuple(doc["fanout"])
+    if doc.get("edge_type"):
+        doc["edge_type"] = tuple(doc["edge_type"])
     return doc
 
 

@@ -107,35 +107,44 @@ class NodeTask:
 
 
 class LinkTask:
-    """Link prediction on an edge type: binary negatives, dot-product decoder, AUC (all ranks' scores).
+    """Link prediction on one edge type: negatives ``binary`` (AUC) or ``triplet`` (MRR), all ranks' results.
 
-    Each rank's seed links are its partition's edges; with ``time_attr`` they are split in time (the
-    latest 20% are val+test, cut at the same global times on every rank), else at random.
+    Each rank's seed links are its partition's edges of the type (split between the partition's
+    ranks); with ``time_attr`` they are split in time (the latest 20% are val+test, cut at the same
+    global times on every rank), else at random. Heterogeneous graphs use ``to_hetero`` encoders;
+    node types without features get a learned embedding per node.
     """
-
-    metric = "auc"
 
     def __init__(self, trainer: Trainer) -> None:
         self.t = trainer
-        if trainer.dataset.is_hetero:
-            raise InvalidInputError("--task link supports homogeneous datasets in this version")
+        ds, c = trainer.dataset, trainer.config
+        self.hetero = ds.is_hetero
+        self.edge_type = ds.manifest.edge_type(c.edge_type).name if c.edge_type else ds.edge_types[0]
+        self.triplet = c.neg_sampling == "triplet"
+        self.metric = "mrr" if self.triplet else "auc"
+
+    def _own_links(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        t, c = self.t, self.t.config
+        _, gs = t.dataset.partition(t.part)
+        indices, indptr = gs.get_edge_index(self.edge_type, "csc")
+        lo, hi = gs.dst_range(self.edge_type)
+        index = torch.stack([indices, torch.repeat_interleave(torch.arange(lo, hi), torch.diff(indptr))])
+        share, ranks = t.world.rank % t.layout.ranks_per_part, t.layout.ranks_per_part
+        has_time = c.time_attr and c.time_attr in t.dataset.manifest.edge_type(self.edge_type).attrs
+        times = gs.edge_attr(c.time_attr, self.edge_type)[share::ranks] if has_time else None
+        return index[:, share::ranks], times
 
     def loaders(self) -> dict[str, Any]:
         t, c = self.t, self.t.config
-        _, gs = t.dataset.partition(t.part)
-        indices, indptr = gs.get_edge_index(None, "csc")
-        lo, hi = gs.dst_range()
-        index = torch.stack([indices, torch.repeat_interleave(torch.arange(lo, hi), torch.diff(indptr))])
-        share, ranks = t.world.rank % t.layout.ranks_per_part, t.layout.ranks_per_part
-        index = index[:, share::ranks]
-        times = gs.edge_attr(c.time_attr)[share::ranks] if c.time_attr else None
-        splits = self._split(index.size(1), times)
+        index, times = self._own_links()
+        fanout = {et: list(c.fanout) for et in t.dataset.edge_types} if self.hetero else list(c.fanout)
+        negatives = dict(mode=c.neg_sampling, amount=1 if not self.triplet else 5)
         out = {}
-        for name, sel in splits.items():
+        for name, sel in self._split(index.size(1), times).items():
             kwargs = {"edge_label_time": times[sel]} if times is not None else {}
-            out[name] = DistributedLinkNeighborLoader(
-                t.dataset, list(c.fanout), t.transport, index[:, sel], neg_sampling=dict(mode="binary", amount=1),
-                **kwargs, **_loader_options(t, name))
+            seeds = (self.edge_type, index[:, sel]) if self.hetero else index[:, sel]
+            out[name] = DistributedLinkNeighborLoader(t.dataset, fanout, t.transport, seeds, neg_sampling=negatives,
+                                                      **kwargs, **_loader_options(t, name))
         return out
 
     def _split(self, count: int, times: torch.Tensor | None) -> dict[str, torch.Tensor]:
@@ -150,28 +159,57 @@ class LinkTask:
 
     def model(self) -> torch.nn.Module:
         c, ds = self.t.config, self.t.dataset
-        info = ds.manifest.node_types[0]
-        return LinkModel(build_model(c.model, c.hidden, c.hidden, c.hidden, len(c.fanout), c.dropout),
-                         ds.num_nodes(), c.hidden, int(np.prod(info.attrs["x"].shape)) if "x" in info.attrs else 0)
+        encoder = build_model(c.model, c.hidden if not self.hetero else -1, c.hidden, c.hidden, len(c.fanout),
+                              c.dropout)
+        if self.hetero:
+            from torch_geometric.nn import to_hetero
 
-    def _scores(self, model: torch.nn.Module, batch: Any) -> torch.Tensor:
-        x = batch.x.float() if "x" in batch else None
-        return model(x, batch.n_id, batch.edge_index, batch.edge_label_index)
+            encoder = to_hetero(encoder, (ds.node_types, ds.edge_types), aggr="sum")
+        dims = {n.name: int(np.prod(n.attrs["x"].shape)) if "x" in n.attrs else 0 for n in ds.manifest.node_types}
+        return LinkModel(encoder, {n.name: n.num_nodes for n in ds.manifest.node_types}, dims, c.hidden,
+                         self.edge_type if self.hetero else None)
+
+    def _encode(self, model: torch.nn.Module, batch: Any, pairs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return model(batch, pairs)
+
+    def _store(self, batch: Any) -> Any:
+        return batch[self.edge_type] if self.hetero else batch
 
     def step(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, float, int]:
-        scores = self._scores(model, batch)
-        loss = F.binary_cross_entropy_with_logits(scores, batch.edge_label)
-        correct = float(((scores > 0).float() == batch.edge_label).sum())
-        return loss, correct, int(batch.edge_label.numel())
+        if self.triplet:
+            pos, neg = self._triplet_scores(model, batch)
+            loss = F.softplus(neg - pos.unsqueeze(-1)).mean()  # BPR: positives above their negatives
+            return loss, float((pos.unsqueeze(-1) > neg).float().mean(-1).sum()), int(pos.numel())
+        store = self._store(batch)
+        scores = model(batch, (store.edge_label_index[0], store.edge_label_index[1]))
+        loss = F.binary_cross_entropy_with_logits(scores, store.edge_label)
+        return loss, float(((scores > 0).float() == store.edge_label).sum()), int(store.edge_label.numel())
+
+    def _triplet_scores(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        src_store = batch[self.edge_type[0]] if self.hetero else batch
+        dst_store = batch[self.edge_type[2]] if self.hetero else batch
+        src, pos = src_store.src_index, dst_store.dst_pos_index
+        neg = dst_store.dst_neg_index.view(len(src), -1)
+        pos_scores = model(batch, (src, pos))
+        neg_scores = model(batch, (src.repeat_interleave(neg.size(1)), neg.reshape(-1))).view(len(src), -1)
+        return pos_scores, neg_scores
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, loader: Any) -> float:
         model.eval()
+        if self.triplet:  # mean reciprocal rank of each positive among its negatives
+            sums = torch.zeros(2, dtype=torch.float64)
+            for batch in loader:
+                pos, neg = self._triplet_scores(model, batch.to(self.t.world.device))
+                rank = 1 + (neg >= pos.unsqueeze(-1)).sum(-1)
+                sums += torch.tensor([float((1.0 / rank).sum()), pos.numel()], dtype=torch.float64)
+            dist.all_reduce(sums)
+            return round(float(sums[0] / max(sums[1], 1)), 5)
         scores, labels = [], []
         for batch in loader:
-            batch = batch.to(self.t.world.device)
-            scores.append(self._scores(model, batch).cpu())
-            labels.append(batch.edge_label.cpu())
+            store = self._store(batch.to(self.t.world.device))
+            scores.append(model(batch, (store.edge_label_index[0], store.edge_label_index[1])).cpu())
+            labels.append(store.edge_label.cpu())
         mine = (torch.cat(scores) if scores else torch.zeros(0), torch.cat(labels) if labels else torch.zeros(0))
         gathered: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(gathered, mine)
@@ -179,19 +217,31 @@ class LinkTask:
 
 
 class LinkModel(torch.nn.Module):
-    """A GNN encoder over node features (or a learned embedding per node when there are none) and a
-    dot-product decoder of the labelled pairs."""
+    """Inputs per node type (features projected to ``hidden``, or a learned embedding per node when a
+    type has none), a GNN encoder (``to_hetero`` for heterogeneous graphs), and a dot-product decoder
+    of labelled pairs (source rows of the edge type's source type, destination rows of its target)."""
 
-    def __init__(self, encoder: torch.nn.Module, num_nodes: int, hidden: int, in_dim: int) -> None:
+    def __init__(self, encoder: torch.nn.Module, num_nodes: dict, dims: dict, hidden: int, edge_type: Any) -> None:
         super().__init__()
-        self.encoder = encoder
-        self.embed = torch.nn.Embedding(num_nodes, hidden) if in_dim == 0 else None
-        self.project = torch.nn.Linear(in_dim, hidden) if in_dim else None
+        self.encoder, self.edge_type = encoder, edge_type
+        keys = {nt: str(i) for i, nt in enumerate(num_nodes)}
+        self.keys = keys
+        self.inputs = torch.nn.ModuleDict({
+            keys[nt]: torch.nn.Linear(dims[nt], hidden) if dims[nt] else torch.nn.Embedding(num_nodes[nt], hidden)
+            for nt in num_nodes})
 
-    def forward(self, x: Any, n_id: torch.Tensor, edge_index: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
-        h = self.embed(n_id) if self.embed is not None else self.project(x)
-        h = self.encoder(h, edge_index)
-        return (h[pairs[0]] * h[pairs[1]]).sum(-1)
+    def _input(self, ntype: Any, store: Any) -> torch.Tensor:
+        layer = self.inputs[self.keys[ntype]]
+        return layer(store.x.float()) if isinstance(layer, torch.nn.Linear) else layer(store.n_id)
+
+    def forward(self, batch: Any, pairs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        if self.edge_type is None:
+            h = self.encoder(self._input(None, batch), batch.edge_index)
+            return (h[pairs[0]] * h[pairs[1]]).sum(-1)
+        x = {nt: self._input(nt, batch[nt]) for nt in batch.node_types}
+        h = self.encoder(x, batch.edge_index_dict)
+        src, _, dst = self.edge_type
+        return (h[src][pairs[0]] * h[dst][pairs[1]]).sum(-1)
 
 
 def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:

@@ -50,6 +50,10 @@ class TrainConfig:
     target: str | None = None  # node type to classify (heterogeneous datasets); default: the labelled one
     time_attr: str | None = None  # temporal sampling (and, for links, a split in time) on this attribute
     infer_out: str | None = None  # after training, write every node's output as this new node attribute
+    edge_type: tuple[str, ...] | None = None  # link task on a heterogeneous dataset (default: the first type)
+    neg_sampling: str = "binary"  # link task: binary (AUC) or triplet (MRR)
+    cache_dir: str | None = None  # chunk cache of a remote dataset (default $GRAPHSTORE_CACHE_DIR)
+    cache_max_bytes: str | None = None
     storage_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -64,6 +68,8 @@ class TrainConfig:
             raise InvalidInputError("--resume needs --checkpoint-dir")
         if self.task not in ("node", "link"):
             raise InvalidInputError(f"--task {self.task!r} is not one of ('node', 'link')")
+        if self.neg_sampling not in ("binary", "triplet"):
+            raise InvalidInputError(f"--neg-sampling {self.neg_sampling!r} is not binary or triplet")
         if self.timeout <= 0:
             raise InvalidInputError(f"--timeout must be > 0 seconds, got {self.timeout}")
 
@@ -79,7 +85,8 @@ class Trainer:
 
     def __init__(self, config: TrainConfig, world: World) -> None:
         self.config, self.world = config, world
-        self.dataset = graphstore.open_dataset(config.dataset, config.storage_options or None)
+        self.dataset = graphstore.open_dataset(config.dataset, config.storage_options or None,
+                                               cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes)
         self.layout = RankLayout(self.dataset.num_parts, world.world_size)
         self.part = self.layout.part_of(world.rank)
         self.timers, self.stats = Timers(), RemoteStats()
@@ -181,8 +188,7 @@ class Trainer:
             raise InvalidInputError("--infer-out supports homogeneous node classification in this version")
         start_time = time.perf_counter()
         out = layerwise_inference(model, self.dataset, self.part, self.transport, self.layout, self.config.model)
-        writer = OutputWriter(self.dataset.url, self.config.infer_out, row_shape=tuple(out.shape[1:]),
-                              storage_options=self.config.storage_options or None,
+        writer = OutputWriter(self.dataset, self.config.infer_out, row_shape=tuple(out.shape[1:]),
                               description=f"graphstore-train {self.config.model} outputs")
         info = writer.write_part(self.part, out.numpy()) if self.world.rank in self.layout.ranks_of(self.part)[:1] else None
         gathered: list[Any] = [None] * self.world.world_size
@@ -234,7 +240,8 @@ class Trainer:
             if c.checkpoint_dir:
                 checkpoint.save(c.checkpoint_dir, epoch, model, optimizer, {"history": history})
             if c.metrics_out:
-                _write_json(c.metrics_out, {"config": asdict(c), "world_size": self.world.world_size,
+                config = {**asdict(c), "storage_options": sorted(c.storage_options)}  # keys only: no secrets
+                _write_json(c.metrics_out, {"config": config, "world_size": self.world.world_size,
                                             "num_parts": self.dataset.num_parts, "epochs": history})
         dist.barrier()
 
@@ -343,8 +350,8 @@ def _bar(enabled: bool, total: int, desc: str) -> Any:
 
 def _print_epoch(r: dict[str, Any], epochs: int) -> None:
     t = r["timing"]
-    accs = "  ".join(f"{k.replace('_', ' ')} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc", "val_auc",
-                                                                    "test_auc") if k in r)
+    keys = ("train_acc", "val_acc", "test_acc", "val_auc", "test_auc", "val_mrr", "test_mrr")
+    accs = "  ".join(f"{k.replace('_', ' ')} {r[k]:.4f}" for k in keys if k in r)
     print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, training "
           f"{r['train_seconds']:.1f} s "
           f"(sampling {t.get('sampling', 0):.1f}, remote wait {t.get('remote_wait', 0):.1f}, "
