@@ -104,10 +104,11 @@ class ZarrFeatureStore(FeatureStore):
         if index is None:
             return r.rows_t if r.rows_t is not None else _tensor(r.rows)
         if (r.rows_t is not None and isinstance(index, torch.Tensor) and index.dtype == torch.int64
-                and index.dim() == 1 and len(index) and index.device.type == "cpu"):
-            low, high = torch.aminmax(index)
-            if low >= r.lo and high < r.hi:  # the hot path: own rows, one index_select on mapped memory
+                and index.dim() == 1 and index.device.type == "cpu"):
+            try:  # the hot path: own rows, one bounds-checked index_select on mapped memory
                 return r.rows_t.index_select(0, index - r.lo)
+            except (IndexError, RuntimeError):
+                pass  # some IDs are not own rows: halo replicas or an error naming the owner, below
         ids = _ids(index, r.lo, r.hi)
         return _tensor(self._gather(r.info, r.name, r.rows, ids, r.lo, r.hi))
 

@@ -71,7 +71,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def run_rank(config: TrainConfig, world: World) -> int:
     """Run this process's rank; exit code 0, 2 (bad input) or 1 (failure, named on stderr)."""
     try:
-        Trainer(config, world).run()
+        Trainer(config, world, on_epoch=print_epoch if world.rank == 0 else None).run()
         return 0
     except GraphstoreError as exc:
         print(f"graphstore-train rank {world.rank}: error: {exc}", file=sys.stderr, flush=True)
@@ -79,6 +79,19 @@ def run_rank(config: TrainConfig, world: World) -> int:
     except Exception as exc:
         print(f"graphstore-train rank {world.rank}: failed: {exc}", file=sys.stderr, flush=True)
         return 1
+
+
+def print_epoch(r: dict[str, Any], epochs: int) -> None:
+    """One line per epoch on rank 0: loss, metrics, seconds and the timing breakdown."""
+    t = r["timing"]
+    keys = ("train_acc", "val_acc", "test_acc", "val_auc", "test_auc", "val_mrr", "test_mrr")
+    accs = "  ".join(f"{k.replace('_', ' ')} {r[k]:.4f}" for k in keys if k in r)
+    print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, training "
+          f"{r['train_seconds']:.1f} s "
+          f"(sampling {t.get('sampling', 0):.1f}, remote wait {t.get('remote_wait', 0):.1f}, "
+          f"features {t.get('feature_fetch', 0):.1f}, fwd/bwd {t.get('forward_backward', 0):.1f}, "
+          f"grad sync {t.get('grad_sync', 0):.1f}, data wait {t.get('data_wait', 0):.1f})  "
+          f"remote requests {int(r['remote'].get('requests', 0))}", flush=True)
 
 
 def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:

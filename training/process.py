@@ -137,7 +137,6 @@ class Watchdog:
 
 
 def _hard_exit(message: str) -> None:
-    import sys
-
-    print(message, file=sys.stderr, flush=True)
+    """Write ``message`` straight to stderr (no buffers to flush) and end the process at once."""
+    os.write(2, (message + "\n").encode())
     os._exit(3)

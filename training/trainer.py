@@ -8,7 +8,7 @@ import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -83,8 +83,10 @@ def _seed_everything(seed: int) -> None:
 class Trainer:
     """One rank: mounts its partition, serves it to peers, trains and evaluates, writes metrics."""
 
-    def __init__(self, config: TrainConfig, world: World) -> None:
-        self.config, self.world = config, world
+    def __init__(self, config: TrainConfig, world: World,
+                 on_epoch: Callable[[dict[str, Any], int], None] | None = None) -> None:
+        """``on_epoch(record, epochs)`` is called on rank 0 after every epoch (the CLI prints a line)."""
+        self.config, self.world, self.on_epoch = config, world, on_epoch
         self.dataset = graphstore.open_dataset(config.dataset, config.storage_options or None,
                                                cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes)
         self.layout = RankLayout(self.dataset.num_parts, world.world_size)
@@ -236,7 +238,8 @@ class Trainer:
     def _after_epoch(self, epoch: int, model: torch.nn.Module, optimizer: Any, history: list[dict]) -> None:
         c = self.config
         if self.world.rank == 0:
-            _print_epoch(history[-1], c.epochs)
+            if self.on_epoch is not None:
+                self.on_epoch(history[-1], c.epochs)
             if c.checkpoint_dir:
                 checkpoint.save(c.checkpoint_dir, epoch, model, optimizer, {"history": history})
             if c.metrics_out:
@@ -346,18 +349,6 @@ def _bar(enabled: bool, total: int, desc: str) -> Any:
     import sys
 
     return tqdm(total=total, desc=desc, unit="batch", disable=not enabled or not sys.stderr.isatty(), leave=False)
-
-
-def _print_epoch(r: dict[str, Any], epochs: int) -> None:
-    t = r["timing"]
-    keys = ("train_acc", "val_acc", "test_acc", "val_auc", "test_auc", "val_mrr", "test_mrr")
-    accs = "  ".join(f"{k.replace('_', ' ')} {r[k]:.4f}" for k in keys if k in r)
-    print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, training "
-          f"{r['train_seconds']:.1f} s "
-          f"(sampling {t.get('sampling', 0):.1f}, remote wait {t.get('remote_wait', 0):.1f}, "
-          f"features {t.get('feature_fetch', 0):.1f}, fwd/bwd {t.get('forward_backward', 0):.1f}, "
-          f"grad sync {t.get('grad_sync', 0):.1f}, data wait {t.get('data_wait', 0):.1f})  "
-          f"remote requests {int(r['remote'].get('requests', 0))}", flush=True)
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
