@@ -134,19 +134,40 @@ class SyntheticSpec:
         return f"{SCHEME}:{parts}"
 
 
-def _parse_value(key: str, raw: str) -> int | float:
+def parse_pairs(spec: str, scheme: str, accepted: dict[str, str], int_keys: frozenset[str],
+                required: str) -> dict[str, int | float]:
+    """The ``key=value`` pairs of a generator's SOURCE spec (the ``scheme:`` prefix is optional), each
+    key checked against ``accepted`` and parsed as an int (``2.4e6`` allowed) or a float."""
+    listing = "; ".join(f"{key}: {help_}" for key, help_ in accepted.items())
+    body = spec.strip()
+    if body.startswith(f"{scheme}:"):
+        body = body[len(scheme) + 1:]
+    values: dict[str, int | float] = {}
+    for item in filter(None, (part.strip() for part in body.split(","))):
+        key, sep, raw = (s.strip() for s in item.partition("="))
+        if not sep or not key or not raw:
+            raise InvalidInputError(f"{scheme} spec: {item!r} is not key=value; accepted keys: {listing}")
+        if key not in accepted:
+            raise InvalidInputError(f"{scheme} spec: unknown key {key!r}; accepted keys: {listing}")
+        if key in values:
+            raise InvalidInputError(f"{scheme} spec: key {key!r} given twice in {spec!r}; give it once")
+        values[key] = _number(raw, key in int_keys, f"{scheme} spec: {key}={raw!r} is invalid", listing)
+    if required not in values:
+        raise InvalidInputError(f"{scheme} spec {spec!r} lacks the required key {required!r}; accepted keys: {listing}")
+    return values
+
+
+def _number(raw: str, integer: bool, where: str, listing: str) -> int | float:
     try:
-        if key not in _INT_KEYS:
+        if not integer:
             return float(raw)
-        try:
-            return int(raw)
-        except ValueError:
-            number = float(raw)  # "2.4e6" is an integer written as a float
-            if not number.is_integer():
-                raise
-            return int(number)
-    except ValueError:
-        raise _bad(key, raw, "not an integer" if key in _INT_KEYS else "not a number") from None
+        number = float(raw)  # "2.4e6" is an integer written as a float
+        if not number.is_integer():
+            raise ValueError(raw)
+        return int(raw) if raw.lstrip("+-").isdigit() else int(number)
+    except (ValueError, OverflowError):
+        why = "not an integer" if integer else "not a number"
+        raise InvalidInputError(f"{where} ({why}); accepted keys: {listing}") from None
 
 
 def parse_synthetic_spec(spec: str) -> SyntheticSpec:
@@ -172,21 +193,7 @@ def parse_synthetic_spec(spec: str) -> SyntheticSpec:
     >>> parse_synthetic_spec("synthetic:nodes=100,classes=3,seed=7").classes
     3
     """
-    body = spec.strip()
-    if body.startswith(f"{SCHEME}:"):
-        body = body[len(SCHEME) + 1 :]
-    values: dict[str, int | float] = {}
-    for item in filter(None, (part.strip() for part in body.split(","))):
-        key, sep, raw = (s.strip() for s in item.partition("="))
-        if not sep or not key or not raw:
-            raise InvalidInputError(f"synthetic spec: {item!r} is not key=value; accepted keys: {_accepted()}")
-        if key not in ACCEPTED_KEYS:
-            raise InvalidInputError(f"synthetic spec: unknown key {key!r}; accepted keys: {_accepted()}")
-        if key in values:
-            raise InvalidInputError(f"synthetic spec: key {key!r} given twice in {spec!r}")
-        values[key] = _parse_value(key, raw)
-    if "nodes" not in values:
-        raise InvalidInputError(f"synthetic spec {spec!r} lacks the required key 'nodes'; accepted keys: {_accepted()}")
+    values = parse_pairs(spec, SCHEME, ACCEPTED_KEYS, _INT_KEYS, required="nodes")
     return SyntheticSpec(**values)  # type: ignore[arg-type]
 
 

@@ -12,7 +12,8 @@ import numpy as np
 
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
-from graphstore.ingest.synthetic import _EDGE_CHUNK, _PARETO_SHAPE, SyntheticFeatures, _Communities, _search_sorted
+from graphstore.ingest.synthetic import (_EDGE_CHUNK, _PARETO_SHAPE, SyntheticFeatures, _Communities, _search_sorted,
+                                        parse_pairs)
 from graphstore.types import EdgeType
 
 logger = logging.getLogger(__name__)
@@ -149,18 +150,6 @@ class SyntheticMagSpec:
         return f"{SCHEME}:{parts}"
 
 
-def _parse_value(key: str, raw: str) -> int | float:
-    try:
-        if key not in _INT_KEYS:
-            return float(raw)
-        number = float(raw)  # "1e5" is an integer written as a float
-        if not number.is_integer():
-            raise ValueError(raw)
-        return int(raw) if raw.lstrip("+-").isdigit() else int(number)
-    except (ValueError, OverflowError):
-        raise _bad(key, raw, "not an integer" if key in _INT_KEYS else "not a number") from None
-
-
 def parse_synthetic_mag_spec(spec: str) -> SyntheticMagSpec:
     """Parse ``"papers=N,seed=S,..."`` (optionally prefixed by ``"synthetic-mag:"``).
 
@@ -184,21 +173,7 @@ def parse_synthetic_mag_spec(spec: str) -> SyntheticMagSpec:
     >>> parse_synthetic_mag_spec("synthetic-mag:papers=1000,classes=8,seed=7").classes
     8
     """
-    body = spec.strip()
-    if body.startswith(f"{SCHEME}:"):
-        body = body[len(SCHEME) + 1 :]
-    values: dict[str, int | float] = {}
-    for item in filter(None, (part.strip() for part in body.split(","))):
-        key, sep, raw = (s.strip() for s in item.partition("="))
-        if not sep or not key or not raw:
-            raise InvalidInputError(f"{SCHEME} spec: {item!r} is not key=value; accepted keys: {_accepted()}")
-        if key not in ACCEPTED_KEYS:
-            raise InvalidInputError(f"{SCHEME} spec: unknown key {key!r}; accepted keys: {_accepted()}")
-        if key in values:
-            raise InvalidInputError(f"{SCHEME} spec: key {key!r} given twice in {spec!r}; give it once")
-        values[key] = _parse_value(key, raw)
-    if "papers" not in values:
-        raise InvalidInputError(f"{SCHEME} spec {spec!r} lacks the required key 'papers'; accepted keys: {_accepted()}")
+    values = parse_pairs(spec, SCHEME, ACCEPTED_KEYS, _INT_KEYS, required="papers")
     return SyntheticMagSpec(**values)  # type: ignore[arg-type]
 
 
