@@ -38,7 +38,13 @@ def start(world: World, timeout: float, use_rpc: bool) -> Transport:
     address = store.get(_RPC_KEY).decode()
     options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{address}", rpc_timeout=timeout,
                                               num_worker_threads=16)
-    rpc.init_rpc(f"worker{world.rank}", rank=world.rank, world_size=world.world_size, rpc_backend_options=options)
+    # under torchrun, rank 0 must host the RPC rendezvous on the new port itself, not expect the agent to
+    agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    try:
+        rpc.init_rpc(f"worker{world.rank}", rank=world.rank, world_size=world.world_size, rpc_backend_options=options)
+    finally:
+        if agent_store is not None:
+            os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
     return RpcTransport(world.rank, world.world_size, timeout)
 
 

@@ -59,8 +59,9 @@ class World:
             addr, port = env.get("MASTER_ADDR", "127.0.0.1"), env.get("MASTER_PORT")
             if port is None:
                 raise InvalidInputError("RANK/WORLD_SIZE are set but MASTER_PORT is not; launch with torchrun")
-            return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)),
-                       f"tcp://{addr}:{port}", addr, use_cuda=cuda)
+            # env:// lets torchrun's agent keep hosting the store on MASTER_PORT (tcp:// would start a second one)
+            return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), "env://", addr,
+                       use_cuda=cuda)
         if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
             return cls._from_slurm(env, cuda)
         return None

@@ -111,3 +111,20 @@ def _wait_for_ranks(launcher: subprocess.Popen, count: int) -> list[psutil.Proce
             return sorted(children, key=lambda p: p.environ().get("GRAPHSTORE_RANK", "0"))
         time.sleep(0.1)
     raise AssertionError("the launcher did not start its ranks")
+
+
+def test_the_same_entry_point_runs_under_torchrun(cora2, tmp_path):
+    import sys
+    from pathlib import Path
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip(f"torchrun is not installed beside {sys.executable}")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "training.launch",
+                          str(cora2), "--epochs", "2", "--fanout", "10,10", "--batch-size", "32", "--no-progress",
+                          "--metrics-out", str(tmp_path / "m.json")], capture_output=True, text=True, timeout=300,
+                         env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = metrics(tmp_path / "m.json")
+    assert doc["world_size"] == 2 and doc["epochs"][-1]["remote"]["requests"] > 0
