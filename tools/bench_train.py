@@ -42,7 +42,7 @@ def _dataset(root: Path, spec: str, parts: int) -> Path:
 
 def bench(ranks: int, args: argparse.Namespace) -> dict:
     spec = HETERO_SPEC if args.case == "hetero" else args.spec
-    dest = _dataset(args.data / args.case, spec, ranks)
+    dest = _dataset(args.data / args.case, spec, 1 if args.case == "onepart" else ranks)
     metrics = args.data / f"metrics-{args.case}-{ranks}.json"
     cmd = [sys.executable, "-m", "training.launch", str(dest), "--nproc", str(ranks), "--epochs", str(args.epochs),
            "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--no-progress", "--metrics-out", str(metrics)]
@@ -55,7 +55,7 @@ def bench(ranks: int, args: argparse.Namespace) -> dict:
     if args.case == "infer":
         last["inference"] = _inference_seconds(done.stderr, graphstore.open_dataset(dest).num_nodes(), wall)
     return {"ranks": ranks, "epoch_seconds": last["epoch_seconds"], "train_seconds": last["train_seconds"],
-            "steps": last["steps"], "memory_mb": last.get("memory_mb"),
+            "steps": last["steps"], "memory_mb": last.get("memory_mb"), "parts": 1 if args.case == "onepart" else ranks,
             "timing": last["timing"], "remote_requests": last["remote"]["requests"],
             "remote_requests_per_step": round(last["remote"]["requests"] / max(1, last["steps"] * ranks), 2),
             "test_acc": last.get("test_acc"), **({"inference": last["inference"]} if "inference" in last else {})}
@@ -74,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--ranks", default="1,2,4")
-    parser.add_argument("--case", choices=("homo", "hetero", "infer"), default="homo",
-                        help="homogeneous training (default), the mag-shaped heterogeneous graph, or training "
-                             "followed by layer-wise inference written into the dataset (nodes/s)")
+    parser.add_argument("--case", choices=("homo", "hetero", "infer", "onepart"), default="homo",
+                        help="homogeneous training on N partitions for N ranks (default), the mag-shaped "
+                             "heterogeneous graph, training then layer-wise inference written into the dataset "
+                             "(nodes/s), or N ranks on ONE partition (plain data parallelism, shared pages)")
     parser.add_argument("--spec", default=SPEC)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--fanout", default="10,5")
