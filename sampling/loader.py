@@ -52,6 +52,11 @@ class _EdgeAttrs:
     _graph_dataset: Dataset | None
     bidirectional: bool
 
+    def _remember(self, data: Any, subgraph_type: Any) -> None:
+        """The dataset edge attributes come from, and whether batches are made bidirectional."""
+        self._graph_dataset = data if isinstance(data, Dataset) else None
+        self.bidirectional = getattr(subgraph_type, "value", subgraph_type) == "bidirectional"
+
     def _add_edge_attrs(self, batch: Any, out: SamplerOutput | HeteroSamplerOutput) -> Any:
         if self._graph_dataset is None or self.bidirectional or not hasattr(out, "edge_locator"):
             return batch
@@ -100,8 +105,7 @@ class NeighborLoader(_EdgeAttrs, NodeLoader):
         sampler = _make_sampler(data, num_neighbors, neighbor_sampler, subgraph_type, replace=replace,
                                 disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
                                 weight_attr=weight_attr, seed=seed)
-        self._graph_dataset = data if isinstance(data, Dataset) else None
-        self.bidirectional = getattr(subgraph_type, "value", subgraph_type) == "bidirectional"
+        self._remember(data, subgraph_type)
         input_nodes = _default_input_nodes(data, input_nodes)
         if time_attr is not None and input_time is None:
             input_time = _seed_times(sampler, input_nodes)
@@ -139,8 +143,7 @@ class LinkNeighborLoader(_EdgeAttrs, LinkLoader):
         sampler = _make_sampler(data, num_neighbors, neighbor_sampler, subgraph_type, replace=replace,
                                 disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
                                 weight_attr=weight_attr, seed=seed)
-        self._graph_dataset = data if isinstance(data, Dataset) else None
-        self.bidirectional = getattr(subgraph_type, "value", subgraph_type) == "bidirectional"
+        self._remember(data, subgraph_type)
         edge_label_index = _default_edge_label_index(data, edge_label_index)
         if isinstance(neg_sampling, dict):
             from torch_geometric.sampler import NegativeSampling

@@ -103,3 +103,16 @@ def small_hetero(seed: int = 0):
         {("paper", "cites", "paper"): {"edge_attr": data["paper", "cites", "paper"].edge_attr.numpy()}},
     )
     return data, expected
+
+
+def join_spawned(ctx, seconds: float = 120) -> None:
+    """Join ``torch.multiprocessing.spawn(..., join=False)`` workers with a hard bound: a hang kills them and
+    fails the test instead of eating CI (``join()`` returns after each exit, so it is called in a loop)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for proc in ctx.processes:
+                proc.kill()
+            pytest.fail(f"spawned workers did not finish within {seconds:.0f} s")

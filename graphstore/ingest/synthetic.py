@@ -93,16 +93,7 @@ class SyntheticSpec:
     noise: float = 1.0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _INT_KEYS:
-                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                    raise _bad(f.name, value, "not an integer")
-                object.__setattr__(self, f.name, int(value))
-            else:
-                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                    raise _bad(f.name, value, "not a finite number")
-                object.__setattr__(self, f.name, float(value))
+        coerce_fields(self, _INT_KEYS, _bad)
         self._check_ranges()
 
     def _check_ranges(self) -> None:
@@ -132,6 +123,20 @@ class SyntheticSpec:
         """The canonical SOURCE string, every key spelled out, that parses back to this spec."""
         parts = ",".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
         return f"{SCHEME}:{parts}"
+
+
+def coerce_fields(spec: object, int_keys: frozenset[str], bad: Callable[[str, object, str], Exception]) -> None:
+    """Make every field of a frozen spec dataclass an int (``int_keys``) or a finite float, or raise ``bad``."""
+    for f in fields(spec):  # type: ignore[arg-type]
+        value = getattr(spec, f.name)
+        if f.name in int_keys:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise bad(f.name, value, "not an integer")
+            object.__setattr__(spec, f.name, int(value))
+        else:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise bad(f.name, value, "not a finite number")
+            object.__setattr__(spec, f.name, float(value))
 
 
 def parse_pairs(spec: str, scheme: str, accepted: dict[str, str], int_keys: frozenset[str],

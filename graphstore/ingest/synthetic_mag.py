@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 from dataclasses import dataclass, fields
 from typing import Callable
 
@@ -13,7 +12,7 @@ import numpy as np
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
 from graphstore.ingest.synthetic import (_EDGE_CHUNK, _PARETO_SHAPE, SyntheticFeatures, _Communities, _search_sorted,
-                                        parse_pairs)
+                                        coerce_fields, parse_pairs)
 from graphstore.types import EdgeType
 
 logger = logging.getLogger(__name__)
@@ -102,16 +101,7 @@ class SyntheticMagSpec:
     noise: float = 1.0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name in _INT_KEYS:
-                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                    raise _bad(f.name, value, "not an integer")
-                object.__setattr__(self, f.name, int(value))
-            else:
-                if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                    raise _bad(f.name, value, "not a finite number")
-                object.__setattr__(self, f.name, float(value))
+        coerce_fields(self, _INT_KEYS, _bad)
         self._check_ranges()
 
     def _check_ranges(self) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import traceback
 
 import numpy as np
@@ -12,6 +11,7 @@ import torch
 from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
+from tests.conftest import join_spawned
 from sampling import NeighborSampler
 from sampling.dist_loader import DistributedNeighborLoader
 from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
@@ -120,12 +120,7 @@ def test_rpc_full_fanout_equals_single_process(tmp_path):
     ds = graphstore.open_dataset(tmp_path / "ds")
     ctx = mp.spawn(_rpc_worker, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path)),
                    nprocs=2, join=False)
-    deadline = time.monotonic() + 120  # a hard bound: a hang fails the test instead of eating CI
-    while not ctx.join(timeout=5):  # join() returns after each exit; loop until all have joined
-        if time.monotonic() > deadline:
-            for proc in ctx.processes:
-                proc.kill()
-            pytest.fail("RPC workers did not finish within 120 s")
+    join_spawned(ctx, 120)
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert "error" not in got, f"rank {rank} failed:\n{got.get('error')}"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 import traceback
 
 import numpy as np
@@ -11,6 +10,7 @@ import pytest
 import torch
 
 import graphstore
+from tests.conftest import join_spawned
 
 pytestmark = [pytest.mark.distributed]
 
@@ -54,12 +54,7 @@ def test_layerwise_inference_matches_full_graph_forward(tmp_path):
     ds = graphstore.open_dataset(tmp_path / "ds")
     ctx = mp.spawn(_worker, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path)), nprocs=2,
                    join=False)
-    deadline = time.monotonic() + 120
-    while not ctx.join(timeout=5):
-        if time.monotonic() > deadline:
-            for proc in ctx.processes:
-                proc.kill()
-            pytest.fail("inference workers did not finish within 120 s")
+    join_spawned(ctx, 120)
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert "error" not in got, got.get("error")
