@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from graphstore.stores import ZarrFeatureStore, ZarrGraphStore
 
 Progress = Callable[[int, int], None]
-_TOPOLOGY = frozenset({layout.INDPTR, layout.INDICES, layout.EID, layout.HALO_IDS})
+_TOPOLOGY = layout.TOPOLOGY | {layout.HALO_IDS}
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import torch
 from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.data.graph_store import EdgeLayout
 
-from graphstore import layout
+from graphstore import layout, rowgather
 from graphstore.dataset import Dataset
 from graphstore.errors import NotOwnedError, UnknownAttributeError
 from graphstore.stores import ReadOnlyError, ZarrFeatureStore, _ids
@@ -29,6 +29,7 @@ class DatasetFeatureStore(FeatureStore):
         super().__init__()
         self.dataset = dataset
         self._parts = [ZarrFeatureStore(dataset, p) for p in range(dataset.num_parts)]
+        self._views: dict[tuple[Any, str], tuple[np.ndarray, ...] | None] = {}
 
     def __repr__(self) -> str:
         return f"DatasetFeatureStore({self.dataset.url!r})"
@@ -50,6 +51,11 @@ class DatasetFeatureStore(FeatureStore):
                                 "pass global IDs of this dataset")
         if ids is None:
             return torch.cat([fs.get_tensor(info.name, attr.attr_name, None) for fs in self._parts])
+        views = self._word_views(info, attr.attr_name) if self.dataset.num_parts > 1 and len(ids) else None
+        if views is not None:  # every partition mapped locally: one pass, rows copied straight to place
+            row_shape = () if attr.attr_name == layout.ORIG_ID else info.attrs[attr.attr_name].shape
+            dtype = np.int64 if attr.attr_name == layout.ORIG_ID else np.dtype(info.attrs[attr.attr_name].dtype)
+            return torch.from_numpy(rowgather.gather(views, np.asarray(info.offsets), ids, dtype, row_shape))
         owners = self.dataset.owner(ids, info.name) if self.dataset.num_parts > 1 else np.zeros(len(ids), np.int64)
         if len(ids) == 0 or (owners == owners[0]).all():
             part = int(owners[0]) if len(ids) else 0
@@ -62,6 +68,19 @@ class DatasetFeatureStore(FeatureStore):
         out = torch.empty((len(ids), *pieces[0].shape[1:]), dtype=pieces[0].dtype)
         out[torch.from_numpy(np.concatenate(order))] = torch.cat(pieces)
         return out
+
+    def _word_views(self, info: Any, name: str) -> tuple[np.ndarray, ...] | None:
+        """Each partition's rows of ``name`` as word views (cached), or ``None`` if some partition's
+        rows are not a local mapped array (remote datasets read through their lazy chunk cache)."""
+        key = (info.name, name)
+        if key not in self._views:
+            if self.dataset.num_parts > rowgather.MAX_PARTS:
+                return None
+            arrays = [self.dataset.array(layout.node_array(p, info.key, name)) for p in range(self.dataset.num_parts)]
+            if not all(isinstance(a, np.ndarray) for a in arrays):
+                return None  # not cached: a remote array becomes a plain one once all its chunks are here
+            self._views[key] = rowgather.word_views(arrays)
+        return self._views[key]
 
     def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...]:
         info = self._info(attr.group_name)

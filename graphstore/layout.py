@@ -14,6 +14,8 @@ ROOT_METADATA = "zarr.json"  # the root group's Zarr v3 metadata document
 HOMOGENEOUS_KEY = "_N"  # key of the single node type (and edge type) of a homogeneous graph
 ORIG_ID = "orig_id"  # node attribute: the input ID of every node
 INDPTR, INDICES, EID = "indptr", "indices", "eid"  # CSC topology arrays of one edge type
+PACKED = "packed"  # optional: int32 (source ID, edge ID) pairs in CSC order, for fast sampling
+TOPOLOGY = frozenset({INDPTR, INDICES, EID, PACKED})  # names no edge attribute may take
 HALO_IDS = "ids"  # sorted global IDs of a partition's halo nodes of one type
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")

@@ -30,6 +30,7 @@ _PROT_READ, _PROT_WRITE, _PROT_NONE = 0x1, 0x2, 0x0
 _MAP_PRIVATE, _MAP_FIXED = 0x02, 0x10
 _MAP_ANONYMOUS = 0x20 if sys.platform.startswith("linux") else 0x1000
 _MAP_FAILED = ctypes.c_void_p(-1).value
+HUGE_PAGE = 2 << 20  # x86-64 and arm64 (4 KiB base pages): a PMD maps 2 MiB
 _libc: ctypes.CDLL | None = None
 
 
@@ -117,9 +118,14 @@ class SlotMap:
         span = -(-chunk_bytes * num_chunks // mmap.PAGESIZE) * mmap.PAGESIZE
         self.chunk_bytes = chunk_bytes
         self.present = np.zeros(num_chunks, dtype=bool)
-        self._base = _mmap(None, span, _PROT_NONE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1)
+        # Aligned to 2 MiB (when that large), so chunk files (whole 2 MiB multiples at the default
+        # size) can be mapped with huge pages where the kernel offers them (see topology.prefault).
+        align = HUGE_PAGE if span >= HUGE_PAGE else mmap.PAGESIZE
+        reserved = _mmap(None, span + align - mmap.PAGESIZE, _PROT_NONE, _MAP_PRIVATE | _MAP_ANONYMOUS, -1)
+        self._base = -(-reserved // align) * align
         buffer = (ctypes.c_char * span).from_address(self._base)
-        weakref.finalize(buffer, _unmap, self._base, span)  # unmapped when the last array view is gone
+        # unmapped when the last array view is gone
+        weakref.finalize(buffer, _unmap, reserved, span + align - mmap.PAGESIZE)
         count = shape[0] * int(np.prod(shape[1:], dtype=np.int64))
         self.array = np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape)
 

@@ -29,7 +29,7 @@ __all__ = ["OutputSpec", "OutputWriter"]
 
 logger = logging.getLogger(__name__)
 
-_RESERVED = frozenset({layout.ORIG_ID, layout.INDPTR, layout.INDICES, layout.EID, layout.HALO_IDS})
+_RESERVED = layout.TOPOLOGY | {layout.ORIG_ID, layout.HALO_IDS}
 _CHUNK_BYTES = 32 << 20  # ingest's default, for manifests that do not record theirs
 
 

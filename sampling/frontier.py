@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -166,14 +167,18 @@ class Frontier:
             row, col, eid, part, pos = edges[None]
             out = SamplerOutput(node[None], _t(row), _t(col), _t(eid), batch[None] if batch else None,
                                 self.nodes_per_hop[None], self.edges_per_hop[None])
-            out.edge_locator = {None: (part, pos)}
+            out.edge_locator = {None: functools.partial(_pair, part, pos)}  # called on demand (picklable)
             return out
         out = HeteroSamplerOutput(
             node=node, row={et: _t(e[0]) for et, e in edges.items()}, col={et: _t(e[1]) for et, e in edges.items()},
             edge={et: _t(e[2]) for et, e in edges.items()}, batch=batch, num_sampled_nodes=self.nodes_per_hop,
             num_sampled_edges=self.edges_per_hop)
-        out.edge_locator = {et: (e[3], e[4]) for et, e in edges.items()}
+        out.edge_locator = {et: functools.partial(_pair, e[3], e[4]) for et, e in edges.items()}
         return out
+
+
+def _pair(part: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return part, pos
 
 
 def _numpy(value: Any) -> np.ndarray:

@@ -63,7 +63,7 @@ class _EdgeAttrs:
         for info in self._graph_dataset.manifest.edge_types:
             if not info.attrs or info.name not in out.edge_locator:
                 continue
-            part, pos = out.edge_locator[info.name]
+            part, pos = out.edge_locator[info.name]()  # computed on demand: most graphs have no edge attrs
             store = batch if info.name is None else batch[info.name]
             for name, schema in info.attrs.items():
                 store[name] = self._gather_edges(info.name, name, part, pos, schema)

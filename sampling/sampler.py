@@ -13,9 +13,10 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
 from graphstore.errors import InvalidInputError
-from sampling import kernels
+from sampling import kernels, multihop
+from sampling.fastpath import FastPath, kernel_ready
 from sampling.frontier import Frontier, NodeTable
-from sampling.topology import EdgeTopology, from_dataset, from_graph_store, from_pyg
+from sampling.topology import CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg
 
 STRATEGIES = {"uniform": kernels.STRATEGY_UNIFORM, "last": kernels.STRATEGY_LAST}
 
@@ -66,6 +67,7 @@ class NeighborSampler(BaseSampler):
         self._topology: dict[Any, EdgeTopology] | None = None
         self._node_time: dict[Any, np.ndarray] | None = None
         self._seed = seed
+        self._fast_path: FastPath | None | bool = False  # False: not decided yet
         self._local = threading.local()  # per thread: seeded flag and de-duplication tables
         self._threads_seeded = 0
         topo = self.topology  # validates the data and attribute names now, not in a worker
@@ -127,6 +129,19 @@ class NeighborSampler(BaseSampler):
             raise InvalidInputError(f"weight_attr {c.weight_attr!r} is not an edge attribute of the graph")
 
     @property
+    def fast_path(self) -> FastPath | None:
+        """The one-call multi-hop kernel, when this sampler's batches can use it (else ``None``)."""
+        if self._fast_path is False:
+            topo = self.topology
+            c = self.config
+            ok = (not self.is_hetero and not self.disjoint and c.weight_attr is None
+                  and all(type(b) is CSCBlock and kernel_ready(b) for b in topo[None].blocks))
+            self._fast_path = FastPath(topo[None], self.num_nodes, self._fanouts, c.replace) if ok else None
+            if self._fast_path is not None and not self._fast_path.covers_sources:
+                self._fast_path = None  # e.g. one partition's store: sources outside it must raise NotOwnedError
+        return self._fast_path
+
+    @property
     def is_temporal(self) -> bool:
         return self.config.time_attr is not None
 
@@ -139,6 +154,7 @@ class NeighborSampler(BaseSampler):
         if _is_dataset(self._data) or isinstance(self._data, (tuple, list)):
             state["_topology"] = None  # memory-mapped: cheap to rebuild in the worker
             state["_node_time"] = None
+            state["_fast_path"] = False
         state["_local"] = None
         state["_threads_seeded"] = 0
         return state
@@ -188,10 +204,13 @@ class NeighborSampler(BaseSampler):
         self._threads_seeded += 1
         mixed = base * 1_000_003 + (info.id + 1 if info else 0) * 7919 + self._threads_seeded * 104_729
         kernels.seed_rng(int(mixed % (2**32)))
+        self._local.rng = multihop.rng_state(mixed)
         self._local.seeded = True
 
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()
+        if seed_time is None and not isinstance(seed, dict) and self.fast_path is not None:
+            return self.fast_path.sample(_seed_array(seed), self._local)
         seeds = seed if isinstance(seed, dict) else {None: seed}
         times = seed_time if isinstance(seed_time, dict) or seed_time is None else {None: seed_time}
         if self.is_temporal and times is None:
@@ -225,3 +244,9 @@ def _node_times(data: Any, time_attr: str | None) -> dict[Any, np.ndarray]:
     stores = data.node_stores
     return {getattr(s, "_key", None): s[time_attr].cpu().numpy().astype(np.int64)
             for s in stores if time_attr in s and s.is_node_attr(time_attr)}
+
+
+def _seed_array(seed: Any) -> np.ndarray:
+    if isinstance(seed, torch.Tensor):
+        return seed.detach().cpu().numpy().astype(np.int64, copy=False)
+    return np.asarray(seed, dtype=np.int64)

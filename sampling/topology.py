@@ -14,8 +14,10 @@ import torch
 from graphstore.errors import NotOwnedError
 
 _EMPTY_I = np.zeros(0, np.int64)
-_MADV_WILLNEED, _MADV_POPULATE_READ = 3, 22
+_MADV_WILLNEED, _MADV_HUGEPAGE, _MADV_POPULATE_READ = 3, 14, 22
 _EMPTY_F = np.zeros(0, np.float64)
+_EMPTY_I32 = np.zeros(0, np.int32)
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,7 @@ class CSCBlock:
     weight: np.ndarray = field(default_factory=lambda: _EMPTY_F)
     time: np.ndarray = field(default_factory=lambda: _EMPTY_I)
     part: int = 0
+    packed: np.ndarray = field(default_factory=lambda: _EMPTY_I32)  # int32 [2m] (source, edge ID) pairs, or empty
     is_remote = False
 
     def start(self, nodes: np.ndarray, fanout: int, replace: bool, node_time: np.ndarray, seed_time: np.ndarray,
@@ -90,6 +93,7 @@ def prefault(array: np.ndarray) -> None:
         page = mmap.PAGESIZE
         start = array.ctypes.data // page * page
         length = array.ctypes.data + array.nbytes - start
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_HUGEPAGE)
         if libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_POPULATE_READ) != 0:
             libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_WILLNEED)
     except (OSError, AttributeError):
@@ -101,6 +105,13 @@ def _csc_from_coo(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int) 
     indptr = np.zeros(num_dst + 1, np.int64)
     np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
     return indptr, src[perm].astype(np.int64), perm.astype(np.int64)
+
+
+def _pack(indices: np.ndarray, eid: np.ndarray, num_src: int) -> np.ndarray:
+    """The packed int32 (source, edge ID) pairs of an in-memory graph, or empty when IDs do not fit."""
+    if num_src > _INT32_MAX or len(eid) == 0 or int(eid.max()) > _INT32_MAX:
+        return _EMPTY_I32
+    return np.stack([indices, eid], axis=1).astype(np.int32).reshape(-1)
 
 
 def _np(value: Any) -> np.ndarray:
@@ -122,8 +133,8 @@ def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None) -> dict[
         weight = _np(store[weight_attr])[eid].astype(np.float64) if weight_attr and weight_attr in store else _EMPTY_F
         time = (_np(store[time_attr])[eid].astype(np.int64)
                 if time_attr and time_attr in store and store.is_edge_attr(time_attr) else _EMPTY_I)
-        out[etype] = EdgeTopology(etype, s_type, d_type, [CSCBlock(0, num_dst, indptr, indices, eid, weight, time)],
-                                  num_src, num_dst)
+        block = CSCBlock(0, num_dst, indptr, indices, eid, weight, time, packed=_pack(indices, eid, num_src))
+        out[etype] = EdgeTopology(etype, s_type, d_type, [block], num_src, num_dst)
     return out
 
 
@@ -138,14 +149,18 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
         for part in parts:
             _, gs = dataset.partition(part)
             indptr, indices, eid = gs.csc_arrays(info.name)
-            for array in (indptr, indices, eid):
+            packed = gs.packed_csc(info.name)
+            # the pages the kernels will read: the packed pairs when the fast path can use them
+            fast = packed is not None and not (weight_attr or time_attr)
+            for array in (indptr, packed) if fast else (indptr, indices, eid):
                 prefault(array)
             weight = (gs.edge_attr(weight_attr, info.name).numpy().astype(np.float64, copy=False)
                       if weight_attr and weight_attr in info.attrs else _EMPTY_F)
             time = (gs.edge_attr(time_attr, info.name).numpy().astype(np.int64, copy=False)
                     if time_attr and time_attr in info.attrs else _EMPTY_I)
             lo, hi = dst.offsets[part], dst.offsets[part + 1]
-            blocks.append(CSCBlock(lo, hi, indptr, indices, eid, weight, time, part))
+            blocks.append(CSCBlock(lo, hi, indptr, indices, eid, weight, time, part,
+                                   _EMPTY_I32 if packed is None else packed))
         out[info.name] = EdgeTopology(info.name, src.name, dst.name, blocks, src.num_nodes, dst.num_nodes)
     return out
 
@@ -164,6 +179,6 @@ def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str |
         eid = _np(perm).astype(np.int64) if perm is not None else np.arange(len(indices), dtype=np.int64)
         num_src = attr.size[0] if attr.size else int(indices.max(initial=-1)) + 1
         s_type, d_type = (etype[0], etype[2]) if isinstance(etype, tuple) else (None, None)
-        out[etype] = EdgeTopology(etype, s_type, d_type, [CSCBlock(0, len(indptr) - 1, indptr, indices, eid)],
-                                  num_src, len(indptr) - 1)
+        block = CSCBlock(0, len(indptr) - 1, indptr, indices, eid, packed=_pack(indices, eid, num_src))
+        out[etype] = EdgeTopology(etype, s_type, d_type, [block], num_src, len(indptr) - 1)
     return out

@@ -16,6 +16,7 @@ from graphstore.manifest import ArrayInfo
 
 Progress = Callable[[str, int, int], None]
 _BLOCK = 1 << 22
+_INT32_MAX = 2**31 - 1
 
 
 @dataclass
@@ -87,6 +88,9 @@ class PartsWriter:
         seg = indices[a:b]
         self._write(layout.edge_array(part, key, layout.INDICES), (b - a,), np.int64, lambda s, t: seg[s:t])
         self._write(layout.edge_array(part, key, layout.EID), (b - a,), np.int64, lambda s, t: perm[a + s: a + t])
+        if self.books[s_type].num_nodes <= _INT32_MAX and table.num_edges <= _INT32_MAX:
+            self._write(layout.edge_array(part, key, layout.PACKED), (b - a, 2), np.int32,
+                        lambda s, t: np.stack([seg[s:t], perm[a + s: a + t]], axis=1).astype(np.int32))
         for name, rows in table.attrs.items():
             self._write_rows(layout.edge_array(part, key, name), rows, perm[a:b], f"{etype!r} edges")
         s_lo, s_hi = self.books[s_type].offsets[part: part + 2]

@@ -82,6 +82,9 @@ def _check_edge_table(source: GraphSource, etype: EdgeType) -> None:
         _check_ids(f"{where}, {end} IDs", np.asarray(ids), source.nodes[ntype].num_nodes, table.num_edges)
     for name, rows in table.attrs.items():
         layout.check_attr_name(name, where)
+        if name in layout.TOPOLOGY:
+            raise InvalidInputError(f"{where}: attribute name {name!r} is reserved for the graph topology "
+                                    f"({sorted(layout.TOPOLOGY)}); rename it")
         _check_rows(f"{where}, attribute {name!r}", rows, table.num_edges, "the edge count")
 
 

@@ -164,3 +164,6 @@ def test_missing_chunk_is_refused(tmp_path):
 def test_reserved_and_unsafe_names(tmp_path):
     _ingest_fails(tmp_path, _graph([0], [1], orig_id=np.zeros(4, np.int64)), r"'orig_id' is reserved")
     _ingest_fails(tmp_path, _graph([0], [1], **{"a/b": np.zeros(4)}), r"cannot be stored")
+    for name in ("indices", "eid", "packed"):  # would overwrite the topology arrays of the same directory
+        edges = EdgeTable(np.array([0]), np.array([1]), {name: ArrayRows(np.zeros(1))})
+        _ingest_fails(tmp_path, GraphSource({None: NodeTable(4, {})}, {None: edges}), rf"'{name}' is reserved")

@@ -276,7 +276,7 @@ def test_prefetch_pulls_a_partition_with_progress(local, tmp_path):
     fs, gs = ds.partition(1, prefetch=["x"], progress=lambda done, total: seen.append((done, total)))
     fetched = {k.rsplit("/c/", 1)[0] for k in loc.keys}
     assert fetched == {"part_00001/nodes/_N/x", "part_00001/edges/_N/indptr", "part_00001/edges/_N/indices",
-                       "part_00001/edges/_N/eid", "part_00001/halo/_N/ids"}
+                       "part_00001/edges/_N/eid", "part_00001/edges/_N/packed", "part_00001/halo/_N/ids"}
     assert seen[-1][0] == seen[-1][1] == len(loc.keys)
     before = len(loc.keys)
     fs[None, "x", None], gs.csc_arrays()

@@ -42,7 +42,7 @@ def dataset(tmp_path_factory):
 
 def test_every_array_path_is_documented(dataset):
     patterns = _documented_paths()
-    assert len(patterns) == 8
+    assert len(patterns) == 9
     manifest = graphstore.open_dataset(dataset).manifest
     for path in manifest.arrays:
         assert any(p.match(path) for p in patterns), f"{path} is not in FORMAT.md"
@@ -106,3 +106,13 @@ def test_hetero_keys_are_path_safe(tmp_path):
     keys = [t.key for t in ds.manifest.edge_types]
     assert "paper__cites__paper" in keys and all("/" not in k for k in keys)
     assert ds.manifest.edge_type(("cites",)).name == ("paper", "cites", "paper")
+
+
+def test_packed_pairs_repeat_indices_and_eid(dataset):
+    ds = graphstore.open_dataset(dataset)
+    for part in range(ds.num_parts):
+        _, gs = ds.partition(part)
+        _, indices, eid = gs.csc_arrays()
+        packed = gs.packed_csc()
+        assert packed is not None and packed.dtype == np.int32
+        np.testing.assert_array_equal(packed.reshape(-1, 2), np.stack([indices, eid], axis=1))

@@ -10,6 +10,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 from graphstore.errors import InvalidInputError
 from sampling import NeighborSampler
+from sampling.fastpath import FastPath
 
 BACKENDS = ["data", "dataset1", "dataset3", "pair"]
 
@@ -25,9 +26,28 @@ def _hops(out):
     return [slice(bounds[i], bounds[i + 1]) for i in range(len(out.num_sampled_edges))]
 
 
-@pytest.fixture(params=BACKENDS)
-def g(request, graphs):
-    return graphs[request.param]
+# Homogeneous uniform sampling over local blocks takes the one-call kernel (FastPath); the contract
+# suite runs it in each of its modes and also forces the general per-hop path on the same graphs.
+PATHS = [(b, "fast") for b in BACKENDS] + [(b, "general") for b in BACKENDS] + [
+    ("dataset3", "fast-unpacked"), ("dataset3", "fast-hash")]
+
+
+@pytest.fixture(params=PATHS, ids=[f"{b}-{p}" for b, p in PATHS])
+def g(request, graphs, monkeypatch):
+    backend, path = request.param
+    if path != "fast":
+        monkeypatch.setattr(NeighborSampler, "fast_path", property(lambda self: _forced_path(self, path)))
+    return graphs[backend]
+
+
+def _forced_path(sampler, path):
+    if path == "general" or sampler.is_hetero or sampler.disjoint or sampler.config.weight_attr:
+        return None
+    if sampler._fast_path is False:
+        options = {"packed": False} if path == "fast-unpacked" else {"dense_max_nodes": 0}
+        sampler._fast_path = FastPath(sampler.topology[None], sampler.num_nodes, sampler._fanouts,
+                                      sampler.config.replace, **options)
+    return sampler._fast_path
 
 
 def _seeds(g, k=40, seed=0):

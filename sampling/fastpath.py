@@ -1,0 +1,102 @@
+"""The fast path of ``NeighborSampler``: homogeneous uniform sampling in one numba call per batch."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+from torch_geometric.sampler import SamplerOutput
+
+from graphstore.errors import CorruptDatasetError, NotOwnedError
+from sampling import multihop
+from sampling.topology import CSCBlock, EdgeTopology
+
+
+class FastPath:
+    """Homogeneous, uniform, non-disjoint sampling over local blocks: all hops in one numba call
+    (:func:`sampling.multihop.sample_multihop`), over the packed layout when every block has it."""
+
+    def __init__(self, topo: EdgeTopology, num_nodes: int, fanouts: list[dict[Any, int]], replace: bool, *,
+                 packed: bool = True, dense_max_nodes: int = multihop.DENSE_MAX_NODES) -> None:
+        blocks = topo.blocks
+        self.num_nodes = num_nodes
+        self.dense = num_nodes <= dense_max_nodes  # else the hash table (memory per thread ∝ batch, not graph)
+        self.lo, self.hi = int(topo.offsets[0]), int(topo.offsets[-1])
+        self.covers_sources = self.lo == 0 and self.hi >= topo.num_src
+        self.use_packed = packed and all(len(b.packed) == 2 * len(b.indices) for b in blocks)
+        i64, i32 = np.zeros(0, np.int64), np.zeros(0, np.int32)
+        self.args = (tuple(b.indptr for b in blocks),
+                     tuple(i64 if self.use_packed else b.indices for b in blocks),
+                     tuple(i64 if self.use_packed else b.eid for b in blocks),
+                     tuple(b.packed if self.use_packed else i32 for b in blocks),
+                     self.use_packed, topo.offsets.astype(np.int64))
+        self.parts = np.array([b.part for b in blocks], np.int32)
+        self.fanouts = np.array([hop[None] for hop in fanouts], np.int64)
+        self.replace = replace
+
+    def sample(self, seeds: np.ndarray, local: threading.local) -> SamplerOutput:
+        if len(seeds) and (seeds.min() < self.lo or seeds.max() >= self.hi):
+            bad = seeds[(seeds < self.lo) | (seeds >= self.hi)]
+            raise NotOwnedError(f"seed nodes {bad[:5].tolist()} are outside [{self.lo}, {self.hi}), the node IDs "
+                                "of this graph; pass IDs of existing nodes")
+        _keep_freed_memory()
+        if getattr(local, "dense", None) is None:  # per thread: the global->local map, reused by every batch
+            local.seen = np.zeros(-(-self.num_nodes // 64) if self.dense else 0, np.uint64)
+            local.dense = np.empty(self.num_nodes if self.dense else 0, np.int32)
+            local.table = np.full(0 if self.dense else 1 << 12, -1, np.int64)
+        nodes, row, col, eid, pos, block_edges, per_hop_nodes, per_hop_edges, local.table = multihop.sample_multihop(
+            *self.args, seeds, self.fanouts, self.replace, local.rng, local.seen, local.dense, local.table)
+        if len(per_hop_nodes) and per_hop_nodes[0] < 0:
+            raise CorruptDatasetError(f"a neighbor ID read from the topology is not a node ID (0..{self.num_nodes - 1});"
+                                      " run `graphstore verify` on the dataset")
+        out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
+                            torch.from_numpy(eid), None, per_hop_nodes.tolist(), per_hop_edges.tolist())
+        out.edge_locator = {None: functools.partial(_locate, self.parts, block_edges, len(eid), pos)}
+        return out
+
+
+def _locate(parts: np.ndarray, block_edges: np.ndarray, num_edges: int, pos: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """``(partition, CSC position)`` of every sampled edge, from each hop's per-block edge ranges."""
+    bounds = np.append(block_edges[:, :-1].ravel(), num_edges)
+    return np.repeat(np.tile(parts, len(block_edges)), np.diff(bounds)), pos
+
+
+_MALLOC_TUNED = False
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def _keep_freed_memory() -> None:
+    """Once per process (glibc only): serve large allocations from the heap and keep freed memory.
+
+    Every batch allocates tens of MB of outputs. By default glibc maps each large block fresh and
+    unmaps it when freed, so the next batch takes a page fault per 4 KiB it writes (~2,000 per
+    batch on the products benchmark, about 15% of sampling time). With a 1 GiB mmap threshold and a
+    2 GiB trim threshold, freed blocks are reused instead. Set ``GRAPHSTORE_MALLOC=default`` to leave
+    the allocator alone.
+    """
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED:
+        return
+    _MALLOC_TUNED = True
+    if os.environ.get("GRAPHSTORE_MALLOC", "").lower() == "default" or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)
+        libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1)  # an int
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def kernel_ready(block: CSCBlock) -> bool:
+    """The kernel takes tuples of one array type: contiguous, writable (copy-on-write maps are), int64."""
+    arrays = (block.indptr, block.indices, block.eid, block.packed)
+    return all(a.flags.writeable and a.flags.c_contiguous for a in arrays) and all(
+        a.dtype == np.int64 for a in arrays[:3]) and block.packed.dtype == np.int32

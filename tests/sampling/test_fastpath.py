@@ -1,0 +1,153 @@
+"""The one-call multi-hop kernel (FastPath): when it is taken, that it equals the general path, its
+random draws, repeated seeds, and bad IDs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import chisquare
+from torch_geometric.sampler import NodeSamplerInput
+
+from graphstore.errors import CorruptDatasetError, NotOwnedError
+from sampling import NeighborSampler
+from sampling.fastpath import FastPath
+
+
+def _sample(sampler, seeds):
+    return sampler.sample_from_nodes(NodeSamplerInput(None, torch.as_tensor(seeds)))
+
+
+def _general(data, fanouts, **kw):
+    sampler = NeighborSampler(data, fanouts, **kw)
+    sampler._fast_path = None
+    return sampler
+
+
+def _per_hop(out):
+    """Per hop: the set of (global source, global destination, edge ID); and the node IDs per hop."""
+    node = out.node.numpy()
+    bounds, nb = np.cumsum([0, *out.num_sampled_edges]), np.cumsum([0, *out.num_sampled_nodes])
+    edges = [set(zip(node[out.row[a:b]], node[out.col[a:b]], out.edge[a:b].numpy()))
+             for a, b in zip(bounds[:-1], bounds[1:])]
+    return edges, [set(node[a:b]) for a, b in zip(nb[:-1], nb[1:])]
+
+
+def test_fast_path_is_taken_where_it_applies(graphs):
+    ds = graphs["dataset3"].data
+    fast = NeighborSampler(ds, [3, 2]).fast_path
+    assert fast is not None and fast.use_packed and fast.dense
+    assert NeighborSampler(graphs["data"].data, [3]).fast_path.use_packed  # in-memory graphs are packed in RAM
+    for kw in ({"weight_attr": "weight"}, {"time_attr": "time"}, {"disjoint": True}):
+        assert NeighborSampler(ds, [3], **kw).fast_path is None, kw
+    one_part = NeighborSampler(ds.partition(1), [3, 3])  # sources outside it: the general path names them
+    assert one_part.fast_path is None
+    lo, _ = ds.partition(1)[1].dst_range()
+    with pytest.raises(NotOwnedError):
+        for start in range(lo, lo + 50):
+            _sample(one_part, [start])
+
+
+@pytest.mark.parametrize("backend", ["data", "dataset3"])
+@pytest.mark.parametrize("options", [{}, {"packed": False}, {"dense_max_nodes": 0}])
+def test_fast_equals_general_with_full_fanout(graphs, backend, options):
+    data, seeds = graphs[backend].data, [3, 17, 99, 250, 17]
+    fast_sampler = NeighborSampler(data, [-1, -1, -1])
+    fast_sampler._fast_path = FastPath(fast_sampler.topology[None], fast_sampler.num_nodes, fast_sampler._fanouts,
+                                       False, **options)
+    fast, general = _sample(fast_sampler, seeds), _sample(_general(data, [-1, -1, -1]), seeds)
+    assert fast.num_sampled_nodes == general.num_sampled_nodes
+    assert fast.num_sampled_edges == general.num_sampled_edges
+    assert _per_hop(fast) == _per_hop(general)
+    assert fast.node[:5].tolist() == seeds, "seeds keep their positions, repeats included"
+    part, pos = fast.edge_locator[None]()
+    assert len(part) == len(pos) == len(fast.edge)
+
+
+def test_edge_locator_points_at_the_sampled_edges(graphs):
+    ds = graphs["dataset3"].data
+    out = _sample(NeighborSampler(ds, [4, 4, 0, 3], seed=0), [5, 50, 150, 300])
+    part, pos = out.edge_locator[None]()
+    for p in np.unique(part):
+        eid = ds.partition(int(p))[1].csc_arrays()[2]
+        assert np.array_equal(eid[pos[part == p]], out.edge.numpy()[part == p])
+
+
+@pytest.mark.parametrize("fanout, replace", [(5, False), (35, False), (6, True)])
+def test_draws_are_uniform(graphs, fanout, replace):
+    """Floyd (small k), the partial Fisher-Yates shuffle (k > 32, degree < 4k) and draws with
+    replacement: every in-edge of the star node is equally likely."""
+    g = graphs["dataset3"]
+    star = g.to_input.tolist().index(0)
+    sampler = NeighborSampler(g.data, [fanout], replace=replace, seed=21)
+    assert sampler.fast_path is not None
+    counts: dict[int, int] = {}
+    for _ in range(400):
+        out = _sample(sampler, [star])
+        if not replace:
+            assert len(set(out.edge.tolist())) == len(out.edge) == fanout
+        for e in out.edge.tolist():
+            counts[e] = counts.get(e, 0) + 1
+    assert len(counts) == np.count_nonzero(g.dst == star)
+    assert chisquare(np.array(list(counts.values()))).pvalue > 1e-3
+
+
+def test_damaged_topology_is_reported_and_the_map_stays_clean(graphs):
+    data = graphs["data"].data
+    sampler = NeighborSampler(data, [-1, -1])
+    good = sampler.topology[None].blocks[0]
+    bad = good.packed.copy()
+    bad[0::2][np.flatnonzero(good.packed[0::2] == 7)[:1]] = 10**6  # one neighbour ID past the last node
+    expected = _sample(_general(data, [-1, -1]), [0, 7, 12])
+    sampler.topology[None].blocks[0] = dataclasses.replace(good, packed=bad)
+    sampler._fast_path = False
+    with pytest.raises(CorruptDatasetError, match="graphstore verify"):
+        for seed in range(400):
+            _sample(sampler, [seed])
+    sampler.topology[None].blocks[0] = good
+    sampler._fast_path = False
+    assert _per_hop(_sample(sampler, [0, 7, 12])) == _per_hop(expected)
+
+
+def test_out_of_range_seeds_are_named(graphs):
+    sampler = NeighborSampler(graphs["dataset3"].data, [2])
+    with pytest.raises(NotOwnedError, match=r"\[400, -1\] are outside \[0, 400\)"):
+        _sample(sampler, [1, 400, -1])
+
+
+@pytest.mark.parametrize("offsets", [[0, 5000], [0, 100, 100, 2600, 70000], [300, 1000, 5000, 10**6]])
+def test_frontier_sort_by_id(offsets):
+    from sampling.multihop import _by_block, _by_id
+
+    offsets = np.array(offsets, np.int64)
+    rng = np.random.default_rng(1)
+    nodes = np.concatenate([np.zeros(7, np.int64), rng.integers(offsets[0], offsets[-1], 6000)])
+    order, bounds, ids = _by_id(offsets, nodes, 7, len(nodes))
+    front = nodes[7:]
+    assert np.array_equal(np.sort(order), np.arange(len(front)))
+    assert np.all(np.diff(front[order]) >= 0) and np.array_equal(ids, front[order])
+    _, expected, _ = _by_block(offsets, nodes, 7, len(nodes))
+    assert np.array_equal(bounds, expected)
+
+
+def test_large_frontiers_match_the_general_path():
+    """Frontiers of ≥ 4,096 nodes are visited in ID order: same neighbourhoods as the general path."""
+    from torch_geometric.data import Data
+
+    rng = np.random.default_rng(2)
+    n, m = 30_000, 240_000
+    data = Data(edge_index=torch.from_numpy(rng.integers(0, n, (2, m))), num_nodes=n)
+    seeds = rng.choice(n, 600, replace=False)
+    fast_sampler = NeighborSampler(data, [-1, -1])
+    assert fast_sampler.fast_path is not None
+    fast, general = _sample(fast_sampler, seeds), _sample(_general(data, [-1, -1]), seeds)
+    assert fast.num_sampled_nodes[1] >= 4096
+    assert fast.num_sampled_edges == general.num_sampled_edges
+    assert _per_hop(fast) == _per_hop(general)
+    sampled = NeighborSampler(data, [5, 5], seed=3)
+    out = _sample(sampled, seeds)
+    node = out.node.numpy()
+    src, dst = data.edge_index.numpy()
+    assert np.array_equal(node[out.row], src[out.edge]) and np.array_equal(node[out.col], dst[out.edge])
