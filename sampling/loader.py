@@ -112,7 +112,7 @@ class NeighborLoader(_EdgeAttrs, NodeLoader):
         super().__init__(_as_pyg_data(data), sampler, input_nodes=input_nodes, input_time=input_time,
                          transform=transform,
                          transform_sampler_output=_OutputTransform(self.bidirectional, transform_sampler_output),
-                         filter_per_worker=filter_per_worker, **kwargs)
+                         filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
 
     def filter_fn(self, out: Any) -> Any:
         return self._add_edge_attrs(super().filter_fn(out), out)
@@ -153,10 +153,23 @@ class LinkNeighborLoader(_EdgeAttrs, LinkLoader):
                          edge_label_time=edge_label_time, neg_sampling=neg_sampling,
                          neg_sampling_ratio=neg_sampling_ratio, transform=transform,
                          transform_sampler_output=_OutputTransform(self.bidirectional, transform_sampler_output),
-                         filter_per_worker=filter_per_worker, **kwargs)
+                         filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
 
     def filter_fn(self, out: Any) -> Any:
         return self._add_edge_attrs(super().filter_fn(out), out)
+
+
+def _filter_per_worker(data: Any, filter_per_worker: bool | None) -> bool | None:
+    """PyG's default, except for graphstore datasets: rows are fetched in the main process.
+
+    A dataset's rows are already in (shared) page cache, so the main process copies them into the
+    batch once; fetched in a worker they are copied again into shared memory to cross processes.
+    Measured on the products benchmark with 2 workers: 2.58 batches/s this way, 2.32 fetching in the
+    workers, 2.21 with no workers (README). Pass ``filter_per_worker=True`` to fetch in workers.
+    """
+    if filter_per_worker is None and isinstance(data, Dataset):
+        return False
+    return filter_per_worker
 
 
 def _default_input_nodes(data: Any, input_nodes: Any) -> Any:

@@ -98,11 +98,11 @@ def _sampler_rate(ds: graphstore.Dataset, batches: list[torch.Tensor], path: str
     return _rate(lambda s: int(sampler.sample_from_nodes(NodeSamplerInput(None, s)).row.numel()), batches, repeats)
 
 
-def _loader_rate(ds: graphstore.Dataset, batches: list[torch.Tensor], batch_size: int, workers: int
-                 ) -> tuple[float, float]:
+def _loader_rate(ds: graphstore.Dataset, batches: list[torch.Tensor], batch_size: int, workers: int,
+                 filter_per_worker: bool | None = None) -> tuple[float, float]:
     """(edges/s, batches/s) of ``NeighborLoader`` iteration (sampling + feature fetch) with ``workers``."""
     loader = NeighborLoader(ds, FANOUT, input_nodes=torch.cat(batches), batch_size=batch_size, seed=0,
-                            num_workers=workers, persistent_workers=workers > 0)
+                            num_workers=workers, persistent_workers=workers > 0, filter_per_worker=filter_per_worker)
     next(iter(loader))  # warm: workers started, kernels compiled
     start = time.perf_counter()
     edges = sum(b.edge_index.size(1) for b in loader)
@@ -137,6 +137,8 @@ def run(args: argparse.Namespace) -> dict:
     general = _sampler_rate(ds, batches, "general", 1)
     with_features, loader_bps = _loader_rate(ds, batches, args.batch_size, workers=0)
     workers = {w: _loader_rate(ds, batches, args.batch_size, workers=w)[1] for w in (args.workers,)}
+    workers[f"{args.workers}, rows fetched in the workers"] = _loader_rate(ds, batches, args.batch_size, args.workers,
+                                                                          filter_per_worker=True)[1]
     from graphstore.dataset_stores import DatasetGraphStore
 
     indices, indptr = DatasetGraphStore(ds).get_edge_index(None, "csc")

@@ -49,17 +49,21 @@ def test_masks_by_name_and_all_nodes_by_default(graphs):
         NeighborLoader(ds, [2], input_nodes="train_mask")
 
 
-@pytest.mark.parametrize("context", [None, "spawn"])
-def test_workers_load_the_same_batches(graphs, context):
+@pytest.mark.parametrize("context, filter_per_worker", [(None, None), ("spawn", None), (None, True)])
+def test_workers_load_the_same_batches(graphs, context, filter_per_worker):
+    """Rows are fetched in the main process by default for datasets (the sampler output, with its
+    edge locator, crosses from the worker), or in the workers when asked."""
     g = graphs["dataset3"]
     kwargs = dict(input_nodes=torch.arange(200), batch_size=25, seed=0)
     ids0 = sorted(torch.cat([b.input_id for b in NeighborLoader(g.data, [3, 3], **kwargs)]).tolist())
     loader = NeighborLoader(g.data, [3, 3], num_workers=2, persistent_workers=False,
-                            multiprocessing_context=context, **kwargs)
+                            multiprocessing_context=context, filter_per_worker=filter_per_worker, **kwargs)
+    assert loader.filter_per_worker is bool(filter_per_worker)
     batches = list(loader)
     assert sorted(torch.cat([b.input_id for b in batches]).tolist()) == ids0
     for b in batches:
         assert np.allclose(b.x.numpy(), g.x[b.n_id.numpy()])
+        assert np.allclose(b.weight.numpy(), g.weight[b.e_id.numpy()])
 
 
 def test_link_loader_binary_negatives(g):
