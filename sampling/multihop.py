@@ -2,9 +2,10 @@
 
 Used when nothing needs per-neighbor filtering (no weights, no time, not disjoint) and every CSC
 block is local. Each hop runs in phases that are each a simple loop over independent memory reads
-(pointers, then picks, then neighbor/edge-ID gathers, then de-duplication), so the CPU overlaps
-their cache misses instead of waiting on one at a time. Blocks may carry a packed layout (int32
-source ID and edge ID side by side, FORMAT.md): one cache line per sampled edge instead of two.
+(the frontier sorted by node ID, then pointers, picks, neighbor/edge-ID gathers, and
+de-duplication through :mod:`sampling.idmap`), so the CPU overlaps their cache misses instead of
+waiting on one at a time. Blocks may carry a packed layout (int32 source ID and edge ID side by
+side, FORMAT.md): one cache line per sampled edge instead of two.
 
 Random numbers come from xoshiro256** with Lemire's bounded draw (a few ns per draw, against
 ~12 ns for numba's Mersenne Twister); each thread owns its state.
@@ -13,32 +14,11 @@ Random numbers come from xoshiro256** with Lemire's bounded draw (a few ns per d
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+from sampling.idmap import DENSE_MAX_NODES, dedup_dense, dedup_hash, forget, insert_seeds, pow2, rehash  # noqa: F401
 
 _M32 = 0xFFFFFFFF
-DENSE_MAX_NODES = 1 << 24  # up to this many nodes the de-duplication map is a dense int32 array (64 MiB)
-_ONE = np.uint64(1)
-_AHEAD = 32  # de-duplication looks this many edges ahead to start fetching their map entries
-
-
-@intrinsic
-def _prefetch(typingctx, array, index):
-    """Hint the CPU to fetch ``array[index]`` for writing (LLVM ``llvm.prefetch``; never faults)."""
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, i32(1), i32(3), i32(1)])  # write intent, keep in all cache levels, data
-        return context.get_dummy_value()
-
-    return types.void(array, index), codegen
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -104,15 +84,6 @@ def _block_of(offsets, g):
         else:
             hi = mid - 1
     return lo
-
-
-@njit(cache=True, nogil=True)
-def _pow2(n):
-    """The smallest power of two ≥ ``n`` (at least 64)."""
-    p = 64
-    while p < n:
-        p *= 2
-    return p
 
 
 @njit(cache=True, nogil=True)
@@ -284,116 +255,6 @@ def _gather_packed(packed, edge_bounds, pos, row, eid):
 
 
 @njit(cache=True, nogil=True)
-def _dedup_dense(seen, dense, row, lo, hi, nodes, n_nodes, limit):
-    """Phase 4 with a dense map: relabel ``row[lo:hi]`` to local IDs, appending new nodes. Returns the
-    node count and whether every ID was inside ``[0, limit)`` (else it stops: a damaged dataset, whose
-    IDs must never be used as indices).
-
-    ``seen`` (one bit per node, small enough for L2) says which entries of ``dense`` are valid, so
-    most lookups never touch ``dense`` (a new node is only written), and nothing but the bits needs
-    resetting after the batch.
-    """
-    for x in range(lo, hi):
-        g = row[x]
-        if g < 0 or g >= limit:
-            return n_nodes, False
-        if x + _AHEAD < hi:  # the map is too large for L2: fetch ahead (measured +8%)
-            _prefetch(dense, row[x + _AHEAD])
-        word, bit = g >> 6, _ONE << np.uint64(g & 63)
-        if seen[word] & bit:
-            row[x] = dense[g]
-        else:
-            seen[word] |= bit
-            dense[g] = n_nodes
-            nodes[n_nodes] = g
-            row[x] = n_nodes
-            n_nodes += 1
-    return n_nodes, True
-
-
-@njit(cache=True, nogil=True)
-def _dedup_hash(table, row, lo, hi, nodes, n_nodes, limit):
-    """Phase 4 with the hash table (large graphs); same contract as ``_dedup_dense``."""
-    mask = len(table) // 2 - 1
-    for x in range(lo, hi):
-        g = row[x]
-        if g < 0 or g >= limit:
-            return n_nodes, False
-        if x + _AHEAD < hi:
-            _prefetch(table, 2 * _hash(row[x + _AHEAD], mask))
-        slot = _slot(table, g)
-        if table[2 * slot] == -1:
-            table[2 * slot] = g
-            table[2 * slot + 1] = n_nodes
-            nodes[n_nodes] = g
-            row[x] = n_nodes
-            n_nodes += 1
-        else:
-            row[x] = table[2 * slot + 1]
-    return n_nodes, True
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _hash(key, mask):
-    h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-    h ^= h >> np.uint64(32)
-    return np.int64(h & np.uint64(mask))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _slot(table, key):
-    """Slot of ``key`` in the interleaved (key, value) table, or of the empty entry where it goes."""
-    mask = len(table) // 2 - 1
-    slot = _hash(key, mask)
-    while table[2 * slot] != key and table[2 * slot] != -1:
-        slot = (slot + 1) & mask
-    return slot
-
-
-@njit(cache=True, nogil=True)
-def _rehash(table, capacity):
-    out = np.full(2 * capacity, -1, np.int64)
-    for i in range(len(table) // 2):
-        if table[2 * i] != -1:
-            slot = _slot(out, table[2 * i])
-            out[2 * slot] = table[2 * i]
-            out[2 * slot + 1] = table[2 * i + 1]
-    return out
-
-
-@njit(cache=True, nogil=True)
-def _insert_seeds(seen, dense, table, seeds, nodes):
-    """Seeds take local IDs ``0..len(seeds)-1`` in order; a repeated seed maps to its first position."""
-    for i in range(len(seeds)):
-        g = seeds[i]
-        nodes[i] = g
-        if len(seen):
-            word, bit = g >> 6, _ONE << np.uint64(g & 63)
-            if not seen[word] & bit:
-                seen[word] |= bit
-                dense[g] = i
-        else:
-            slot = _slot(table, g)
-            if table[2 * slot] == -1:
-                table[2 * slot] = g
-                table[2 * slot + 1] = i
-
-
-@njit(cache=True, nogil=True)
-def _forget(seen, table, nodes, n_nodes):
-    """Empty the map for the next batch in O(nodes sampled)."""
-    if len(seen) > 0:
-        for i in range(n_nodes):
-            seen[nodes[i] >> 6] = 0  # every bit set belongs to some sampled node: clear whole words
-        return
-    slots = np.empty(n_nodes, np.int64)  # find every slot while the probe chains are intact
-    for i in range(n_nodes):
-        slots[i] = _slot(table, nodes[i])
-    for i in range(n_nodes):
-        table[2 * slots[i]] = -1
-
-
-@njit(cache=True, nogil=True)
 def _capacity(num_seeds, fanouts):
     """Edges a batch can hold at most when every fanout is positive (else 0: grow as needed)."""
     total, width = 0, num_seeds
@@ -432,8 +293,8 @@ def sample_multihop(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
     nodes_per_hop = np.zeros(hops + 1, np.int64)
     edges_per_hop = np.zeros(hops, np.int64)
     if len(seen) == 0 and len(table) < 4 * num_seeds:
-        table = _rehash(table, _pow2(4 * num_seeds))
-    _insert_seeds(seen, dense, table, seeds, nodes)
+        table = rehash(table, pow2(4 * num_seeds))
+    insert_seeds(seen, dense, table, seeds, nodes)
     n_nodes, n_edges = num_seeds, 0
     nodes_per_hop[0] = num_seeds
     scratch = np.empty(0, np.int64)
@@ -472,19 +333,19 @@ def sample_multihop(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
         else:
             _gather(indices, eids, block_edges[h], pos, row, eid)
         if len(seen):
-            n_nodes, valid = _dedup_dense(seen, dense, row, n_edges, e, nodes, n_nodes, offsets[-1])
+            n_nodes, valid = dedup_dense(seen, dense, row, n_edges, e, nodes, n_nodes, offsets[-1])
         else:
             if len(table) < 4 * (n_nodes + e - n_edges):
-                table = _rehash(table, _pow2(4 * (n_nodes + e - n_edges)))
-            n_nodes, valid = _dedup_hash(table, row, n_edges, e, nodes, n_nodes, offsets[-1])
+                table = rehash(table, pow2(4 * (n_nodes + e - n_edges)))
+            n_nodes, valid = dedup_hash(table, row, n_edges, e, nodes, n_nodes, offsets[-1])
         if not valid:
-            _forget(seen, table, nodes, n_nodes)
+            forget(seen, table, nodes, n_nodes)
             nodes_per_hop[0] = -1
             return nodes[:0], row[:0], col[:0], eid[:0], pos[:0], block_edges, nodes_per_hop, edges_per_hop, table
         edges_per_hop[h] = e - n_edges
         n_edges = e
         f_lo, f_hi = f_hi, n_nodes
         nodes_per_hop[h + 1] = f_hi - f_lo
-    _forget(seen, table, nodes, n_nodes)
+    forget(seen, table, nodes, n_nodes)
     return (nodes[:n_nodes], row[:n_edges], col[:n_edges], eid[:n_edges], pos[:n_edges], block_edges,
             nodes_per_hop, edges_per_hop, table)
