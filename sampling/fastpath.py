@@ -57,15 +57,18 @@ class FastPath:
                                       " run `graphstore verify` on the dataset")
         out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
                             torch.from_numpy(eid), None, per_hop_nodes.tolist(), per_hop_edges.tolist())
-        out.edge_locator = {None: functools.partial(_locate, self.parts, block_edges, len(eid), pos)}
+        # called only if edge attributes are fetched; tensors (not arrays) so a worker hands them over
+        # through shared memory rather than pickling their bytes
+        out.edge_locator = {None: functools.partial(_locate, self.parts, torch.from_numpy(block_edges), len(eid),
+                                                    torch.from_numpy(pos))}
         return out
 
 
-def _locate(parts: np.ndarray, block_edges: np.ndarray, num_edges: int, pos: np.ndarray
+def _locate(parts: np.ndarray, block_edges: torch.Tensor, num_edges: int, pos: torch.Tensor
             ) -> tuple[np.ndarray, np.ndarray]:
     """``(partition, CSC position)`` of every sampled edge, from each hop's per-block edge ranges."""
-    bounds = np.append(block_edges[:, :-1].ravel(), num_edges)
-    return np.repeat(np.tile(parts, len(block_edges)), np.diff(bounds)), pos
+    bounds = np.append(block_edges.numpy()[:, :-1].ravel(), num_edges)
+    return np.repeat(np.tile(parts, len(block_edges)), np.diff(bounds)), pos.numpy()
 
 
 _MALLOC_TUNED = False

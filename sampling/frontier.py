@@ -167,18 +167,20 @@ class Frontier:
             row, col, eid, part, pos = edges[None]
             out = SamplerOutput(node[None], _t(row), _t(col), _t(eid), batch[None] if batch else None,
                                 self.nodes_per_hop[None], self.edges_per_hop[None])
-            out.edge_locator = {None: functools.partial(_pair, part, pos)}  # called on demand (picklable)
+            # called on demand; tensors cross from a worker through shared memory
+            out.edge_locator = {None: functools.partial(_pair, torch.from_numpy(part), torch.from_numpy(pos))}
             return out
         out = HeteroSamplerOutput(
             node=node, row={et: _t(e[0]) for et, e in edges.items()}, col={et: _t(e[1]) for et, e in edges.items()},
             edge={et: _t(e[2]) for et, e in edges.items()}, batch=batch, num_sampled_nodes=self.nodes_per_hop,
             num_sampled_edges=self.edges_per_hop)
-        out.edge_locator = {et: functools.partial(_pair, e[3], e[4]) for et, e in edges.items()}
+        out.edge_locator = {et: functools.partial(_pair, torch.from_numpy(e[3]), torch.from_numpy(e[4]))
+                            for et, e in edges.items()}
         return out
 
 
-def _pair(part: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return part, pos
+def _pair(part: torch.Tensor, pos: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    return part.numpy(), pos.numpy()
 
 
 def _numpy(value: Any) -> np.ndarray:
