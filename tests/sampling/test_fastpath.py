@@ -151,3 +151,15 @@ def test_large_frontiers_match_the_general_path():
     node = out.node.numpy()
     src, dst = data.edge_index.numpy()
     assert np.array_equal(node[out.row], src[out.edge]) and np.array_equal(node[out.col], dst[out.edge])
+
+
+def test_datasets_without_packed_topology_use_the_int64_arrays(graphs, monkeypatch):
+    """A dataset written before ``packed`` existed (or with IDs ≥ 2**31) has none: same results."""
+    from graphstore.stores import ZarrGraphStore
+
+    ds, seeds = graphs["dataset3"].data, [3, 17, 99, 250]
+    expected = _per_hop(_sample(NeighborSampler(ds, [-1, -1]), seeds))
+    monkeypatch.setattr(ZarrGraphStore, "packed_csc", lambda self, edge_type=None: None)
+    sampler = NeighborSampler(ds, [-1, -1])
+    assert sampler.fast_path is not None and not sampler.fast_path.use_packed
+    assert _per_hop(_sample(sampler, seeds)) == expected
