@@ -50,8 +50,12 @@ class FastPath:
             local.seen = np.zeros(-(-self.num_nodes // 64) if self.dense else 0, np.uint64)
             local.dense = np.empty(self.num_nodes if self.dense else 0, np.int32)
             local.table = np.full(0 if self.dense else 1 << 12, -1, np.int64)
-        nodes, row, col, eid, pos, block_edges, per_hop_nodes, per_hop_edges, local.table = multihop.sample_multihop(
-            *self.args, seeds, self.fanouts, self.replace, local.rng, local.seen, local.dense, local.table)
+        try:
+            nodes, row, col, eid, pos, block_edges, per_hop_nodes, per_hop_edges, local.table = multihop.sample_multihop(
+                *self.args, seeds, self.fanouts, self.replace, local.rng, local.seen, local.dense, local.table)
+        except BaseException:  # e.g. MemoryError mid-batch: the map still holds this batch's nodes
+            local.dense = None  # rebuilt empty by the next call
+            raise
         if len(per_hop_nodes) and per_hop_nodes[0] < 0:
             raise CorruptDatasetError(f"a neighbor ID read from the topology is not a node ID (0..{self.num_nodes - 1});"
                                       " run `graphstore verify` on the dataset")

@@ -78,7 +78,18 @@ class _EdgeAttrs:
         return out
 
 
-class NeighborLoader(_EdgeAttrs, NodeLoader):
+class _NewStreamEachPass:
+    """Tells the sampler that a pass starts, so workers forked for it draw streams no pass drew before
+    (with ``seed=`` set, a new worker would otherwise repeat the last pass's samples)."""
+
+    def __iter__(self) -> Any:
+        sampler = getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
+        if isinstance(sampler, NeighborSampler):
+            sampler.next_epoch()
+        return super().__iter__()  # type: ignore[misc]
+
+
+class NeighborLoader(_NewStreamEachPass, _EdgeAttrs, NodeLoader):
     """A drop-in for ``torch_geometric.loader.NeighborLoader`` that also reads graphstore datasets.
 
     ``data`` is a PyG ``Data``/``HeteroData``, a ``(FeatureStore, GraphStore)`` pair, or a graphstore
@@ -118,7 +129,7 @@ class NeighborLoader(_EdgeAttrs, NodeLoader):
         return self._add_edge_attrs(super().filter_fn(out), out)
 
 
-class LinkNeighborLoader(_EdgeAttrs, LinkLoader):
+class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
     """A drop-in for ``torch_geometric.loader.LinkNeighborLoader`` that also reads graphstore datasets.
 
     ``edge_label_index`` defaults to every edge of the (only, or named) edge type; binary and triplet

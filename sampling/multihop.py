@@ -314,7 +314,8 @@ def sample_multihop(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
         k = fanouts[h]
         nf = f_hi - f_lo
         block_edges[h, :] = n_edges
-        if k == 0 or nf == 0:
+        if k == 0 or nf == 0:  # nothing sampled: the next hop's frontier is empty too (as in PyG)
+            f_lo = f_hi = n_nodes
             continue
         # Each phase is a loop over one block at a time, so the block's arrays are fixed inside it,
         # and every read in a phase is independent of the others: the CPU overlaps the misses. Loops

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -68,8 +70,9 @@ class NeighborSampler(BaseSampler):
         self._node_time: dict[Any, np.ndarray] | None = None
         self._seed = seed
         self._fast_path: FastPath | None | bool = False  # False: not decided yet
-        self._local = threading.local()  # per thread: seeded flag and de-duplication tables
-        self._threads_seeded = 0
+        self._local = threading.local()  # per thread: generator state (and its process) and de-duplication tables
+        self._threads_seeded = itertools.count(1)  # next() is atomic: two threads never share a stream
+        self._epoch = 0  # bumped by the loaders before each pass, so forked workers draw new streams
         topo = self.topology  # validates the data and attribute names now, not in a worker
         self.is_hetero = next(iter(topo)) is not None
         self.edge_types = list(topo)
@@ -156,12 +159,21 @@ class NeighborSampler(BaseSampler):
             state["_node_time"] = None
             state["_fast_path"] = False
         state["_local"] = None
-        state["_threads_seeded"] = 0
+        state["_threads_seeded"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._local = threading.local()
+        self._threads_seeded = itertools.count(1)
+
+    def next_epoch(self) -> None:
+        """Start a new pass: DataLoader workers started after this draw streams no earlier pass drew.
+
+        The loaders call it before every pass; call it yourself when feeding this sampler to a plain
+        ``torch.utils.data.DataLoader`` with ``seed=`` set and workers that are not persistent.
+        """
+        self._epoch += 1
 
     def node_tables(self) -> dict[Any, NodeTable]:
         """Per node type, this process's de-duplication table, emptied for a new batch (reused: no
@@ -194,18 +206,28 @@ class NeighborSampler(BaseSampler):
     # -- sampling --
 
     def _ensure_seeded(self) -> None:
-        """Seed numba's generator once per thread (it is per process and per thread): from ``seed``
-        (else torch's seed), the DataLoader worker, and how many threads this sampler seeded before —
-        so each epoch's prefetch thread draws a new stream, reproducibly."""
-        if getattr(self._local, "seeded", False):
+        """Seed this thread's generators (numba's, per process and thread, and the fast path's) once
+        per thread and process: a forked DataLoader worker inherits its parent's thread state, so the
+        process ID is part of the check.
+
+        With ``seed`` set, the stream follows from the seed, the worker, the pass (:meth:`next_epoch`)
+        and how many threads of this process this sampler seeded before, so it is reproducible and
+        differs per worker, pass and prefetch thread. Without it, a worker starts from torch's seed for
+        that worker and pass (``get_worker_info().seed``), the main process from ``torch.initial_seed()``.
+        """
+        pid = os.getpid()
+        if getattr(self._local, "pid", None) == pid:
             return
         info = torch.utils.data.get_worker_info()
-        base = self._seed if self._seed is not None else torch.initial_seed()
-        self._threads_seeded += 1
-        mixed = base * 1_000_003 + (info.id + 1 if info else 0) * 7919 + self._threads_seeded * 104_729
-        kernels.seed_rng(int(mixed % (2**32)))
+        count = next(self._threads_seeded)
+        if self._seed is None:
+            words = [info.seed if info else torch.initial_seed(), count]
+        else:
+            words = [self._seed % 2**64, info.id + 1 if info else 0, self._epoch, count]
+        mixed = int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0])
+        kernels.seed_rng(mixed % 2**32)
         self._local.rng = multihop.rng_state(mixed)
-        self._local.seeded = True
+        self._local.pid = pid
 
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()

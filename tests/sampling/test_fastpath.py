@@ -163,3 +163,53 @@ def test_datasets_without_packed_topology_use_the_int64_arrays(graphs, monkeypat
     sampler = NeighborSampler(ds, [-1, -1])
     assert sampler.fast_path is not None and not sampler.fast_path.use_packed
     assert _per_hop(_sample(sampler, seeds)) == expected
+
+
+@pytest.mark.parametrize("backend", ["data", "dataset3"])
+@pytest.mark.parametrize("fanouts", [[-1, 0, -1], [2, 0, 3], [0, -1]])
+def test_a_zero_hop_ends_the_frontier_as_in_the_general_path(graphs, backend, fanouts):
+    data, seeds = graphs[backend].data, [3, 17, 99, 250]
+    fast_sampler = NeighborSampler(data, fanouts)
+    assert fast_sampler.fast_path is not None
+    fast, general = _sample(fast_sampler, seeds), _sample(_general(data, fanouts), seeds)
+    zero = fanouts.index(0)
+    assert fast.num_sampled_nodes[zero + 1:] == [0] * (len(fanouts) - zero)
+    assert fast.num_sampled_edges[zero:] == [0] * (len(fanouts) - zero)
+    if -1 in fanouts[:zero] or zero == 0:  # deterministic before the zero: the whole output must match
+        assert _per_hop(fast) == _per_hop(general)
+    assert len(fast.row) == sum(fast.num_sampled_edges)
+
+
+def test_an_error_inside_the_kernel_leaves_no_stale_nodes(graphs, monkeypatch):
+    """A MemoryError mid-batch used to leave the batch's nodes marked as seen: later batches mapped
+    them to stale local IDs."""
+    from sampling import fastpath, multihop
+
+    data = graphs["dataset3"].data
+    sampler = NeighborSampler(data, [-1, -1])
+    before = _per_hop(_sample(sampler, [3, 17]))
+    real = multihop.sample_multihop
+
+    def fails_midway(indptrs, indices, eids, packed, use_packed, offsets, seeds, fanouts, replace, state, seen,
+                     dense, table):
+        multihop.insert_seeds(seen, dense, table, np.array([17, 250, 99]), np.empty(3, np.int64))
+        raise MemoryError("simulated: allocation failed inside the kernel")
+
+    monkeypatch.setattr(fastpath.multihop, "sample_multihop", fails_midway)
+    with pytest.raises(MemoryError):
+        _sample(sampler, [250, 99])
+    monkeypatch.setattr(fastpath.multihop, "sample_multihop", real)
+    assert _per_hop(_sample(sampler, [3, 17])) == before
+
+
+def test_a_pair_of_dataset_stores_returns_input_edge_ids(graphs):
+    from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
+
+    g = graphs["dataset3"]
+    pair = (DatasetFeatureStore(g.data), DatasetGraphStore(g.data))
+    for sampler in (NeighborSampler(pair, [-1]), _general(pair, [-1])):
+        out = _sample(sampler, np.arange(g.num_nodes))
+        node, edge = out.node.numpy(), out.edge.numpy()
+        assert len(edge) == len(g.src)
+        assert np.array_equal(node[out.row], g.src[edge]) and np.array_equal(node[out.col], g.dst[edge])
+    assert NeighborSampler(pair, [-1]).fast_path is not None

@@ -143,3 +143,29 @@ def test_dataset_store_names_ids_out_of_range(halo_x_only):
     ds, _ = halo_x_only
     with pytest.raises(NotOwnedError, match=r"outside \[0, 300\)"):
         DatasetFeatureStore(ds)[None, "x", torch.tensor([1, 300])]
+
+
+def _star_loader_batches(seed, workers=2, loader=None):
+    """Four batches of the same seed (node 0, 199 in-neighbours, fanout 5): one per worker in turn."""
+    from sampling import NeighborLoader
+
+    if loader is None:
+        n = 200
+        data = Data(edge_index=torch.stack([torch.arange(1, n), torch.zeros(n - 1, dtype=torch.long)]), num_nodes=n)
+        loader = NeighborLoader(data, [5], input_nodes=torch.zeros(4, dtype=torch.long), batch_size=1, seed=seed,
+                                num_workers=workers)
+    return loader, [tuple(sorted(b.n_id[1:].tolist())) for b in loader]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [None, 7])
+def test_forked_workers_draw_their_own_streams_every_pass(seed):
+    """Forked workers used to inherit the parent's seeded generator (after any main-process sample)
+    and, with ``seed=``, to repeat the previous pass."""
+    loader, first = _star_loader_batches(seed)
+    loader.node_sampler.sample_from_nodes(NodeSamplerInput(None, torch.tensor([0])))  # main process samples
+    _, second = _star_loader_batches(seed, loader=loader)
+    assert len(set(first)) == 4, f"workers or batches repeated a draw: {first}"
+    assert len(set(second)) == 4 and not set(first) & set(second), (first, second)
+    if seed is not None:  # reproducible: a new loader with the same seed draws the same first pass
+        assert _star_loader_batches(seed)[1] == first
