@@ -13,6 +13,7 @@ from torch_geometric.data.feature_store import _FieldStatus
 from torch_geometric.data.graph_store import EdgeLayout
 
 from graphstore import layout
+from graphstore.allocator import keep_freed_memory
 from graphstore.dataset import Dataset
 from graphstore.errors import GraphstoreError, NotOwnedError, UnknownAttributeError
 
@@ -74,6 +75,7 @@ class ZarrFeatureStore(FeatureStore):
 
     def __init__(self, dataset: Dataset, part: int) -> None:
         super().__init__(tensor_attr_cls=_TensorAttr)
+        keep_freed_memory()  # every batch allocates its rows anew (often hundreds of MB)
         self.dataset, self.part = dataset, dataset.check_part(part)
         self._readers: dict[tuple[Any, str], _Reader] = {}
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import os
-import sys
 import threading
 from typing import Any
 
@@ -13,6 +10,7 @@ import numpy as np
 import torch
 from torch_geometric.sampler import SamplerOutput
 
+from graphstore.allocator import keep_freed_memory
 from graphstore.errors import CorruptDatasetError, NotOwnedError
 from sampling import multihop
 from sampling.topology import CSCBlock, EdgeTopology
@@ -24,6 +22,7 @@ class FastPath:
 
     def __init__(self, topo: EdgeTopology, num_nodes: int, fanouts: list[dict[Any, int]], replace: bool, *,
                  packed: bool = True, dense_max_nodes: int = multihop.DENSE_MAX_NODES) -> None:
+        keep_freed_memory()  # every batch allocates tens of MB of outputs
         blocks = topo.blocks
         self.num_nodes = num_nodes
         self.dense = num_nodes <= dense_max_nodes  # else the hash table (memory per thread ∝ batch, not graph)
@@ -45,7 +44,6 @@ class FastPath:
             bad = seeds[(seeds < self.lo) | (seeds >= self.hi)]
             raise NotOwnedError(f"seed nodes {bad[:5].tolist()} are outside [{self.lo}, {self.hi}), the node IDs "
                                 "of this graph; pass IDs of existing nodes")
-        _keep_freed_memory()
         if getattr(local, "dense", None) is None:  # per thread: the global->local map, reused by every batch
             local.seen = np.zeros(-(-self.num_nodes // 64) if self.dense else 0, np.uint64)
             local.dense = np.empty(self.num_nodes if self.dense else 0, np.int32)
@@ -59,6 +57,8 @@ class FastPath:
         if len(per_hop_nodes) and per_hop_nodes[0] < 0:
             raise CorruptDatasetError(f"a neighbor ID read from the topology is not a node ID (0..{self.num_nodes - 1});"
                                       " run `graphstore verify` on the dataset")
+        bound = max(64, multihop.capacity(len(seeds), self.fanouts) or 16 * len(seeds))
+        nodes, row, col, eid, pos = (_fit(a, bound) for a in (nodes, row, col, eid, pos))
         out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
                             torch.from_numpy(eid), None, per_hop_nodes.tolist(), per_hop_edges.tolist())
         # called only if edge attributes are fetched; tensors (not arrays) so a worker hands them over
@@ -68,38 +68,17 @@ class FastPath:
         return out
 
 
+def _fit(a: np.ndarray, buffer_len: int) -> np.ndarray:
+    """``a``, a view into a kernel buffer sized for the worst case; copied out when it fills under half
+    of it, so a batch kept alive (prefetched, queued) does not keep the whole buffer alive."""
+    return a.copy() if 2 * len(a) < buffer_len else a
+
+
 def _locate(parts: np.ndarray, block_edges: torch.Tensor, num_edges: int, pos: torch.Tensor
             ) -> tuple[np.ndarray, np.ndarray]:
     """``(partition, CSC position)`` of every sampled edge, from each hop's per-block edge ranges."""
     bounds = np.append(block_edges.numpy()[:, :-1].ravel(), num_edges)
     return np.repeat(np.tile(parts, len(block_edges)), np.diff(bounds)), pos.numpy()
-
-
-_MALLOC_TUNED = False
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-
-
-def _keep_freed_memory() -> None:
-    """Once per process (glibc only): serve large allocations from the heap and keep freed memory.
-
-    Every batch allocates tens of MB of outputs. By default glibc maps each large block fresh and
-    unmaps it when freed, so the next batch takes a page fault per 4 KiB it writes (~2,000 per
-    batch on the products benchmark, about 15% of sampling time). With a 1 GiB mmap threshold and a
-    2 GiB trim threshold, freed blocks are reused instead. Set ``GRAPHSTORE_MALLOC=default`` to leave
-    the allocator alone.
-    """
-    global _MALLOC_TUNED
-    if _MALLOC_TUNED:
-        return
-    _MALLOC_TUNED = True
-    if os.environ.get("GRAPHSTORE_MALLOC", "").lower() == "default" or not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30)
-        libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1)  # an int
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def kernel_ready(block: CSCBlock) -> bool:

@@ -266,7 +266,7 @@ def _gather_packed(packed, edge_bounds, pos, row, eid):
 
 
 @njit(cache=True, nogil=True)
-def _capacity(num_seeds, fanouts):
+def capacity(num_seeds, fanouts):
     """Edges a batch can hold at most when every fanout is positive (else 0: grow as needed)."""
     total, width = 0, num_seeds
     for k in fanouts:
@@ -293,7 +293,7 @@ def sample_multihop(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
     is outside ``[0, offsets[-1])`` (a damaged dataset) it stops, with ``nodes_per_hop[0] = -1``.
     """
     num_seeds, num_blocks, hops = len(seeds), len(offsets) - 1, len(fanouts)
-    cap = _capacity(num_seeds, fanouts)  # a bound: no regrowth, no copies
+    cap = capacity(num_seeds, fanouts)  # a bound: no regrowth, no copies
     cap = max(64, cap if cap > 0 else 16 * num_seeds)
     nodes = np.empty(num_seeds + cap, np.int64)
     row = np.empty(cap, np.int64)
