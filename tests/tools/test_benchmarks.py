@@ -1,0 +1,58 @@
+"""The benchmarks in tools/ still run end to end on tiny inputs and report what the README quotes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = "synthetic:nodes=4000,avg_degree=8,features=8,classes=3,train=0.2,val=0.05,seed=0"
+
+
+def _run(tool: str, *args: str) -> dict:
+    """``tools/<tool>.py --json ARGS`` in a child process (as a user runs it): its JSON output."""
+    cmd = [sys.executable, str(ROOT / "tools" / f"{tool}.py"), "--json", *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+@pytest.mark.slow
+def test_bench_sampler_reports_every_row(tmp_path):
+    out = _run("bench_sampler", "--data", str(tmp_path / "ds"), "--spec", TINY, "--parts", "2", "--batches", "3",
+               "--repeats", "1", "--batch-size", "64")
+    assert (out["graph"]["nodes"], out["graph"]["parts"]) == (4000, 2) and out["graph"]["edges"] > 0
+    for row in ("ours", "ours_unpacked", "ours_general_path", "ours_with_features", "torch_reference"):
+        assert out[row]["edges_per_s"] > 0 and out[row]["batches_per_s"] > 0, row
+    assert set(out["loader_batches_per_s_by_workers"]) == {"0", "2", "2, rows fetched in the workers"}
+    assert set(out["general_path_loader_batches_per_s_by_workers"]) == {"0", "2"}
+    assert out["speedup_vs_torch_reference"] == pytest.approx(
+        out["ours"]["edges_per_s"] / out["torch_reference"]["edges_per_s"])
+    assert out["pyg_lib"] is None or out["pyg_lib"]["edges_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_bench_store_and_bench_remote_report_ratios(tmp_path):
+    store = _run("bench_store", "--nodes", "5000", "--features", "8", "--repeats", "1", "--parts", "2",
+                 "--data", str(tmp_path / "g"))
+    assert [g["batch"] for g in store["gather"]][:2] == [1024, 10000]
+    assert all(g["store_ms"] > 0 and g["speed_vs_ram"] > 0 for g in store["gather"])
+    remote = _run("bench_remote", "--nodes", "5000", "--features", "8", "--latency-ms", "1", "--repeats", "1",
+                  "--data", str(tmp_path / "r"))
+    assert remote["setup"]["latency_ms"] == 1.0 and remote["gathers"]
+    assert all(g["cold_requests"] == g["chunks_touched"] > 0 for g in remote["gathers"])  # each chunk fetched once
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_bench_train_runs_one_and_two_ranks(tmp_path):
+    out = _run("bench_train", "--ranks", "1,2", "--spec", TINY, "--epochs", "1", "--batch-size", "128",
+               "--data", str(tmp_path / "t"))
+    runs = {r["ranks"]: r for r in out["runs"]}
+    assert set(runs) == {1, 2} and runs[1]["speedup_vs_first"] == 1.0
+    assert runs[1]["remote_requests"] == 0 and runs[2]["remote_requests"] > 0  # one partition: no RPC at all
+    assert all(r["steps"] > 0 and 0.0 <= r["test_acc"] <= 1.0 for r in runs.values())
