@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import numbers
 import os
 import threading
 from dataclasses import dataclass
@@ -40,7 +41,8 @@ class SamplerConfig:
         values = self.num_neighbors.values if isinstance(self.num_neighbors, NumNeighbors) else self.num_neighbors
         lists = values.values() if isinstance(values, dict) else [values]
         for fanouts in lists:
-            if not isinstance(fanouts, (list, tuple)) or any(not isinstance(k, int) or k < -1 for k in fanouts):
+            if not isinstance(fanouts, (list, tuple)) or any(
+                    not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < -1 for k in fanouts):
                 raise InvalidInputError(
                     f"num_neighbors {values!r}: give a list of ints per hop (-1 = all neighbors), "
                     "or a dict of such lists per edge type"
@@ -87,7 +89,8 @@ class NeighborSampler(BaseSampler):
         if self._topology is None:
             c, data = self.config, self._data
             if _is_dataset(data):
-                self._topology = from_dataset(data, list(range(data.num_parts)), c.weight_attr, c.time_attr)
+                self._topology = from_dataset(data, list(range(data.num_parts)), c.weight_attr, c.time_attr,
+                                              c.disjoint)
             elif isinstance(data, (tuple, list)):
                 self._topology = from_graph_store(data[1], c.weight_attr, c.time_attr)
             else:
@@ -110,7 +113,7 @@ class NeighborSampler(BaseSampler):
             raise InvalidInputError(f"num_neighbors {num_neighbors!r}: {exc}; edge types are {self.edge_types}") from exc
         if not self.is_hetero and isinstance(values[None], dict):
             raise InvalidInputError("num_neighbors is a dict but the graph is homogeneous; give one list per hop")
-        return [{et: v[hop] if hop < len(v) else 0 for et, v in values.items()} for hop in range(spec.num_hops)]
+        return [{et: int(v[hop]) if hop < len(v) else 0 for et, v in values.items()} for hop in range(spec.num_hops)]
 
     def _num_nodes(self) -> Any:
         counts: dict[Any, int] = {}

@@ -138,9 +138,16 @@ def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None) -> dict[
     return out
 
 
-def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_attr: str | None
-                 ) -> dict[Any, EdgeTopology]:
-    """Topology of a graphstore dataset: one memory-mapped block per partition in ``parts``."""
+def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_attr: str | None,
+                 disjoint: bool = False) -> dict[Any, EdgeTopology]:
+    """Topology of a graphstore dataset: one memory-mapped block per partition in ``parts``.
+
+    The arrays the sampler will read are prefaulted: the packed pairs when the one-call fast path
+    can serve it (homogeneous, every partition, no weights, time or ``disjoint``), else the int64
+    ``indices``/``eid`` arrays that the general path and the partition servers read.
+    """
+    fast_path = (not (weight_attr or time_attr or disjoint) and not dataset.is_hetero
+                 and sorted(parts) == list(range(dataset.num_parts)))
     out = {}
     for info in dataset.manifest.edge_types:
         src = next(t for t in dataset.manifest.node_types if t.key == info.src)
@@ -150,9 +157,7 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
             _, gs = dataset.partition(part)
             indptr, indices, eid = gs.csc_arrays(info.name)
             packed = gs.packed_csc(info.name)
-            # the pages the kernels will read: the packed pairs when the fast path can use them
-            fast = packed is not None and not (weight_attr or time_attr)
-            for array in (indptr, packed) if fast else (indptr, indices, eid):
+            for array in (indptr, packed) if fast_path and packed is not None else (indptr, indices, eid):
                 prefault(array)
             weight = (gs.edge_attr(weight_attr, info.name).numpy().astype(np.float64, copy=False)
                       if weight_attr and weight_attr in info.attrs else _EMPTY_F)

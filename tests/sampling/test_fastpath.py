@@ -213,3 +213,31 @@ def test_a_pair_of_dataset_stores_returns_input_edge_ids(graphs):
         assert len(edge) == len(g.src)
         assert np.array_equal(node[out.row], g.src[edge]) and np.array_equal(node[out.col], g.dst[edge])
     assert NeighborSampler(pair, [-1]).fast_path is not None
+
+
+def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
+    """The packed pairs only where the fast path serves the sampler; else the int64 arrays (the general
+    path and the partition servers of distributed sampling read those)."""
+    from sampling import topology
+
+    ds = graphs["dataset3"].data
+    touched: list[int] = []
+    monkeypatch.setattr(topology, "prefault", lambda a: touched.append(a.dtype.itemsize))
+    cases = [({"parts": [0, 1, 2]}, True), ({"parts": [0, 1, 2], "disjoint": True}, False),
+             ({"parts": [0, 1, 2], "weight_attr": "weight"}, False), ({"parts": [1]}, False)]
+    for kw, fast in cases:
+        touched.clear()
+        kw = {"weight_attr": None, "time_attr": None, **kw}
+        topology.from_dataset(ds, **kw)
+        packed_read = 4 in touched  # packed is the only int32 topology array
+        assert packed_read == fast and len(touched) == len(kw["parts"]) * (2 if fast else 3), (kw, touched)
+
+
+def test_numpy_integer_fanouts_are_accepted_and_bools_refused(graphs):
+    from graphstore.errors import InvalidInputError
+
+    data = graphs["data"].data
+    out = _sample(NeighborSampler(data, [np.int64(3), np.int32(2)]), [5])
+    assert out.num_sampled_edges[0] <= 3
+    with pytest.raises(InvalidInputError, match="num_neighbors"):
+        NeighborSampler(data, [True, 2])
