@@ -57,8 +57,8 @@ class FastPath:
         if len(per_hop_nodes) and per_hop_nodes[0] < 0:
             raise CorruptDatasetError(f"a neighbor ID read from the topology is not a node ID (0..{self.num_nodes - 1});"
                                       " run `graphstore verify` on the dataset")
-        bound = max(64, multihop.capacity(len(seeds), self.fanouts) or 16 * len(seeds))
-        nodes, row, col, eid, pos = (_fit(a, bound) for a in (nodes, row, col, eid, pos))
+        start_len = multihop.buffer_len(len(seeds), self.fanouts)
+        nodes, row, col, eid, pos = (_fit(a, start_len) for a in (nodes, row, col, eid, pos))
         out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
                             torch.from_numpy(eid), None, per_hop_nodes.tolist(), per_hop_edges.tolist())
         # called only if edge attributes are fetched; tensors (not arrays) so a worker hands them over

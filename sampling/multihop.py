@@ -266,7 +266,14 @@ def _gather_packed(packed, edge_bounds, pos, row, eid):
 
 
 @njit(cache=True, nogil=True)
-def capacity(num_seeds, fanouts):
+def buffer_len(num_seeds, fanouts):
+    """Edges the output buffers of a batch start with: the bound below, else room to grow from."""
+    cap = _capacity(num_seeds, fanouts)
+    return max(64, cap if cap > 0 else 16 * num_seeds)
+
+
+@njit(cache=True, nogil=True)
+def _capacity(num_seeds, fanouts):
     """Edges a batch can hold at most when every fanout is positive (else 0: grow as needed)."""
     total, width = 0, num_seeds
     for k in fanouts:
@@ -293,8 +300,7 @@ def sample_multihop(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
     is outside ``[0, offsets[-1])`` (a damaged dataset) it stops, with ``nodes_per_hop[0] = -1``.
     """
     num_seeds, num_blocks, hops = len(seeds), len(offsets) - 1, len(fanouts)
-    cap = capacity(num_seeds, fanouts)  # a bound: no regrowth, no copies
-    cap = max(64, cap if cap > 0 else 16 * num_seeds)
+    cap = buffer_len(num_seeds, fanouts)  # with positive fanouts a bound: no regrowth, no copies
     nodes = np.empty(num_seeds + cap, np.int64)
     row = np.empty(cap, np.int64)
     col = np.empty(cap, np.int64)
