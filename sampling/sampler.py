@@ -92,7 +92,7 @@ class NeighborSampler(BaseSampler):
                 self._topology = from_dataset(data, list(range(data.num_parts)), c.weight_attr, c.time_attr,
                                               c.disjoint)
             elif isinstance(data, (tuple, list)):
-                self._topology = from_graph_store(data[1], c.weight_attr, c.time_attr)
+                self._topology = from_graph_store(data[1], c.weight_attr, c.time_attr, c.disjoint)
             else:
                 self._topology = from_pyg(data, c.weight_attr, c.time_attr)
         return self._topology

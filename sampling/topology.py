@@ -170,17 +170,18 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
     return out
 
 
-def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str | None) -> dict[Any, EdgeTopology]:
+def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str | None, disjoint: bool = False
+                     ) -> dict[Any, EdgeTopology]:
     """Topology of a generic PyG ``GraphStore``, one partition's ``ZarrGraphStore`` or a whole dataset's
     ``DatasetGraphStore`` (the latter two memory-mapped per partition, with the input edge IDs)."""
     from graphstore.dataset_stores import DatasetGraphStore
     from graphstore.stores import ZarrGraphStore
 
     if isinstance(graph_store, ZarrGraphStore):
-        return from_dataset(graph_store.dataset, [graph_store.part], weight_attr, time_attr)
+        return from_dataset(graph_store.dataset, [graph_store.part], weight_attr, time_attr, disjoint)
     if isinstance(graph_store, DatasetGraphStore):
         dataset = graph_store.dataset
-        return from_dataset(dataset, list(range(dataset.num_parts)), weight_attr, time_attr)
+        return from_dataset(dataset, list(range(dataset.num_parts)), weight_attr, time_attr, disjoint)
     out = {}
     for attr in graph_store.get_all_edge_attrs():
         etype = attr.edge_type

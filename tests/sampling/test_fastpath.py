@@ -231,6 +231,12 @@ def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
         topology.from_dataset(ds, **kw)
         packed_read = 4 in touched  # packed is the only int32 topology array
         assert packed_read == fast and len(touched) == len(kw["parts"]) * (2 if fast else 3), (kw, touched)
+    from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
+
+    for disjoint in (False, True):  # a pair of dataset stores prefaults as the dataset does
+        touched.clear()
+        NeighborSampler((DatasetFeatureStore(ds), DatasetGraphStore(ds)), [2], disjoint=disjoint)
+        assert (4 in touched) == (not disjoint), (disjoint, touched)
 
 
 def test_numpy_integer_fanouts_are_accepted_and_bools_refused(graphs):
