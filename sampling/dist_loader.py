@@ -16,7 +16,8 @@ from sampling.distributed import (EDGE_ATTR, DistributedFeatureStore, Distribute
 from sampling.loader import LinkNeighborLoader, NeighborLoader
 from sampling.transport import Transport
 
-_SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "seed")
+_SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "seed", "subgraph_type",
+                    "is_sorted")
 
 
 class Prefetcher:
@@ -103,6 +104,7 @@ class _Distributed:
                 "workers); drop num_workers — a background thread already prefetches (prefetch=2)"
             )
         options = {k: kwargs.pop(k) for k in _SAMPLER_OPTIONS if k in kwargs}
+        _refuse_induced(options.get("subgraph_type"), kwargs.get("directed", True))
         sampler = DistributedSampler(dataset, num_neighbors, transport, self.layout, self.stats, **options)
         store = DistributedFeatureStore(dataset, transport, self.layout, self.stats, cache_rows)
         if "time_attr" in options:
@@ -153,7 +155,13 @@ class DistributedNeighborLoader(_Distributed, NeighborLoader):
 
 
 class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
-    """``LinkNeighborLoader`` for one rank: ``edge_label_index`` holds this rank's seed links (global IDs)."""
+    """``LinkNeighborLoader`` for one rank: ``edge_label_index`` holds this rank's seed links (global IDs).
+
+    With ``time_attr`` and no ``edge_label_time``, each seed link is sampled at its own edge time (by
+    default) or each endpoint at its own node time.
+    """
+
+    _pyg_time_rule = False
 
     def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, edge_label_index: Any = None, *,
                  layout: RankLayout | None = None, stats: RemoteStats | None = None, prefetch: int = 2,
@@ -173,6 +181,15 @@ class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
             edge_label_index = (None, edge_label_index)
         super().__init__(pair, num_neighbors, edge_label_index=edge_label_index, neighbor_sampler=sampler, **kwargs)
         self._graph_dataset = dataset
+
+
+def _refuse_induced(subgraph_type: Any, directed: Any) -> None:
+    if getattr(subgraph_type, "value", subgraph_type) == "induced" or directed is False:
+        raise InvalidInputError(
+            "subgraph_type='induced' (or directed=False) is not supported by the distributed loaders: the edges "
+            "among remote nodes would need every partition's topology in this process; use 'directional' or "
+            "'bidirectional'"
+        )
 
 
 def local_seeds(dataset: Dataset, part: int, input_nodes: Any, layout: RankLayout | None = None,

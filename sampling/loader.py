@@ -12,9 +12,8 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from graphstore.dataset import Dataset
 from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
 from graphstore.errors import InvalidInputError
+from sampling import compat
 from sampling.sampler import NeighborSampler
-
-SUBGRAPH_TYPES = ("directional", "bidirectional")
 
 
 def _as_pyg_data(data: Any) -> Any:
@@ -24,46 +23,32 @@ def _as_pyg_data(data: Any) -> Any:
     return data
 
 
-def _make_sampler(data: Any, num_neighbors: Any, neighbor_sampler: NeighborSampler | None, subgraph_type: str,
+def _make_sampler(data: Any, num_neighbors: Any, neighbor_sampler: NeighborSampler | None, loader: str,
                   **options: Any) -> NeighborSampler:
-    subgraph_type = getattr(subgraph_type, "value", subgraph_type)
-    if subgraph_type not in SUBGRAPH_TYPES:
-        raise InvalidInputError(f"subgraph_type {subgraph_type!r} is not supported; use one of {SUBGRAPH_TYPES}")
+    """The loader's sampler: ``neighbor_sampler`` (whose options must agree with the loader's), or a new one."""
     if neighbor_sampler is not None:
+        compat.check_given_sampler(neighbor_sampler, options, loader)
         return neighbor_sampler
     return NeighborSampler(data, num_neighbors, **options)
-
-
-class _OutputTransform:
-    """Sampler-output transform: PyG's ``to_bidirectional`` when asked, then the user's (picklable)."""
-
-    def __init__(self, bidirectional: bool, user: Callable | None) -> None:
-        self.bidirectional, self.user = bidirectional, user
-
-    def __call__(self, out: Any) -> Any:
-        if self.bidirectional:
-            out = out.to_bidirectional()
-        return self.user(out) if self.user is not None else out
 
 
 class _EdgeAttrs:
     """Adds a Dataset's edge attributes (weight, time, edge_attr, ...) to sampled batches."""
 
     _graph_dataset: Dataset | None
-    bidirectional: bool
 
-    def _remember(self, data: Any, subgraph_type: Any) -> None:
-        """The dataset edge attributes come from, and whether batches are made bidirectional."""
+    def _remember(self, data: Any) -> None:
+        """The dataset edge attributes come from."""
         self._graph_dataset = data if isinstance(data, Dataset) else None
-        self.bidirectional = getattr(subgraph_type, "value", subgraph_type) == "bidirectional"
 
     def _add_edge_attrs(self, batch: Any, out: SamplerOutput | HeteroSamplerOutput) -> Any:
-        if self._graph_dataset is None or self.bidirectional or not hasattr(out, "edge_locator"):
+        if self._graph_dataset is None or not hasattr(out, "edge_locator"):
             return batch
         for info in self._graph_dataset.manifest.edge_types:
-            if not info.attrs or info.name not in out.edge_locator:
+            locator = out.edge_locator.get(info.name)
+            if not info.attrs or locator is None:  # None: PyG returns no edge IDs for it (hetero bidirectional)
                 continue
-            part, pos = out.edge_locator[info.name]()  # computed on demand: most graphs have no edge attrs
+            part, pos = locator()  # computed on demand: most graphs have no edge attrs
             store = batch if info.name is None else batch[info.name]
             for name, schema in info.attrs.items():
                 store[name] = self._gather_edges(info.name, name, part, pos, schema)
@@ -113,17 +98,16 @@ class NeighborLoader(_NewStreamEachPass, _EdgeAttrs, NodeLoader):
                  **kwargs: Any) -> None:
         if input_time is not None and time_attr is None:
             raise InvalidInputError("input_time is set but time_attr is not: name the time attribute too")
-        sampler = _make_sampler(data, num_neighbors, neighbor_sampler, subgraph_type, replace=replace,
+        subgraph_type = compat.resolve_subgraph_type(subgraph_type, directed, type(self).__name__)
+        sampler = _make_sampler(data, num_neighbors, neighbor_sampler, type(self).__name__, replace=replace,
                                 disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-                                weight_attr=weight_attr, seed=seed)
-        self._remember(data, subgraph_type)
-        input_nodes = _default_input_nodes(data, input_nodes)
-        if time_attr is not None and input_time is None:
-            input_time = _seed_times(sampler, input_nodes)
-        super().__init__(_as_pyg_data(data), sampler, input_nodes=input_nodes, input_time=input_time,
-                         transform=transform,
-                         transform_sampler_output=_OutputTransform(self.bidirectional, transform_sampler_output),
+                                weight_attr=weight_attr, seed=seed, subgraph_type=subgraph_type, is_sorted=is_sorted)
+        self._remember(data)
+        super().__init__(_as_pyg_data(data), sampler, input_nodes=_default_input_nodes(data, input_nodes),
+                         input_time=input_time, transform=transform, transform_sampler_output=transform_sampler_output,
                          filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
+        if time_attr is not None and input_time is None:
+            self.input_data.time = _seed_times(sampler, self.input_data, type(self).__name__)
 
     def filter_fn(self, out: Any) -> Any:
         return self._add_edge_attrs(super().filter_fn(out), out)
@@ -141,6 +125,8 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
     ...                             neg_sampling=dict(mode="binary", amount=1))  # doctest: +SKIP
     """
 
+    _pyg_time_rule = True  # PyG's: time_attr needs edge_label_time (the distributed loader relaxes it)
+
     def __init__(self, data: Any, num_neighbors: Any, edge_label_index: Any = None, edge_label: Any = None,
                  edge_label_time: Any = None, replace: bool = False, subgraph_type: str = "directional",
                  disjoint: bool = False, temporal_strategy: str = "uniform", neg_sampling: Any = None,
@@ -149,12 +135,13 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
                  transform_sampler_output: Callable | None = None, is_sorted: bool = False,
                  filter_per_worker: bool | None = None, neighbor_sampler: NeighborSampler | None = None,
                  directed: bool = True, seed: int | None = None, **kwargs: Any) -> None:
-        if edge_label_time is not None and time_attr is None:
-            raise InvalidInputError("edge_label_time is set but time_attr is not: name the time attribute too")
-        sampler = _make_sampler(data, num_neighbors, neighbor_sampler, subgraph_type, replace=replace,
+        if self._pyg_time_rule or time_attr is None:
+            compat.check_link_time(time_attr, edge_label_time, type(self).__name__)
+        subgraph_type = compat.resolve_subgraph_type(subgraph_type, directed, type(self).__name__)
+        sampler = _make_sampler(data, num_neighbors, neighbor_sampler, type(self).__name__, replace=replace,
                                 disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-                                weight_attr=weight_attr, seed=seed)
-        self._remember(data, subgraph_type)
+                                weight_attr=weight_attr, seed=seed, subgraph_type=subgraph_type, is_sorted=is_sorted)
+        self._remember(data)
         edge_label_index = _default_edge_label_index(data, edge_label_index)
         if isinstance(neg_sampling, dict):
             from torch_geometric.sampler import NegativeSampling
@@ -163,7 +150,7 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
         super().__init__(_as_pyg_data(data), sampler, edge_label_index=edge_label_index, edge_label=edge_label,
                          edge_label_time=edge_label_time, neg_sampling=neg_sampling,
                          neg_sampling_ratio=neg_sampling_ratio, transform=transform,
-                         transform_sampler_output=_OutputTransform(self.bidirectional, transform_sampler_output),
+                         transform_sampler_output=transform_sampler_output,
                          filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
 
     def filter_fn(self, out: Any) -> Any:
@@ -217,12 +204,7 @@ def _default_edge_label_index(data: Any, edge_label_index: Any) -> Any:
     return edge_label_index
 
 
-def _seed_times(sampler: NeighborSampler, input_nodes: Any) -> torch.Tensor | None:
-    ntype, nodes = input_nodes if isinstance(input_nodes, tuple) else (None, input_nodes)
-    times = sampler.node_time.get(ntype)
-    if times is None or nodes is None:
-        return None
-    nodes = torch.as_tensor(nodes)
-    if nodes.dtype == torch.bool:
-        nodes = nodes.nonzero().view(-1)
-    return torch.from_numpy(times[nodes.numpy()])
+def _seed_times(sampler: NeighborSampler, input_data: Any, loader: str) -> torch.Tensor:
+    """PyG's seed times when ``input_time`` is not given: each seed node's own ``time_attr``."""
+    compat.check_node_seed_time(sampler, input_data.input_type, loader)
+    return torch.from_numpy(sampler.node_time[input_data.input_type][input_data.node.numpy()])

@@ -16,10 +16,10 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
 from graphstore.errors import InvalidInputError
-from sampling import kernels, multihop
+from sampling import kernels, multihop, subgraph
 from sampling.fastpath import FastPath, kernel_ready
 from sampling.frontier import Frontier, NodeTable
-from sampling.topology import CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg
+from sampling.topology import CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg, is_hetero_pyg
 
 STRATEGIES = {"uniform": kernels.STRATEGY_UNIFORM, "last": kernels.STRATEGY_LAST}
 
@@ -34,8 +34,13 @@ class SamplerConfig:
     temporal_strategy: str = "uniform"
     time_attr: str | None = None
     weight_attr: str | None = None
+    subgraph_type: str = "directional"
+    is_sorted: bool = False
 
     def __post_init__(self) -> None:
+        subgraph.check_subgraph_type(self.subgraph_type, self.disjoint or self.time_attr is not None)
+        if not isinstance(self.is_sorted, bool):
+            raise InvalidInputError(f"is_sorted {self.is_sorted!r}: give True or False")
         if self.temporal_strategy not in STRATEGIES:
             raise InvalidInputError(f"temporal_strategy {self.temporal_strategy!r} is not one of {sorted(STRATEGIES)}")
         values = self.num_neighbors.values if isinstance(self.num_neighbors, NumNeighbors) else self.num_neighbors
@@ -56,6 +61,9 @@ class NeighborSampler(BaseSampler):
     mapped), or a ``(FeatureStore, GraphStore)`` pair. Output follows PyG's ``NeighborSampler``:
     ``SamplerOutput``/``HeteroSamplerOutput`` with global node IDs, local ``row`` (source) / ``col``
     (destination), edge IDs (input edge IDs), per-hop counts, and ``batch`` when disjoint.
+    ``subgraph_type`` is PyG's (``directional``, ``bidirectional``, ``induced``); ``is_sorted=True``
+    says an in-memory graph's ``edge_index`` is already sorted by destination (the sort is skipped, the
+    claim checked); datasets and store pairs are stored in CSC order already, so it is refused there.
 
     Examples
     --------
@@ -65,8 +73,10 @@ class NeighborSampler(BaseSampler):
 
     def __init__(self, data: Any, num_neighbors: Any, *, replace: bool = False, disjoint: bool = False,
                  temporal_strategy: str = "uniform", time_attr: str | None = None, weight_attr: str | None = None,
-                 seed: int | None = None) -> None:
-        self.config = SamplerConfig(num_neighbors, replace, disjoint, temporal_strategy, time_attr, weight_attr)
+                 seed: int | None = None, subgraph_type: str = "directional", is_sorted: bool = False) -> None:
+        self.config = SamplerConfig(num_neighbors, replace, disjoint, temporal_strategy, time_attr, weight_attr,
+                                    getattr(subgraph_type, "value", subgraph_type), is_sorted)
+        _check_is_sorted(data, is_sorted)
         self._data = data
         self._topology: dict[Any, EdgeTopology] | None = None
         self._node_time: dict[Any, np.ndarray] | None = None
@@ -76,7 +86,7 @@ class NeighborSampler(BaseSampler):
         self._threads_seeded = itertools.count(1)  # next() is atomic: two threads never share a stream
         self._epoch = 0  # bumped by the loaders before each pass, so forked workers draw new streams
         topo = self.topology  # validates the data and attribute names now, not in a worker
-        self.is_hetero = next(iter(topo)) is not None
+        self.is_hetero = _is_hetero(data, topo)
         self.edge_types = list(topo)
         self.num_nodes = self._num_nodes()
         self._fanouts = self._hop_fanouts(num_neighbors)
@@ -94,7 +104,7 @@ class NeighborSampler(BaseSampler):
             elif isinstance(data, (tuple, list)):
                 self._topology = from_graph_store(data[1], c.weight_attr, c.time_attr, c.disjoint)
             else:
-                self._topology = from_pyg(data, c.weight_attr, c.time_attr)
+                self._topology = from_pyg(data, c.weight_attr, c.time_attr, c.is_sorted)
         return self._topology
 
     @property
@@ -122,6 +132,8 @@ class NeighborSampler(BaseSampler):
             counts[topo.dst_type] = max(counts.get(topo.dst_type, 0), topo.num_dst)
         if _is_dataset(self._data):
             counts = {t: self._data.num_nodes(t) for t in self._data.node_types}
+        elif not self.topology and hasattr(self._data, "node_types"):  # a HeteroData without edge types
+            counts = {t: self._data[t].num_nodes for t in self._data.node_types}
         return counts if self.is_hetero else counts[None]
 
     def _check_time_attr(self) -> None:
@@ -140,7 +152,7 @@ class NeighborSampler(BaseSampler):
         if self._fast_path is False:
             topo = self.topology
             c = self.config
-            ok = (not self.is_hetero and not self.disjoint and c.weight_attr is None
+            ok = (not self.is_hetero and None in topo and not self.disjoint and c.weight_attr is None
                   and all(type(b) is CSCBlock and kernel_ready(b) for b in topo[None].blocks))
             self._fast_path = FastPath(topo[None], self.num_nodes, self._fanouts, c.replace) if ok else None
             if self._fast_path is not None and not self._fast_path.covers_sources:
@@ -192,7 +204,7 @@ class NeighborSampler(BaseSampler):
     # -- BaseSampler --
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
-        return node_sample(index, self._sample)
+        return self._subgraph(node_sample(index, self._sample))
 
     def sample_from_edges(self, index: EdgeSamplerInput, neg_sampling: NegativeSampling | None = None
                           ) -> SamplerOutput | HeteroSamplerOutput:
@@ -200,7 +212,15 @@ class NeighborSampler(BaseSampler):
         if self.node_time:
             node_time = {k: torch.from_numpy(v) for k, v in self.node_time.items()}
             node_time = node_time if self.is_hetero else node_time[None]
-        return edge_sample(index, self._sample, self.num_nodes, self.disjoint, node_time, neg_sampling)
+        return self._subgraph(edge_sample(index, self._sample, self.num_nodes, self.disjoint, node_time, neg_sampling))
+
+    def _subgraph(self, out: SamplerOutput | HeteroSamplerOutput) -> SamplerOutput | HeteroSamplerOutput:
+        """PyG's ``subgraph_type`` applied to a directional sample."""
+        if self.config.subgraph_type == "induced":
+            return subgraph.induced(self.topology, out)
+        if self.config.subgraph_type == "bidirectional":
+            return subgraph.bidirectional(out)
+        return out
 
     @property
     def edge_permutation(self) -> None:
@@ -239,11 +259,40 @@ class NeighborSampler(BaseSampler):
         seeds = seed if isinstance(seed, dict) else {None: seed}
         times = seed_time if isinstance(seed_time, dict) or seed_time is None else {None: seed_time}
         if self.is_temporal and times is None:
-            raise InvalidInputError("temporal sampling needs a time per seed: pass input_time / edge_label_time")
+            times = self.default_seed_times(seeds)
         frontier = Frontier(self, seeds, times)
         for fanouts in self._fanouts:
             frontier.hop(fanouts)
         return frontier.output(self.is_hetero)
+
+
+    def default_seed_times(self, seeds: dict[Any, Any]) -> dict[Any, np.ndarray]:
+        """PyG's rule when no seed time is given: each seed at its own time (``time_attr`` of its node)."""
+        missing = [t for t in seeds if t not in self.node_time]
+        if missing:
+            raise InvalidInputError(
+                f"time_attr {self.config.time_attr!r} is not a node attribute of seed type(s) {missing}, so seeds "
+                "have no time of their own: pass input_time (nodes) or edge_label_time (links)"
+            )
+        return {t: self.node_time[t][_seed_array(s)] for t, s in seeds.items()}
+
+
+def _is_hetero(data: Any, topo: dict[Any, EdgeTopology]) -> bool:
+    if topo:
+        return next(iter(topo)) is not None
+    if _is_dataset(data):
+        return data.is_hetero
+    if isinstance(data, (tuple, list)):
+        return any(isinstance(a.group_name, str) for a in data[0].get_all_tensor_attrs())
+    return is_hetero_pyg(data)
+
+
+def _check_is_sorted(data: Any, is_sorted: bool) -> None:
+    if is_sorted and (_is_dataset(data) or isinstance(data, (tuple, list))):
+        raise InvalidInputError(
+            "is_sorted=True applies to an in-memory Data/HeteroData (it skips sorting edge_index); a graphstore "
+            "dataset or store pair is stored sorted by destination already: drop is_sorted"
+        )
 
 
 def _is_dataset(data: Any) -> bool:

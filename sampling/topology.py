@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphstore.errors import NotOwnedError
+from graphstore.errors import InvalidInputError, NotOwnedError
 
 _EMPTY_I = np.zeros(0, np.int64)
 _MADV_WILLNEED, _MADV_HUGEPAGE, _MADV_POPULATE_READ = 3, 14, 22
@@ -118,9 +118,43 @@ def _np(value: Any) -> np.ndarray:
     return value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
 
 
-def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None) -> dict[Any, EdgeTopology]:
-    """Topology of an in-memory PyG ``Data``/``HeteroData`` (one block per edge type)."""
-    is_hetero = hasattr(data, "edge_types") and not hasattr(data, "edge_index")
+def is_hetero_pyg(data: Any) -> bool:
+    """Whether ``data`` is a ``HeteroData`` (also with no edge types), rather than a ``Data``."""
+    from torch_geometric.data import HeteroData
+
+    return isinstance(data, HeteroData)
+
+
+def _coo(store: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The edge list of a PyG edge store; none (a ``Data`` of isolated nodes) is an empty one."""
+    edge_index = getattr(store, "edge_index", None)
+    if edge_index is None:
+        return _EMPTY_I, _EMPTY_I
+    src, dst = (_np(t).astype(np.int64) for t in edge_index)
+    return src, dst
+
+
+def _sorted_csc(src: np.ndarray, dst: np.ndarray, num_dst: int, where: Any) -> tuple[np.ndarray, ...]:
+    """CSC arrays of edges already sorted by destination (PyG's ``is_sorted=True``): no sort, but the
+    claim is checked (one pass), since a false one would silently give wrong neighbours."""
+    bad = np.flatnonzero(dst[1:] < dst[:-1])
+    if len(bad):
+        i = int(bad[0])
+        raise InvalidInputError(
+            f"is_sorted=True but edge_index of {where!r} is not sorted by destination: edge {i + 1} goes to "
+            f"node {int(dst[i + 1])} after edge {i} to node {int(dst[i])}; sort it (torch_geometric.utils."
+            "sort_edge_index(edge_index, sort_by_row=False)) or drop is_sorted"
+        )
+    indptr = np.zeros(num_dst + 1, np.int64)
+    np.cumsum(np.bincount(dst, minlength=num_dst), out=indptr[1:])
+    return indptr, src, np.arange(len(src), dtype=np.int64)
+
+
+def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None, is_sorted: bool = False
+             ) -> dict[Any, EdgeTopology]:
+    """Topology of an in-memory PyG ``Data``/``HeteroData`` (one block per edge type); with ``is_sorted``
+    the edges are taken in their given order (sorted by destination) instead of being sorted."""
+    is_hetero = is_hetero_pyg(data)
     stores = data.edge_stores if is_hetero else [data]
     out = {}
     for store in stores:
@@ -128,8 +162,9 @@ def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None) -> dict[
         s_type, d_type = (etype[0], etype[2]) if is_hetero else (None, None)
         num_src = data[s_type].num_nodes if is_hetero else data.num_nodes
         num_dst = data[d_type].num_nodes if is_hetero else data.num_nodes
-        src, dst = (_np(t).astype(np.int64) for t in store.edge_index)
-        indptr, indices, eid = _csc_from_coo(src, dst, num_src, num_dst)
+        src, dst = _coo(store)
+        indptr, indices, eid = (_sorted_csc(src, dst, num_dst, etype) if is_sorted
+                                else _csc_from_coo(src, dst, num_src, num_dst))
         weight = _np(store[weight_attr])[eid].astype(np.float64) if weight_attr and weight_attr in store else _EMPTY_F
         time = (_np(store[time_attr])[eid].astype(np.int64)
                 if time_attr and time_attr in store and store.is_edge_attr(time_attr) else _EMPTY_I)
