@@ -31,11 +31,11 @@ def resolve_source(data: Any, *, to_undirected: bool | None = None, scratch_dir:
     100
     """
     if isinstance(data, GraphSource):
-        return data
+        return add_reverse_edges(data) if to_undirected else data
     if not isinstance(data, (str, os.PathLike)):
         from graphstore.ingest.read_pyg import from_pyg
 
-        return from_pyg(data)
+        return add_reverse_edges(from_pyg(data)) if to_undirected else from_pyg(data)
     spec = os.fspath(data)
     scheme, sep, rest = spec.partition(":")
     if not sep or scheme not in SCHEMES:
@@ -70,7 +70,10 @@ def resolve_source(data: Any, *, to_undirected: bool | None = None, scratch_dir:
 
 
 def add_reverse_edges(source: GraphSource) -> GraphSource:
-    """Append the reverse of every edge of each edge type whose two ends have the same node type."""
+    """A copy of ``source`` with the reverse of every edge appended, for each edge type whose two ends
+    have the same node type (the caller's source is left as it was)."""
+    import copy
+
     import numpy as np
 
     from graphstore.ingest.source import ArrayRows, EdgeTable
@@ -83,5 +86,6 @@ def add_reverse_edges(source: GraphSource) -> GraphSource:
         both = np.concatenate([np.arange(table.num_edges), np.arange(table.num_edges)])
         attrs = {k: ArrayRows(v.take(both)) for k, v in table.attrs.items()}
         edges[etype] = EdgeTable(np.concatenate([table.src, table.dst]), np.concatenate([table.dst, table.src]), attrs)
+    source = copy.copy(source)
     source.edges = edges
     return source
