@@ -183,8 +183,17 @@ def _parameters(fn: Callable) -> list[str]:
     return [p.name for p in inspect.signature(fn).parameters.values() if p.name != "self" and p.kind not in skip]
 
 
+# the distributed loaders forward their other keyword arguments to these: each is checked through them too
+FORWARDS_TO = {"DistributedNeighborLoader": NeighborLoader.__init__,
+               "DistributedLinkNeighborLoader": LinkNeighborLoader.__init__}
+
+
 def _cases() -> list[tuple[str, str]]:
     cases = [(entry, name) for entry, (fn, _) in ENTRY_POINTS.items() for name in _parameters(fn)]
+    for entry, parent in FORWARDS_TO.items():
+        own = _parameters(ENTRY_POINTS[entry][0])
+        cases += [(entry, name) for name in _parameters(parent)
+                  if name not in own and name not in ("data", "neighbor_sampler")]
     return cases + [key for key in REFUSALS if key not in cases]
 
 
