@@ -27,12 +27,13 @@ def resolve_subgraph_type(subgraph_type: Any, directed: bool, loader: str) -> An
 def check_given_sampler(sampler: Any, options: dict[str, Any], loader: str) -> None:
     """With ``neighbor_sampler=`` given, a sampler option passed to the loader too must agree with the
     sampler's own (PyG would silently use the sampler's; here the conflict is refused)."""
-    config = getattr(sampler, "config", None)
+    config = getattr(sampler, "config", sampler)  # ours keeps its options in .config, PyG's on itself
     for name, value in options.items():
         value = getattr(value, "value", value)
         if value == SAMPLER_DEFAULTS[name]:
             continue
         own = getattr(config, name, None) if name != "seed" else getattr(sampler, "_seed", None)
+        own = getattr(own, "value", own)
         if own != value:
             raise InvalidInputError(
                 f"{loader}({name}={value!r}) conflicts with the neighbor_sampler passed, which has {name}={own!r}: "

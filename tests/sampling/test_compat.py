@@ -216,3 +216,26 @@ def test_distributed_bidirectional_keeps_edge_attributes(graphs):
         assert (g.src[e], g.dst[e]) in ((s, d), (d, s))
     forward = {(int(g.src[e]), int(g.dst[e])) for e in np.flatnonzero(np.isin(g.dst, seeds.numpy()))}
     assert {(s, d) for s, d, _ in _edges(batch, g)} == forward | {(d, s) for s, d in forward}
+
+
+def test_induced_over_a_heterogeneous_dataset(tmp_path):
+    import graphstore
+    from graphstore.dataset_stores import DatasetFeatureStore
+    from tests.conftest import small_hetero
+
+    data, _ = small_hetero()
+    graphstore.ingest(data, tmp_path / "ds", num_parts=2)
+    ds = graphstore.open_dataset(tmp_path / "ds")
+    orig = {t: DatasetFeatureStore(ds)[t, "orig_id", None].numpy() for t in ds.node_types}  # global -> input
+    batch = next(iter(NeighborLoader(ds, [3, 2], input_nodes="paper", subgraph_type="induced", batch_size=8,
+                                     seed=0)))
+    for et in data.edge_types:
+        src, dst = data[et].edge_index.numpy()
+        s_ids, d_ids = orig[et[0]][batch[et[0]].n_id.numpy()], orig[et[2]][batch[et[2]].n_id.numpy()]
+        e = np.flatnonzero(np.isin(src, s_ids) & np.isin(dst, d_ids))
+        row, col = batch[et].edge_index.numpy()
+        got = set(zip(s_ids[row].tolist(), d_ids[col].tolist(), batch[et].e_id.tolist()))
+        assert got == set(zip(src[e].tolist(), dst[e].tolist(), e.tolist())), et
+    cites = ("paper", "cites", "paper")
+    assert torch.equal(batch[cites].edge_attr, data[cites].edge_attr[batch[cites].e_id])
+    assert batch[cites].e_id.numel() > 0
