@@ -28,7 +28,7 @@ def _induced_oracle(g, nodes: np.ndarray) -> set[tuple[int, int, int]]:
     return set(zip(g.src[e].tolist(), g.dst[e].tolist(), e.tolist()))
 
 
-@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("name", (*BACKENDS, "pair"))
 def test_induced_is_every_edge_among_the_sampled_nodes(graphs, name):
     g = graphs[name]
     loader = NeighborLoader(g.data, [3, 2], subgraph_type="induced", batch_size=16, seed=1,
@@ -39,7 +39,7 @@ def test_induced_is_every_edge_among_the_sampled_nodes(graphs, name):
         got = _edges(batch, g)
         assert got == _induced_oracle(g, batch.n_id.numpy())
         assert len(got) > len(_edges(plain, g)) > 0
-        if name != "data":  # a dataset's edge attributes follow the induced edges
+        if name.startswith("dataset"):  # a dataset's edge attributes follow the induced edges
             assert np.array_equal(batch.weight.numpy(), g.weight[batch.e_id.numpy()])
             assert np.array_equal(batch.edge_time.numpy(), g.edge_time[batch.e_id.numpy()])
 
