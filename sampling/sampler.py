@@ -132,7 +132,7 @@ class NeighborSampler(BaseSampler):
             counts[topo.dst_type] = max(counts.get(topo.dst_type, 0), topo.num_dst)
         if _is_dataset(self._data):
             counts = {t: self._data.num_nodes(t) for t in self._data.node_types}
-        elif not self.topology and hasattr(self._data, "node_types"):  # a HeteroData without edge types
+        elif is_hetero_pyg(self._data):  # every node type, also those without edges (or no edge types at all)
             counts = {t: self._data[t].num_nodes for t in self._data.node_types}
         return counts if self.is_hetero else counts[None]
 

@@ -239,3 +239,13 @@ def test_induced_over_a_heterogeneous_dataset(tmp_path):
     cites = ("paper", "cites", "paper")
     assert torch.equal(batch[cites].edge_attr, data[cites].edge_attr[batch[cites].e_id])
     assert batch[cites].e_id.numel() > 0
+
+
+def test_node_type_without_edges_can_be_seeded():
+    data = HeteroData()
+    data["a"].x, data["b"].x, data["lonely"].x = torch.randn(4, 2), torch.randn(3, 2), torch.randn(5, 2)
+    data["a", "to", "b"].edge_index = torch.tensor([[0, 1, 3], [0, 2, 2]])
+    batches = list(NeighborLoader(data, [2], input_nodes="lonely", batch_size=3))
+    assert [b["lonely"].n_id.tolist() for b in batches] == [[0, 1, 2], [3, 4]]
+    batch = next(iter(NeighborLoader(data, [-1], input_nodes="b", batch_size=3)))
+    assert sorted(batch["a"].n_id.tolist()) == [0, 1, 3]
