@@ -212,14 +212,30 @@ def test_parameter_is_used_or_refused(world, entry, name):
         with pytest.raises(error, match=pattern):
             run(world, **{name: value})
         return
+    used, outcome = _used(run, world, name)
+    assert used, (
+        f"{entry}({name}=...) was accepted and never used: the value was not looked at while building and "
+        f"running ({str(outcome)[:300]}). Use it, or refuse non-default values and add the refusal to REFUSALS")
+
+
+def _used(run: Callable, world: Any, name: str) -> tuple[bool, Any]:
+    """Whether ``run`` used a tripwire passed as ``name``, or refused it with an error naming it."""
     wire = Tripwire()
     outcome = _outcome(run, world, **{name: wire})
     refused = outcome[0] == "error" and outcome[1] != "Touched" and name in outcome[2]
-    uses = list(object.__getattribute__(wire, "uses"))
-    del wire  # pytest's assertion rewriting must not look at it
-    assert uses or refused, (
-        f"{entry}({name}=...) was accepted and never used: the value was not looked at while building and "
-        f"running ({str(outcome)[:300]}). Use it, or refuse non-default values and add the refusal to REFUSALS")
+    return bool(object.__getattribute__(wire, "uses")) or refused, outcome
+
+
+def test_the_check_catches_an_ignored_parameter():
+    """The check itself: a parameter passed along but never looked at fails it; used or refused ones pass."""
+    def build(w: Any, used: int = 0, ignored: int = 0, refused: int = 0, stored: int = 0) -> tuple:
+        if type(refused) is not int:  # a refusal that never looks at the value itself
+            raise InvalidInputError("refused=...: not supported")
+        kept = {"stored": stored}  # kept, never looked at: ignored too
+        return (used + 1, len(kept))
+
+    assert _used(build, None, "used")[0] and _used(build, None, "refused")[0]
+    assert not _used(build, None, "ignored")[0] and not _used(build, None, "stored")[0]
 
 
 @pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if "Loader" in e])
