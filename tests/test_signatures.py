@@ -238,6 +238,7 @@ def test_the_check_catches_an_ignored_parameter():
     assert not _used(build, None, "ignored")[0] and not _used(build, None, "stored")[0]
 
 
+@pytest.mark.filterwarnings("ignore:The usage of the 'directed' argument")  # PyG's, expected here
 @pytest.mark.parametrize("entry", [e for e in ENTRY_POINTS if "Loader" in e])
 @pytest.mark.parametrize("name", sorted(DIFFERENTIAL))
 def test_loader_option_changes_the_batch(world, entry, name):
