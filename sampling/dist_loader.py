@@ -16,7 +16,8 @@ from sampling.distributed import (EDGE_ATTR, DistributedFeatureStore, Distribute
 from sampling.loader import LinkNeighborLoader, NeighborLoader
 from sampling.transport import Transport
 
-_SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "seed")
+_SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "seed", "message_edges",
+                    "exclude_seed_edges")
 
 
 class Prefetcher:

@@ -12,6 +12,7 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from graphstore.dataset import Dataset
 from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
 from graphstore.errors import InvalidInputError
+from sampling.edgemask import MessageEdges
 from sampling.sampler import NeighborSampler
 
 SUBGRAPH_TYPES = ("directional", "bidirectional")
@@ -30,6 +31,9 @@ def _make_sampler(data: Any, num_neighbors: Any, neighbor_sampler: NeighborSampl
     if subgraph_type not in SUBGRAPH_TYPES:
         raise InvalidInputError(f"subgraph_type {subgraph_type!r} is not supported; use one of {SUBGRAPH_TYPES}")
     if neighbor_sampler is not None:
+        link_options = {k: v for k, v in options.items() if k in ("message_edges", "exclude_seed_edges") and v}
+        if link_options:  # the given sampler decides these: refuse rather than ignore them
+            raise InvalidInputError(f"{sorted(link_options)} given with neighbor_sampler: pass them to the sampler")
         return neighbor_sampler
     return NeighborSampler(data, num_neighbors, **options)
 
@@ -110,12 +114,12 @@ class NeighborLoader(_NewStreamEachPass, _EdgeAttrs, NodeLoader):
                  transform: Callable | None = None, transform_sampler_output: Callable | None = None,
                  is_sorted: bool = False, filter_per_worker: bool | None = None,
                  neighbor_sampler: NeighborSampler | None = None, directed: bool = True, seed: int | None = None,
-                 **kwargs: Any) -> None:
+                 message_edges: MessageEdges | None = None, **kwargs: Any) -> None:
         if input_time is not None and time_attr is None:
             raise InvalidInputError("input_time is set but time_attr is not: name the time attribute too")
         sampler = _make_sampler(data, num_neighbors, neighbor_sampler, subgraph_type, replace=replace,
                                 disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-                                weight_attr=weight_attr, seed=seed)
+                                weight_attr=weight_attr, seed=seed, message_edges=message_edges)
         self._remember(data, subgraph_type)
         input_nodes = _default_input_nodes(data, input_nodes)
         if time_attr is not None and input_time is None:
@@ -133,7 +137,10 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
     """A drop-in for ``torch_geometric.loader.LinkNeighborLoader`` that also reads graphstore datasets.
 
     ``edge_label_index`` defaults to every edge of the (only, or named) edge type; binary and triplet
-    negative sampling and temporal (``edge_label_time``) seeds work as in PyG.
+    negative sampling and temporal (``edge_label_time``) seeds work as in PyG. Leak-free link
+    prediction (not PyG's defaults): ``message_edges=MessageEdges(allowed=(0,))`` passes messages over
+    train links only, ``exclude_seed_edges=True`` keeps each batch's own links (and reverses) out of
+    its subgraph and makes temporal sampling strictly earlier than ``edge_label_time``.
 
     Examples
     --------
@@ -148,12 +155,14 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
                  weight_attr: str | None = None, transform: Callable | None = None,
                  transform_sampler_output: Callable | None = None, is_sorted: bool = False,
                  filter_per_worker: bool | None = None, neighbor_sampler: NeighborSampler | None = None,
-                 directed: bool = True, seed: int | None = None, **kwargs: Any) -> None:
+                 directed: bool = True, seed: int | None = None, message_edges: MessageEdges | None = None,
+                 exclude_seed_edges: bool = False, **kwargs: Any) -> None:
         if edge_label_time is not None and time_attr is None:
             raise InvalidInputError("edge_label_time is set but time_attr is not: name the time attribute too")
         sampler = _make_sampler(data, num_neighbors, neighbor_sampler, subgraph_type, replace=replace,
                                 disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-                                weight_attr=weight_attr, seed=seed)
+                                weight_attr=weight_attr, seed=seed, message_edges=message_edges,
+                                exclude_seed_edges=exclude_seed_edges)
         self._remember(data, subgraph_type)
         edge_label_index = _default_edge_label_index(data, edge_label_index)
         if isinstance(neg_sampling, dict):
