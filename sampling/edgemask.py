@@ -40,8 +40,8 @@ class MessageEdges:
     def __post_init__(self) -> None:
         allowed = tuple(sorted({int(v) for v in self.allowed}))
         if not allowed or any(v not in (0, 1, 2) for v in allowed):
-            raise InvalidInputError(f"MessageEdges allowed={self.allowed!r}: give split values among 0 ({SPLIT_NAMES[0]}),"
-                                    f" 1 ({SPLIT_NAMES[1]}), 2 ({SPLIT_NAMES[2]})")
+            names = ", ".join(f"{i} ({name})" for i, name in enumerate(SPLIT_NAMES))
+            raise InvalidInputError(f"MessageEdges allowed={self.allowed!r}: give split values among {names}")
         object.__setattr__(self, "allowed", allowed)
         if isinstance(self.edge_type, list):
             object.__setattr__(self, "edge_type", tuple(self.edge_type))

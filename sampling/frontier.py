@@ -153,8 +153,9 @@ class Frontier:
         pending = []
         for b, sel in groups:
             block = topo.blocks[b]
+            excluded = [self.excluded[topo.edge_type]] if topo.edge_type in self.excluded else []
             result = block.start(ids[sel], fanout, cfg.replace, node_time, time[sel] if len(time) else _EMPTY_I,
-                                 strategy, *([self.excluded[topo.edge_type]] if topo.edge_type in self.excluded else []))
+                                 strategy, *excluded)
             pending.append((sel, block.part, result))
         outputs = []
         for sel, part, result in pending:

@@ -102,7 +102,8 @@ def test_ingest_stores_the_split_aligned_with_the_csc(tmp_path):
     (dict(link_split=(1.2, -0.1, -0.1)), "non-negative"),
     (dict(link_split="0.8,0.2"), "three non-negative fractions"),
     (dict(link_split=(0.8, 0.1, 0.1), link_split_by="year"), "use one of"),
-    (dict(link_split=(0.8, 0.1, 0.1), link_split_by="time", link_split_time_attr="when"), "needs the edge attribute 'when'"),
+    (dict(link_split=(0.8, 0.1, 0.1), link_split_by="time", link_split_time_attr="when"),
+     "needs the edge attribute 'when'"),
     (dict(link_split_by="time"), "given without link_split"),
     (dict(link_split=(0.8, 0.1, 0.1), link_split_edge_type=("a", "b", "c")), "is not in the graph"),
 ])
