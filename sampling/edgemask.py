@@ -14,7 +14,7 @@ from graphstore.linksplit import SPLIT_NAMES, LinkSplit, assign, check_edge_type
 
 _EMPTY_I8 = np.zeros(0, np.int8)
 _COMPUTED: dict[tuple, list[np.ndarray]] = {}
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,25 @@ class MessageEdges:
     def bits(self) -> int:
         return sum(1 << v for v in self.allowed)
 
+    def target(self, edge_types: list[Any]) -> Any:
+        """The masked edge type as the graph names it (``edge_type`` may be a relation alone)."""
+        if self.edge_type is None:
+            return edge_types[0]
+        for etype in edge_types:
+            if etype == self.edge_type or (etype is not None and len(self.edge_type) == 1
+                                           and etype[1] == self.edge_type[0]):
+                return etype
+        raise InvalidInputError(f"MessageEdges edge_type {self.edge_type!r} is not in the graph: {edge_types}")
+
     def applies_to(self, etype: Any, edge_types: list[Any]) -> bool:
-        target = self.edge_type if self.edge_type is not None else edge_types[0]
-        return etype == target or (etype is not None and isinstance(target, tuple) and len(target) == 1
-                                   and etype[1] == target[0])
+        return etype == self.target(edge_types)
+
+    def reverses(self, etype: Any, edge_types: list[Any]) -> bool:
+        """Whether ``etype`` is a reverse relation of the masked bipartite type (``rev_writes`` of
+        ``writes``): its edges ``v -> u`` take the split of the link ``u -> v``."""
+        target = self.target(edge_types)
+        return (etype is not None and target is not None and etype != target and target[0] != target[2]
+                and (etype[0], etype[2]) == (target[2], target[0]))
 
 
 def dataset_split(dataset: Any, part: int, etype: Any, mask: MessageEdges) -> np.ndarray:
@@ -71,6 +86,35 @@ def dataset_split(dataset: Any, part: int, etype: Any, mask: MessageEdges) -> np
         if key not in _COMPUTED:
             _COMPUTED[key] = computed_split(dataset, info.name, mask.rule)
         return _COMPUTED[key][part]
+
+
+def reverse_split(dataset: Any, part: int, etype: Any, mask: MessageEdges) -> np.ndarray:
+    """The split of the reverse relation ``etype``'s edges in partition ``part`` (CSC order): an edge
+    ``v -> u`` takes the split of the link ``u -> v`` of the masked type; edges that reverse no link
+    are train (they carry messages). Reads every partition's links once per process."""
+    forward = dataset.manifest.edge_type(mask.target(dataset.edge_types))
+    dst_t = next(t for t in dataset.manifest.node_types if t.key == forward.dst)
+    with _LOCK:
+        key = (dataset.url, id(dataset.manifest), "reverse", mask)
+        if key not in _COMPUTED:
+            keys, splits = [], []
+            for p in range(dataset.num_parts):
+                indptr, indices, _ = dataset.partition(p)[1].csc_arrays(forward.name)
+                lo = dst_t.offsets[p]
+                dst = np.repeat(np.arange(lo, lo + len(indptr) - 1), np.diff(indptr))
+                keys.append(np.asarray(indices) * dst_t.num_nodes + dst)
+                splits.append(dataset_split(dataset, p, forward.name, mask))
+            all_keys = np.concatenate(keys)
+            order = np.argsort(all_keys, kind="stable")
+            _COMPUTED[key] = [all_keys[order], np.concatenate(splits)[order]]
+        keys, splits = _COMPUTED[key]
+    info = dataset.manifest.edge_type(etype)
+    indptr, indices, _ = dataset.partition(part)[1].csc_arrays(info.name)
+    lo = next(t for t in dataset.manifest.node_types if t.key == info.dst).offsets[part]
+    link = np.repeat(np.arange(lo, lo + len(indptr) - 1), np.diff(indptr)) * dst_t.num_nodes + np.asarray(indices)
+    pos = np.searchsorted(keys, link).clip(0, max(len(keys) - 1, 0))
+    found = keys[pos] == link if len(keys) else np.zeros(len(link), bool)
+    return np.where(found, splits[pos] if len(keys) else 0, 0).astype(np.int8)
 
 
 def computed_split(dataset: Any, etype: Any, rule: LinkSplit) -> list[np.ndarray]:

@@ -158,12 +158,12 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
     int64 ``indices``/``eid`` arrays that the general path and the partition servers read. ``mask``
     (:class:`sampling.edgemask.MessageEdges`) puts its edge type's link split into the blocks.
     """
-    from sampling.edgemask import dataset_split
+    from sampling.edgemask import dataset_split, reverse_split
 
     fast_path = (not (weight_attr or time_attr or disjoint or mask) and not dataset.is_hetero
                  and sorted(parts) == list(range(dataset.num_parts)))
     if mask is not None:
-        dataset.manifest.edge_type(mask.edge_type if mask.edge_type is not None else dataset.edge_types[0])
+        mask.target(dataset.edge_types)  # raises for an unknown edge type
     out = {}
     for info in dataset.manifest.edge_types:
         src = next(t for t in dataset.manifest.node_types if t.key == info.src)
@@ -180,11 +180,13 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
             time = (gs.edge_attr(time_attr, info.name).numpy().astype(np.int64, copy=False)
                     if time_attr and time_attr in info.attrs else _EMPTY_I)
             lo, hi = dst.offsets[part], dst.offsets[part + 1]
-            masked = mask is not None and mask.applies_to(info.name, dataset.edge_types)
+            split = _EMPTY_I8
+            if mask is not None and mask.applies_to(info.name, dataset.edge_types):
+                split = dataset_split(dataset, part, info.name, mask)
+            elif mask is not None and mask.reverses(info.name, dataset.edge_types):
+                split = reverse_split(dataset, part, info.name, mask)  # rev_writes: held out like writes
             blocks.append(CSCBlock(lo, hi, indptr, indices, eid, weight, time, part,
-                                   _EMPTY_I32 if packed is None else packed,
-                                   dataset_split(dataset, part, info.name, mask) if masked else _EMPTY_I8,
-                                   mask.bits if masked else 0))
+                                   _EMPTY_I32 if packed is None else packed, split, mask.bits if len(split) else 0))
         out[info.name] = EdgeTopology(info.name, src.name, dst.name, blocks, src.num_nodes, dst.num_nodes)
     return out
 

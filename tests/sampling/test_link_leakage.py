@@ -217,3 +217,38 @@ def test_two_ranks_over_rpc_hold_no_scored_and_no_held_out_link(tmp_path):
             assert totals["edges"] > 500 and totals["requests"] > 0, (rank, name, totals)
             assert totals["held_out"] == 0 and totals["scored"] == 0, (rank, name, totals)
             assert totals.get("not_earlier", 0) == 0, (rank, name, totals)
+
+
+def test_a_reverse_relation_is_masked_like_its_links(tmp_path):
+    """rev_to edges b -> a carry messages only when the link a -> b is in an allowed split."""
+    from torch_geometric.data import HeteroData
+
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(0, 60, 900), rng.integers(0, 80, 900)
+    keep = rng.random(900) < 0.9  # some links have no reverse, and some reverse edges reverse no link
+    data = HeteroData()
+    data["a"].x, data["b"].x = torch.randn(60, 3), torch.randn(80, 3)
+    data["a", "to", "b"].edge_index = torch.from_numpy(np.stack([a, b]))
+    extra_b, extra_a = rng.integers(0, 80, 50), rng.integers(0, 60, 50)
+    data["b", "rev_to", "a"].edge_index = torch.from_numpy(np.stack([np.concatenate([b[keep], extra_b]),
+                                                                     np.concatenate([a[keep], extra_a])]))
+    graphstore.ingest(data, tmp_path / "h", num_parts=2, link_split=(0.5, 0.25, 0.25), link_split_edge_type="to")
+    ds = graphstore.open_dataset(tmp_path / "h")
+    from graphstore.dataset_stores import DatasetFeatureStore
+
+    glob = {}
+    for t, n in (("a", 60), ("b", 80)):
+        order = DatasetFeatureStore(ds)[t, "orig_id", None].numpy()
+        glob[t] = np.empty(n, np.int64)
+        glob[t][order] = np.arange(n)
+    split, _ = assign(a, b, None, LinkSplit((0.5, 0.25, 0.25), seed=0), False)
+    rev_src, rev_dst = data["b", "rev_to", "a"].edge_index.numpy()
+    held = {(int(x), int(y)) for x, y, v in zip(a, b, split) if v != 0}  # duplicates share a split
+    admitted = np.array([(int(d), int(s)) not in held for s, d in zip(rev_src, rev_dst)])
+    seeds = torch.arange(60)
+    sampler = NeighborSampler(ds, {("a", "to", "b"): [-1], ("b", "rev_to", "a"): [-1]},
+                              message_edges=MessageEdges(("to",), allowed=(0,)))
+    out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds, input_type="a"))
+    got = sorted(out.edge[("b", "rev_to", "a")].tolist())
+    assert got == sorted(np.flatnonzero(admitted).tolist())
+    assert 0 < len(got) < len(rev_src)
