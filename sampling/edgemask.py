@@ -21,7 +21,8 @@ _LOCK = threading.RLock()
 class MessageEdges:
     """Messages pass only over the edges of ``edge_type`` whose link split is in ``allowed``
     (0 train, 1 val, 2 test; PyG's convention: ``(0,)`` to train and validate, ``(0, 1)`` to test).
-    Other edge types are not restricted. The split is the dataset's stored one (edge attribute
+    A bipartite type's reverse relation (``rev_writes`` of ``writes``) is held out with its links;
+    other edge types are not restricted. The split is the dataset's stored one (edge attribute
     ``link_split``, ``graphstore ingest --link-split``), an in-memory graph's edge attribute ``attr``,
     or, when ``rule`` is given, computed by that rule exactly as ingest would (every process that
     samples computes the same split: deterministic, no communication).
