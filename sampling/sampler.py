@@ -227,7 +227,7 @@ class NeighborSampler(BaseSampler):
         if index is None:
             return {}, False
         row, col = index.row, index.col
-        if index.label is not None and index.label.dtype != torch.bool and index.label.dim() == 1:
+        if index.label is not None and index.label.dim() == 1:
             row, col = row[index.label != 0], col[index.label != 0]  # given negatives are not links
         input_type = index.input_type if self.is_hetero else None
         num_dst = self.num_nodes[input_type[2]] if self.is_hetero else self.num_nodes
