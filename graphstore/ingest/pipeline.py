@@ -152,7 +152,12 @@ def _link_split_rule(fractions: Any, by: str | None, edge_type: Any, time_attr: 
                                     "(--link-split 0.8,0.1,0.1) too, or drop them")
         return None
     if isinstance(fractions, LinkSplit):
+        if by is not None or edge_type is not None or time_attr is not None:
+            raise InvalidInputError("link_split is a LinkSplit: set by, edge_type and time_attr on it, not beside it")
         return fractions
+    if time_attr is not None and by != "time":
+        raise InvalidInputError(f"link_split_time_attr={time_attr!r} needs link_split_by='time' (a random split "
+                                "uses no times)")
     return LinkSplit(check_fractions(fractions), by or "random", edge_type, seed, time_attr or "time")
 
 

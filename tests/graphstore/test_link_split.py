@@ -105,6 +105,8 @@ def test_ingest_stores_the_split_aligned_with_the_csc(tmp_path):
     (dict(link_split=(0.8, 0.1, 0.1), link_split_by="time", link_split_time_attr="when"),
      "needs the edge attribute 'when'"),
     (dict(link_split_by="time"), "given without link_split"),
+    (dict(link_split=(0.8, 0.1, 0.1), link_split_time_attr="time"), "needs link_split_by='time'"),
+    (dict(link_split=LinkSplit(), link_split_by="time"), "set by, edge_type and time_attr on it"),
     (dict(link_split=(0.8, 0.1, 0.1), link_split_edge_type=("a", "b", "c")), "is not in the graph"),
 ])
 def test_bad_link_splits_are_refused_before_anything_is_written(tmp_path, kwargs, message):
