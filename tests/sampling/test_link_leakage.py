@@ -146,6 +146,17 @@ def test_message_edges_on_an_in_memory_graph_and_refusals():
         LinkNeighborLoader(data, [2], neighbor_sampler=NeighborSampler(data, [2]), exclude_seed_edges=True)
 
 
+def test_a_node_loader_refuses_exclude_seed_edges(linked):
+    from graphstore.errors import InvalidInputError
+    from sampling.dist_loader import DistributedNeighborLoader
+    from sampling.transport import LoopbackTransport
+
+    _, ds, _ = linked
+    transport = LoopbackTransport.group(2)[0]
+    with pytest.raises(InvalidInputError, match="exclude_seed_edges is for link loaders"):
+        DistributedNeighborLoader(ds, [2], transport, torch.arange(3), exclude_seed_edges=True)
+
+
 def _rank(rank: int, world_size: int, rdzv: str, url: str, raw_path: str, out_dir: str) -> None:
     try:
         from sampling.dist_loader import DistributedLinkNeighborLoader
