@@ -6,7 +6,8 @@ __version__ = "0.1.0"
 
 from graphstore.dataset import Dataset, open_dataset  # noqa: E402
 from graphstore.ingest import ingest  # noqa: E402
+from graphstore.linksplit import LinkSplit  # noqa: E402
 from graphstore.outputs import OutputWriter  # noqa: E402
 from graphstore.retry import RetryPolicy  # noqa: E402
 
-__all__ = ["Dataset", "OutputWriter", "RetryPolicy", "__version__", "ingest", "open_dataset"]
+__all__ = ["Dataset", "LinkSplit", "OutputWriter", "RetryPolicy", "__version__", "ingest", "open_dataset"]

@@ -68,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="METIS partitions a uniform sample of at most M undirected edges, bounding its memory "
                           "(about 80 bytes per edge); 0 = all edges (default %(default)s)")
     ing.add_argument("--to-undirected", action="store_true", default=None, help="add the reverse of every edge")
+    ing.add_argument("--link-split", metavar="TRAIN,VAL,TEST",
+                     help="store a link split of one edge type, e.g. 0.8,0.1,0.1 (edge attribute link_split)")
+    ing.add_argument("--link-split-by", choices=("random", "time"),
+                     help="random (default; seeded by --seed) or time (global quantiles of the edge attribute time)")
+    ing.add_argument("--edge-type", metavar="S,R,D", help="the edge type --link-split splits (S,R,D or R; default "
+                                                           "the first)")
     ing.add_argument("--json", action="store_true", help="print the summary as JSON")
     add_storage_arguments(ing, cache=False)
     info = sub.add_parser("info", help="describe a dataset")
@@ -93,7 +99,9 @@ def _ingest(args: argparse.Namespace) -> int:
                          overwrite=args.overwrite, compression=args.compression, halo_features=args.halo_features,
                          allow_nan=args.allow_nan, chunk_mb=args.chunk_mb, to_undirected=args.to_undirected,
                          metis_max_edges=args.metis_max_edges or None,
-                         storage_options=parse_storage_options(args.storage_option) or None, progress=bars)
+                         storage_options=parse_storage_options(args.storage_option) or None, progress=bars,
+                         link_split=args.link_split, link_split_by=args.link_split_by,
+                         link_split_edge_type=args.edge_type.split(",") if args.edge_type else None)
     finally:
         bars.close()
     if args.json:
@@ -105,6 +113,8 @@ def _ingest(args: argparse.Namespace) -> int:
         print(f"  partition {p}: {n:,} nodes, {e:,} edges")
     print(f"  edge cut {100 * summary.edge_cut_fraction:.2f}% ({summary.edge_cut:,} edges), "
           f"balance nodes {summary.node_balance:.3f} edges {summary.edge_balance:.3f}")
+    for key, rec in summary.link_splits.items():
+        print(f"  link split of {key} by {rec['by']}: train {rec['train']:,} val {rec['val']:,} test {rec['test']:,}")
     return 0
 
 
@@ -123,6 +133,9 @@ def _info_text(meta: dict[str, Any], url: str) -> str:
     lines.append(f"  partitioning: {q['method']}, edge cut {100 * q['edge_cut_fraction']:.2f}%, balance nodes "
                  f"{q['node_balance']} edges {q['edge_balance']}")
     lines.append(f"  splits: {meta['splits']}  stats: {meta['stats']}")
+    for key, rec in meta.get("link_splits", {}).items():
+        lines.append(f"  link split of {key}: by {rec['by']} {rec['fractions']}: train {rec['train']:,} "
+                     f"val {rec['val']:,} test {rec['test']:,}")
     prov = meta["provenance"]
     lines.append(f"  source: {prov['source']}  written by graphstore {prov['tool_version']} at {prov['created']}")
     return "\n".join(lines)

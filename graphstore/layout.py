@@ -17,6 +17,7 @@ INDPTR, INDICES, EID = "indptr", "indices", "eid"  # CSC topology arrays of one 
 PACKED = "packed"  # optional: int32 (source ID, edge ID) pairs in CSC order, for fast sampling
 TOPOLOGY = frozenset({INDPTR, INDICES, EID, PACKED})  # names no edge attribute may take
 HALO_IDS = "ids"  # sorted global IDs of a partition's halo nodes of one type
+LINK_SPLIT = "link_split"  # edge attribute: 0 train, 1 val, 2 test (ingest --link-split)
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 

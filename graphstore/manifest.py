@@ -81,6 +81,7 @@ class Manifest:
     arrays: dict[str, ArrayInfo]
     partitioning: dict[str, Any] = field(default_factory=dict)
     splits: dict[str, dict[str, int]] = field(default_factory=dict)
+    link_splits: dict[str, dict[str, Any]] = field(default_factory=dict)  # edge type key -> rule and counts
     stats: dict[str, Any] = field(default_factory=dict)
     storage: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
@@ -105,6 +106,10 @@ class Manifest:
                 return info
         known = [info.name for info in self.edge_types]
         raise UnknownAttributeError(f"edge type {etype!r} is not in dataset {self.name!r}; it has {known}")
+
+    def link_split(self, etype: EdgeType) -> dict[str, Any] | None:
+        """The stored link split of ``etype`` (rule and counts; edge attribute ``link_split``), or ``None``."""
+        return self.link_splits.get(self.edge_type(etype).key)
 
     def without_outputs(self) -> Manifest:
         """The manifest as ingest wrote it: the derived attributes of ``outputs`` and their arrays left out."""
@@ -168,6 +173,6 @@ def _parse(doc: dict[str, Any]) -> Manifest:
         np.dtype(info.dtype)  # raises TypeError on garbage
     outputs = tuple(OutputInfo(o["name"], o["node_type"], o["created"], o.get("description", ""))
                     for o in doc.get("outputs", ()))  # absent in manifests written before outputs existed
-    keys = ("partitioning", "splits", "stats", "storage", "provenance")
+    keys = ("partitioning", "splits", "link_splits", "stats", "storage", "provenance")
     return Manifest(doc["name"], int(doc["num_parts"]), ntypes, etypes, arrays,
                     **{k: doc.get(k, {}) for k in keys}, outputs=outputs, format_version=doc["format_version"])

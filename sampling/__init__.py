@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
+from sampling.edgemask import MessageEdges
 from sampling.loader import LinkNeighborLoader, NeighborLoader
 from sampling.sampler import NeighborSampler, SamplerConfig
 
-__all__ = ["LinkNeighborLoader", "NeighborLoader", "NeighborSampler", "SamplerConfig"]
+__all__ = ["LinkNeighborLoader", "MessageEdges", "NeighborLoader", "NeighborSampler", "SamplerConfig"]

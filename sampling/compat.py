@@ -9,7 +9,8 @@ from graphstore.errors import InvalidInputError
 
 # the loader arguments that configure the sampler, with their defaults (both loaders, as in PyG)
 SAMPLER_DEFAULTS = {"replace": False, "disjoint": False, "temporal_strategy": "uniform", "time_attr": None,
-                    "weight_attr": None, "subgraph_type": "directional", "is_sorted": False, "seed": None}
+                    "weight_attr": None, "subgraph_type": "directional", "is_sorted": False, "seed": None,
+                    "message_edges": None, "exclude_seed_edges": False}
 
 
 def resolve_subgraph_type(subgraph_type: Any, directed: bool, loader: str) -> Any:

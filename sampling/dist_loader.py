@@ -17,7 +17,7 @@ from sampling.loader import LinkNeighborLoader, NeighborLoader
 from sampling.transport import Transport
 
 _SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "seed", "subgraph_type",
-                    "is_sorted")
+                    "is_sorted", "message_edges", "exclude_seed_edges")
 
 
 class Prefetcher:
@@ -148,6 +148,9 @@ class DistributedNeighborLoader(_Distributed, NeighborLoader):
                  layout: RankLayout | None = None, stats: RemoteStats | None = None, prefetch: int = 2,
                  cache_rows: int = 0, **kwargs: Any) -> None:
         self.prefetch = prefetch
+        if "exclude_seed_edges" in kwargs:
+            raise InvalidInputError("exclude_seed_edges is for link loaders (DistributedLinkNeighborLoader): node "
+                                    "batches have no seed links; drop it")
         sampler, pair = self._setup(dataset, transport, layout, stats, num_neighbors, kwargs, cache_rows)
         seeds = local_seeds(dataset, self.part, input_nodes, self.layout, transport.rank)
         super().__init__(pair, num_neighbors, input_nodes=seeds, neighbor_sampler=sampler, **kwargs)

@@ -112,14 +112,14 @@ class RemoteBlock:
     transport: Transport
     layout: RankLayout
     stats: RemoteStats
-    options: tuple  # (weight_attr, time_attr) the server samples with
+    options: tuple  # (weight_attr, time_attr, message_edges) the server samples with
     is_remote = True
 
     def start(self, nodes: np.ndarray, fanout: int, replace: bool, node_time: np.ndarray, seed_time: np.ndarray,
-              strategy: int) -> Callable[[], tuple[np.ndarray, ...]]:
+              strategy: int, exclusion: tuple | None = None) -> Callable[[], tuple[np.ndarray, ...]]:
         peer = self.layout.server(self.part, self.transport.rank)
         future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, nodes, fanout, replace, seed_time,
-                                     strategy, self.options)
+                                     strategy, self.options, exclusion)
         self.stats.add(requests=1)
         return lambda: _waited(self.stats, future)
 
@@ -142,19 +142,25 @@ class PartitionServer:
     def _topology(self, options: tuple) -> dict[Any, EdgeTopology]:
         with self._lock:
             if options not in self._topologies:
-                self._topologies[options] = from_dataset(self.dataset, [self.part], *options)
+                weight_attr, time_attr, mask = options
+                self._topologies[options] = from_dataset(self.dataset, [self.part], weight_attr, time_attr, mask=mask)
                 from sampling.sampler import _node_times
 
                 self._node_time[options[1]] = _node_times(self.dataset, options[1])
             return self._topologies[options]
 
     def sample(self, edge_type: Any, part: int, nodes: np.ndarray, fanout: int, replace: bool,
-               seed_time: np.ndarray, strategy: int, options: tuple) -> tuple[np.ndarray, ...]:
+               seed_time: np.ndarray, strategy: int, options: tuple, exclusion: tuple | None = None
+               ) -> tuple[np.ndarray, ...]:
+        """One hop for ``nodes`` of this partition, by the caller's options: its link split mask
+        (``options[2]``) and the links of its batch to leave out (``exclusion``) are applied here, by
+        the kernel, so the fanout counts admitted edges only."""
         if part != self.part:
             raise InvalidInputError(f"rank serving partition {self.part} was asked to sample partition {part}")
         topo = self._topology(options)[edge_type]
         node_time = self._node_time[options[1]].get(topo.src_type, np.zeros(0, np.int64))
-        return topo.blocks[0].start(nodes, fanout, replace, node_time, seed_time, strategy)()
+        extra = (exclusion,) if exclusion is not None else ()
+        return topo.blocks[0].start(nodes, fanout, replace, node_time, seed_time, strategy, *extra)()
 
     def gather(self, node_type: Any, names: list[str], ids: torch.Tensor) -> list[torch.Tensor]:
         return [self.feature_store.get_tensor(node_type, name, ids) for name in names]
@@ -182,7 +188,7 @@ class DistributedSampler(NeighborSampler):
     def topology(self) -> dict[Any, EdgeTopology]:
         if self._topology is None:
             c = self.config
-            local = from_dataset(self._data, [self.part], c.weight_attr, c.time_attr)
+            local = from_dataset(self._data, [self.part], c.weight_attr, c.time_attr, mask=c.message_edges)
             out = {}
             for etype, topo in local.items():
                 dst = self._data.node_offsets(topo.dst_type)
@@ -190,7 +196,7 @@ class DistributedSampler(NeighborSampler):
                 for p in range(self._data.num_parts):
                     blocks.append(topo.blocks[0] if p == self.part else RemoteBlock(
                         int(dst[p]), int(dst[p + 1]), p, etype, self.transport, self.layout, self.stats,
-                        (c.weight_attr, c.time_attr)))
+                        (c.weight_attr, c.time_attr, c.message_edges)))
                 out[etype] = EdgeTopology(etype, topo.src_type, topo.dst_type, blocks, topo.num_src, topo.num_dst)
             self._topology = out
         return self._topology

@@ -77,8 +77,12 @@ class NodeTable:
 class Frontier:
     """Runs the hops of one batch; ``output`` turns the result into PyG's sampler output."""
 
-    def __init__(self, sampler: NeighborSampler, seeds: dict[Any, Any], times: dict[Any, Any] | None) -> None:
+    def __init__(self, sampler: NeighborSampler, seeds: dict[Any, Any], times: dict[Any, Any] | None,
+                 excluded: dict[Any, tuple] | None = None, strict: bool = False) -> None:
+        """``excluded``: per edge type, links the kernels drop (see ``sampling.edgemask.exclusion``);
+        ``strict``: neighbours must be strictly earlier than the seed time (not equal)."""
         self.sampler = sampler
+        self.excluded = excluded or {}
         self.tables = sampler.node_tables()
         self.current: dict[Any, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self.seed_time: dict[Any, np.ndarray] = {}
@@ -92,6 +96,7 @@ class Frontier:
             offset += len(ids)
             local, _ = self.tables[ntype].add(ids, batch, force_new=True)
             time = _numpy(times[ntype]) if times and ntype in times else _EMPTY_I
+            time = time - 1 if strict and len(time) else time  # times are int64: t' <= t - 1 <=> t' < t
             self.seed_time[ntype] = time
             self.current[ntype] = (ids, local, batch, time)
             self.nodes_per_hop[ntype][0] = len(ids)
@@ -148,8 +153,9 @@ class Frontier:
         pending = []
         for b, sel in groups:
             block = topo.blocks[b]
+            excluded = [self.excluded[topo.edge_type]] if topo.edge_type in self.excluded else []
             result = block.start(ids[sel], fanout, cfg.replace, node_time, time[sel] if len(time) else _EMPTY_I,
-                                 strategy)
+                                 strategy, *excluded)
             pending.append((sel, block.part, result))
         outputs = []
         for sel, part, result in pending:

@@ -89,13 +89,18 @@ def _pick_weighted(weights: np.ndarray, start: int, cand: np.ndarray, count: int
 @njit(cache=True, nogil=True)
 def sample_block(indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, lo: int, nodes: np.ndarray,
                  fanout: int, replace: bool, weights: np.ndarray, edge_time: np.ndarray, node_time: np.ndarray,
-                 node_time_lo: int, seed_time: np.ndarray, strategy: int):
+                 node_time_lo: int, seed_time: np.ndarray, strategy: int, split: np.ndarray, allowed: int,
+                 excluded: np.ndarray, excl_mul: int, excl_mode: int):
     """Sample up to ``fanout`` in-neighbors of each node of ``nodes`` (global IDs owned by this block).
 
     ``weights``/``edge_time`` (per CSC position) and ``node_time`` (per global node ID minus
     ``node_time_lo``) are empty arrays when unused; ``seed_time`` holds each node's time limit
-    (empty = no temporal constraint). Returns ``(counts, neighbors, edge_ids, positions)``: per node
-    the number sampled, then the neighbors' global IDs, edge IDs and CSC positions, in node order.
+    (empty = no temporal constraint). ``split`` (per CSC position, empty = no mask) admits only edges
+    whose value ``v`` has bit ``1 << v`` set in ``allowed``; ``excluded`` (sorted pair keys) removes
+    edges ``s -> d`` with key ``s * excl_mul + d`` (``excl_mode`` 1), ``d * excl_mul + s`` (2) or
+    either (3); mode 0 excludes nothing. The fanout counts admitted edges only. Returns
+    ``(counts, neighbors, edge_ids, positions)``: per node the number sampled, then the neighbors'
+    global IDs, edge IDs and CSC positions, in node order.
     """
     num = len(nodes)
     counts = np.zeros(num, np.int64)
@@ -108,7 +113,7 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, lo: i
     neighbors = np.empty(total, np.int64)
     edge_ids = np.empty(total, np.int64)
     positions = np.empty(total, np.int64)
-    filtered = len(seed_time) > 0 or len(weights) > 0
+    filtered = len(seed_time) > 0 or len(weights) > 0 or len(split) > 0 or excl_mode != 0
     cand = np.empty(max_deg if filtered else 0, np.int64)
     picked = np.empty(max(max_deg, fanout if fanout > 0 else 0), np.int64)
     scratch = np.empty(max_deg if (fanout > 0 and not replace) else 0, np.int64)
@@ -119,6 +124,8 @@ def sample_block(indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, lo: i
         deg = indptr[nodes[i] - lo + 1] - start
         if filtered:
             count = _candidates(indices, start, deg, edge_time, node_time, node_time_lo, seed_time, i, cand)
+            if len(split) > 0 or excl_mode != 0:
+                count = _admitted(indices, start, cand, count, nodes[i], split, allowed, excluded, excl_mul, excl_mode)
             if len(seed_time) > 0 and strategy == STRATEGY_LAST and 0 <= fanout < count:
                 m = _latest(indices, start, cand, count, fanout, edge_time, node_time, node_time_lo, picked, keys)
             elif len(weights) > 0:
@@ -153,6 +160,31 @@ def _candidates(indices, start, deg, edge_time, node_time, node_time_lo, seed_ti
         cand[count] = j
         count += 1
     return count
+
+
+@njit(cache=True, nogil=True)
+def _admitted(indices, start, cand, count, node, split, allowed, excluded, excl_mul, excl_mode) -> int:
+    """Keep the candidates the split mask admits and the exclusion does not remove (in place)."""
+    kept = 0
+    for c in range(count):
+        pos = start + cand[c]
+        if len(split) > 0 and not (allowed >> split[pos]) & 1:
+            continue
+        if excl_mode != 0:
+            s = indices[pos]
+            if (excl_mode & 1) and _holds(excluded, s * excl_mul + node):
+                continue
+            if (excl_mode & 2) and _holds(excluded, node * excl_mul + s):
+                continue
+        cand[kept] = cand[c]
+        kept += 1
+    return kept
+
+
+@njit(cache=True, nogil=True)
+def _holds(keys: np.ndarray, key: np.int64) -> bool:
+    i = np.searchsorted(keys, key)
+    return i < len(keys) and keys[i] == key
 
 
 @njit(cache=True, nogil=True)

@@ -13,6 +13,7 @@ from graphstore.dataset import Dataset
 from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
 from graphstore.errors import InvalidInputError
 from sampling import compat
+from sampling.edgemask import MessageEdges
 from sampling.sampler import NeighborSampler
 
 
@@ -95,13 +96,14 @@ class NeighborLoader(_NewStreamEachPass, _EdgeAttrs, NodeLoader):
                  transform: Callable | None = None, transform_sampler_output: Callable | None = None,
                  is_sorted: bool = False, filter_per_worker: bool | None = None,
                  neighbor_sampler: NeighborSampler | None = None, directed: bool = True, seed: int | None = None,
-                 **kwargs: Any) -> None:
+                 message_edges: MessageEdges | None = None, **kwargs: Any) -> None:
         if input_time is not None and time_attr is None:
             raise InvalidInputError("input_time is set but time_attr is not: name the time attribute too")
         subgraph_type = compat.resolve_subgraph_type(subgraph_type, directed, type(self).__name__)
         sampler = _make_sampler(data, num_neighbors, neighbor_sampler, type(self).__name__, replace=replace,
                                 disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-                                weight_attr=weight_attr, seed=seed, subgraph_type=subgraph_type, is_sorted=is_sorted)
+                                weight_attr=weight_attr, seed=seed, subgraph_type=subgraph_type, is_sorted=is_sorted,
+                                message_edges=message_edges)
         self._remember(data)
         super().__init__(_as_pyg_data(data), sampler, input_nodes=_default_input_nodes(data, input_nodes),
                          input_time=input_time, transform=transform, transform_sampler_output=transform_sampler_output,
@@ -117,7 +119,10 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
     """A drop-in for ``torch_geometric.loader.LinkNeighborLoader`` that also reads graphstore datasets.
 
     ``edge_label_index`` defaults to every edge of the (only, or named) edge type; binary and triplet
-    negative sampling and temporal (``edge_label_time``) seeds work as in PyG.
+    negative sampling and temporal (``edge_label_time``) seeds work as in PyG. Leak-free link
+    prediction (not PyG's defaults): ``message_edges=MessageEdges(allowed=(0,))`` passes messages over
+    train links only, ``exclude_seed_edges=True`` keeps each batch's own links (and reverses) out of
+    its subgraph and makes temporal sampling strictly earlier than ``edge_label_time``.
 
     Examples
     --------
@@ -134,13 +139,15 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
                  weight_attr: str | None = None, transform: Callable | None = None,
                  transform_sampler_output: Callable | None = None, is_sorted: bool = False,
                  filter_per_worker: bool | None = None, neighbor_sampler: NeighborSampler | None = None,
-                 directed: bool = True, seed: int | None = None, **kwargs: Any) -> None:
+                 directed: bool = True, seed: int | None = None, message_edges: MessageEdges | None = None,
+                 exclude_seed_edges: bool = False, **kwargs: Any) -> None:
         if self._pyg_time_rule or time_attr is None:
             compat.check_link_time(time_attr, edge_label_time, type(self).__name__)
         subgraph_type = compat.resolve_subgraph_type(subgraph_type, directed, type(self).__name__)
         sampler = _make_sampler(data, num_neighbors, neighbor_sampler, type(self).__name__, replace=replace,
                                 disjoint=disjoint, temporal_strategy=temporal_strategy, time_attr=time_attr,
-                                weight_attr=weight_attr, seed=seed, subgraph_type=subgraph_type, is_sorted=is_sorted)
+                                weight_attr=weight_attr, seed=seed, subgraph_type=subgraph_type, is_sorted=is_sorted,
+                                message_edges=message_edges, exclude_seed_edges=exclude_seed_edges)
         self._remember(data)
         edge_label_index = _default_edge_label_index(data, edge_label_index)
         if isinstance(neg_sampling, dict):

@@ -17,6 +17,7 @@ from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
 from graphstore.errors import InvalidInputError
 from sampling import kernels, multihop, subgraph
+from sampling.edgemask import MessageEdges, exclusion
 from sampling.fastpath import FastPath, kernel_ready
 from sampling.frontier import Frontier, NodeTable
 from sampling.topology import CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg, is_hetero_pyg
@@ -36,11 +37,22 @@ class SamplerConfig:
     weight_attr: str | None = None
     subgraph_type: str = "directional"
     is_sorted: bool = False
+    message_edges: MessageEdges | None = None  # a link split mask, applied by the kernels
+    exclude_seed_edges: bool = False  # link batches: drop their own positive links (and reverses), times strict
 
     def __post_init__(self) -> None:
         subgraph.check_subgraph_type(self.subgraph_type, self.disjoint or self.time_attr is not None)
         if not isinstance(self.is_sorted, bool):
             raise InvalidInputError(f"is_sorted {self.is_sorted!r}: give True or False")
+        if self.message_edges is not None and not isinstance(self.message_edges, MessageEdges):
+            raise InvalidInputError(f"message_edges {self.message_edges!r}: pass a sampling.MessageEdges")
+        if not isinstance(self.exclude_seed_edges, bool):
+            raise InvalidInputError(f"exclude_seed_edges {self.exclude_seed_edges!r}: pass True or False")
+        if self.subgraph_type == "induced" and (self.message_edges is not None or self.exclude_seed_edges):
+            raise InvalidInputError(
+                "subgraph_type='induced' with message_edges/exclude_seed_edges: the induced subgraph adds back "
+                "every stored edge among the sampled nodes, held-out and seed links included; use "
+                "subgraph_type='directional' or 'bidirectional' for leak-free link prediction")
         if self.temporal_strategy not in STRATEGIES:
             raise InvalidInputError(f"temporal_strategy {self.temporal_strategy!r} is not one of {sorted(STRATEGIES)}")
         values = self.num_neighbors.values if isinstance(self.num_neighbors, NumNeighbors) else self.num_neighbors
@@ -65,6 +77,11 @@ class NeighborSampler(BaseSampler):
     says an in-memory graph's ``edge_index`` is already sorted by destination (the sort is skipped, the
     claim checked); datasets and store pairs are stored in CSC order already, so it is refused there.
 
+    ``message_edges`` (:class:`sampling.MessageEdges`) restricts one edge type to the edges of some
+    link splits (the kernels skip the others; fanouts count admitted edges). ``exclude_seed_edges``:
+    a link batch never contains its own positive links nor their reverses, and with ``edge_label_time``
+    only strictly earlier neighbours are sampled (PyG samples ``time <= edge_label_time``).
+
     Examples
     --------
     >>> sampler = NeighborSampler(graphstore.open_dataset("/data/cora"), [10, 5])  # doctest: +SKIP
@@ -73,9 +90,11 @@ class NeighborSampler(BaseSampler):
 
     def __init__(self, data: Any, num_neighbors: Any, *, replace: bool = False, disjoint: bool = False,
                  temporal_strategy: str = "uniform", time_attr: str | None = None, weight_attr: str | None = None,
-                 seed: int | None = None, subgraph_type: str = "directional", is_sorted: bool = False) -> None:
+                 seed: int | None = None, subgraph_type: str = "directional", is_sorted: bool = False,
+                 message_edges: MessageEdges | None = None, exclude_seed_edges: bool = False) -> None:
         self.config = SamplerConfig(num_neighbors, replace, disjoint, temporal_strategy, time_attr, weight_attr,
-                                    getattr(subgraph_type, "value", subgraph_type), is_sorted)
+                                    getattr(subgraph_type, "value", subgraph_type), is_sorted, message_edges,
+                                    exclude_seed_edges)
         _check_is_sorted(data, is_sorted)
         self._data = data
         self._topology: dict[Any, EdgeTopology] | None = None
@@ -100,11 +119,11 @@ class NeighborSampler(BaseSampler):
             c, data = self.config, self._data
             if _is_dataset(data):
                 self._topology = from_dataset(data, list(range(data.num_parts)), c.weight_attr, c.time_attr,
-                                              c.disjoint)
+                                              c.disjoint, c.message_edges)
             elif isinstance(data, (tuple, list)):
-                self._topology = from_graph_store(data[1], c.weight_attr, c.time_attr, c.disjoint)
+                self._topology = from_graph_store(data[1], c.weight_attr, c.time_attr, c.disjoint, c.message_edges)
             else:
-                self._topology = from_pyg(data, c.weight_attr, c.time_attr, c.is_sorted)
+                self._topology = from_pyg(data, c.weight_attr, c.time_attr, c.is_sorted, c.message_edges)
         return self._topology
 
     @property
@@ -153,6 +172,7 @@ class NeighborSampler(BaseSampler):
             topo = self.topology
             c = self.config
             ok = (not self.is_hetero and None in topo and not self.disjoint and c.weight_attr is None
+                  and c.message_edges is None
                   and all(type(b) is CSCBlock and kernel_ready(b) for b in topo[None].blocks))
             self._fast_path = FastPath(topo[None], self.num_nodes, self._fanouts, c.replace) if ok else None
             if self._fast_path is not None and not self._fast_path.covers_sources:
@@ -212,7 +232,25 @@ class NeighborSampler(BaseSampler):
         if self.node_time:
             node_time = {k: torch.from_numpy(v) for k, v in self.node_time.items()}
             node_time = node_time if self.is_hetero else node_time[None]
-        return self._subgraph(edge_sample(index, self._sample, self.num_nodes, self.disjoint, node_time, neg_sampling))
+        self._local.edge_input = index if self.config.exclude_seed_edges else None
+        try:
+            return self._subgraph(edge_sample(index, self._sample, self.num_nodes, self.disjoint, node_time,
+                                              neg_sampling))
+        finally:
+            self._local.edge_input = None
+
+    def exclusion(self) -> tuple[dict[Any, tuple], bool]:
+        """For the link batch being sampled (``exclude_seed_edges``): per edge type the links the kernels
+        must drop, and whether seed times are strict; ``({}, False)`` otherwise."""
+        index = getattr(self._local, "edge_input", None)
+        if index is None:
+            return {}, False
+        row, col = index.row, index.col
+        if index.label is not None and index.label.dim() == 1:
+            row, col = row[index.label != 0], col[index.label != 0]  # given negatives are not links
+        input_type = index.input_type if self.is_hetero else None
+        num_dst = self.num_nodes[input_type[2]] if self.is_hetero else self.num_nodes
+        return exclusion(self.edge_types, input_type, row, col, num_dst), index.time is not None
 
     def _subgraph(self, out: SamplerOutput | HeteroSamplerOutput) -> SamplerOutput | HeteroSamplerOutput:
         """PyG's ``subgraph_type`` applied to a directional sample."""
@@ -254,17 +292,17 @@ class NeighborSampler(BaseSampler):
 
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()
-        if seed_time is None and not isinstance(seed, dict) and self.fast_path is not None:
+        excluded, strict = self.exclusion()
+        if seed_time is None and not excluded and not isinstance(seed, dict) and self.fast_path is not None:
             return self.fast_path.sample(_seed_array(seed), self._local)
         seeds = seed if isinstance(seed, dict) else {None: seed}
         times = seed_time if isinstance(seed_time, dict) or seed_time is None else {None: seed_time}
         if self.is_temporal and times is None:
             times = self.default_seed_times(seeds)
-        frontier = Frontier(self, seeds, times)
+        frontier = Frontier(self, seeds, times, excluded, strict)
         for fanouts in self._fanouts:
             frontier.hop(fanouts)
         return frontier.output(self.is_hetero)
-
 
     def default_seed_times(self, seeds: dict[Any, Any]) -> dict[Any, np.ndarray]:
         """PyG's rule when no seed time is given: each seed at its own time (``time_attr`` of its node)."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import ctypes
 import mmap
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -18,6 +18,8 @@ _MADV_WILLNEED, _MADV_HUGEPAGE, _MADV_POPULATE_READ = 3, 14, 22
 _EMPTY_F = np.zeros(0, np.float64)
 _EMPTY_I32 = np.zeros(0, np.int32)
 _INT32_MAX = 2**31 - 1
+_EMPTY_I8 = np.zeros(0, np.int8)
+_NO_EXCLUSION = (np.zeros(0, np.int64), 0, 0)
 
 
 @dataclass(frozen=True)
@@ -33,15 +35,19 @@ class CSCBlock:
     time: np.ndarray = field(default_factory=lambda: _EMPTY_I)
     part: int = 0
     packed: np.ndarray = field(default_factory=lambda: _EMPTY_I32)  # int32 [2m] (source, edge ID) pairs, or empty
+    split: np.ndarray = field(default_factory=lambda: _EMPTY_I8)  # link split per CSC position (empty: no mask)
+    allowed: int = 0  # bit v set: edges of split v carry messages (used when split is not empty)
     is_remote = False
 
     def start(self, nodes: np.ndarray, fanout: int, replace: bool, node_time: np.ndarray, seed_time: np.ndarray,
-              strategy: int) -> Callable[[], tuple[np.ndarray, ...]]:
-        """Sample ``nodes`` (owned here) now; returns a getter of ``(counts, neighbors, edge_ids, positions)``."""
+              strategy: int, exclusion: tuple = _NO_EXCLUSION) -> Callable[[], tuple[np.ndarray, ...]]:
+        """Sample ``nodes`` (owned here) now; returns a getter of ``(counts, neighbors, edge_ids, positions)``.
+        ``exclusion`` = ``(sorted keys, multiplier, mode)`` of links the kernel must not return."""
         from sampling import kernels
 
         result = kernels.sample_block(self.indptr, self.indices, self.eid, self.lo, nodes, fanout, replace,
-                                      self.weight, self.time, node_time, 0, seed_time, strategy)
+                                      self.weight, self.time, node_time, 0, seed_time, strategy, self.split,
+                                      self.allowed, *exclusion)
         return lambda: result
 
 
@@ -150,12 +156,16 @@ def _sorted_csc(src: np.ndarray, dst: np.ndarray, num_dst: int, where: Any) -> t
     return indptr, src, np.arange(len(src), dtype=np.int64)
 
 
-def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None, is_sorted: bool = False
-             ) -> dict[Any, EdgeTopology]:
+def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None, is_sorted: bool = False,
+             mask: Any = None) -> dict[Any, EdgeTopology]:
     """Topology of an in-memory PyG ``Data``/``HeteroData`` (one block per edge type); with ``is_sorted``
-    the edges are taken in their given order (sorted by destination) instead of being sorted."""
+    the edges are taken in their given order (sorted by destination) instead of being sorted; ``mask``
+    (:class:`sampling.edgemask.MessageEdges`) puts its edge type's ``link_split`` attribute into the block."""
+    from sampling.edgemask import pyg_split
+
     is_hetero = is_hetero_pyg(data)
     stores = data.edge_stores if is_hetero else [data]
+    types = [s._key for s in stores] if is_hetero else [None]
     out = {}
     for store in stores:
         etype = store._key if is_hetero else None
@@ -168,21 +178,28 @@ def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None, is_sorte
         weight = _np(store[weight_attr])[eid].astype(np.float64) if weight_attr and weight_attr in store else _EMPTY_F
         time = (_np(store[time_attr])[eid].astype(np.int64)
                 if time_attr and time_attr in store and store.is_edge_attr(time_attr) else _EMPTY_I)
-        block = CSCBlock(0, num_dst, indptr, indices, eid, weight, time, packed=_pack(indices, eid, num_src))
+        masked = mask is not None and mask.applies_to(etype, types)
+        block = CSCBlock(0, num_dst, indptr, indices, eid, weight, time, packed=_pack(indices, eid, num_src),
+                         split=pyg_split(store, mask, eid) if masked else _EMPTY_I8, allowed=mask.bits if masked else 0)
         out[etype] = EdgeTopology(etype, s_type, d_type, [block], num_src, num_dst)
     return out
 
 
 def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_attr: str | None,
-                 disjoint: bool = False) -> dict[Any, EdgeTopology]:
+                 disjoint: bool = False, mask: Any = None) -> dict[Any, EdgeTopology]:
     """Topology of a graphstore dataset: one memory-mapped block per partition in ``parts``.
 
     The arrays the sampler will read are prefaulted: the packed pairs when the one-call fast path
-    can serve it (homogeneous, every partition, no weights, time or ``disjoint``), else the int64
-    ``indices``/``eid`` arrays that the general path and the partition servers read.
+    can serve it (homogeneous, every partition, no weights, time, ``disjoint`` or ``mask``), else the
+    int64 ``indices``/``eid`` arrays that the general path and the partition servers read. ``mask``
+    (:class:`sampling.edgemask.MessageEdges`) puts its edge type's link split into the blocks.
     """
-    fast_path = (not (weight_attr or time_attr or disjoint) and not dataset.is_hetero
+    from sampling.edgemask import dataset_split, reverse_split
+
+    fast_path = (not (weight_attr or time_attr or disjoint or mask) and not dataset.is_hetero
                  and sorted(parts) == list(range(dataset.num_parts)))
+    if mask is not None:
+        mask.target(dataset.edge_types)  # raises for an unknown edge type
     out = {}
     for info in dataset.manifest.edge_types:
         src = next(t for t in dataset.manifest.node_types if t.key == info.src)
@@ -199,24 +216,34 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
             time = (gs.edge_attr(time_attr, info.name).numpy().astype(np.int64, copy=False)
                     if time_attr and time_attr in info.attrs else _EMPTY_I)
             lo, hi = dst.offsets[part], dst.offsets[part + 1]
+            split = _EMPTY_I8
+            if mask is not None and mask.applies_to(info.name, dataset.edge_types):
+                split = dataset_split(dataset, part, info.name, mask)
+            elif mask is not None and mask.reverses(info.name, dataset.edge_types):
+                split = reverse_split(dataset, part, info.name, mask)  # rev_writes: held out like writes
             blocks.append(CSCBlock(lo, hi, indptr, indices, eid, weight, time, part,
-                                   _EMPTY_I32 if packed is None else packed))
+                                   _EMPTY_I32 if packed is None else packed, split, mask.bits if len(split) else 0))
         out[info.name] = EdgeTopology(info.name, src.name, dst.name, blocks, src.num_nodes, dst.num_nodes)
     return out
 
 
-def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str | None, disjoint: bool = False
-                     ) -> dict[Any, EdgeTopology]:
+def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str | None, disjoint: bool = False,
+                     mask: Any = None) -> dict[Any, EdgeTopology]:
     """Topology of a generic PyG ``GraphStore``, one partition's ``ZarrGraphStore`` or a whole dataset's
     ``DatasetGraphStore`` (the latter two memory-mapped per partition, with the input edge IDs)."""
     from graphstore.dataset_stores import DatasetGraphStore
     from graphstore.stores import ZarrGraphStore
 
     if isinstance(graph_store, ZarrGraphStore):
-        return from_dataset(graph_store.dataset, [graph_store.part], weight_attr, time_attr, disjoint)
+        return from_dataset(graph_store.dataset, [graph_store.part], weight_attr, time_attr, disjoint, mask)
     if isinstance(graph_store, DatasetGraphStore):
         dataset = graph_store.dataset
-        return from_dataset(dataset, list(range(dataset.num_parts)), weight_attr, time_attr, disjoint)
+        return from_dataset(dataset, list(range(dataset.num_parts)), weight_attr, time_attr, disjoint, mask)
+    if mask is not None:
+        from graphstore.errors import InvalidInputError
+
+        raise InvalidInputError("message_edges needs a graphstore dataset, its stores, or a PyG Data/HeteroData; "
+                                f"{type(graph_store).__name__} has no link split the sampler can read")
     out = {}
     for attr in graph_store.get_all_edge_attrs():
         etype = attr.edge_type

@@ -10,7 +10,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from graphstore.errors import InvalidInputError
+from graphstore.linksplit import SPLIT_NAMES, LinkSplit
 from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader, local_seeds
+from sampling.edgemask import MessageEdges, dataset_split
 
 if TYPE_CHECKING:
     from training.trainer import Trainer
@@ -109,11 +111,18 @@ class NodeTask:
 class LinkTask:
     """Link prediction on one edge type: negatives ``binary`` (AUC) or ``triplet`` (MRR), all ranks' results.
 
-    Each rank's seed links are its partition's edges of the type (split between the partition's
-    ranks); with ``time_attr`` they are split in time (the latest 20% are val+test, cut at the same
-    global times on every rank), else at random. Heterogeneous graphs use ``to_hetero`` encoders;
-    node types without features get a learned embedding per node.
+    Links are split as the dataset stores it (``graphstore ingest --link-split``); without a stored
+    split every rank computes the same one by the ingest rules (0.8/0.1/0.1; by time when
+    ``time_attr`` is an attribute of the edge type, else at random from ``seed``) and logs that it did.
+    Each rank's seed links are its partition's links of each split (shared between the partition's
+    ranks). Messages pass over train links only when training and validating, over train and
+    validation links when testing (PyG's convention): the kernels apply the mask, on every partition.
+    A batch never holds its own links nor their reverses, and temporal sampling sees strictly earlier
+    edges only. Heterogeneous graphs use ``to_hetero`` encoders; node types without features get a
+    learned embedding per node.
     """
+
+    MESSAGES = {"train": (0,), "val": (0,), "test": (0, 1)}  # split values messages pass over
 
     def __init__(self, trainer: Trainer) -> None:
         self.t = trainer
@@ -122,8 +131,15 @@ class LinkTask:
         self.edge_type = ds.manifest.edge_type(c.edge_type).name if c.edge_type else ds.edge_types[0]
         self.triplet = c.neg_sampling == "triplet"
         self.metric = "mrr" if self.triplet else "auc"
+        self.rule = None if ds.manifest.link_split(self.edge_type) else self._fallback_rule()
 
-    def _own_links(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _fallback_rule(self) -> LinkSplit:
+        c, info = self.t.config, self.t.dataset.manifest.edge_type(self.edge_type)
+        by_time = bool(c.time_attr) and c.time_attr in info.attrs
+        return LinkSplit((0.8, 0.1, 0.1), "time" if by_time else "random", info.name, c.seed, c.time_attr or "time")
+
+    def _own_links(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """This rank's links (global IDs), their times (or ``None``) and their splits."""
         t, c = self.t, self.t.config
         _, gs = t.dataset.partition(t.part)
         indices, indptr = gs.get_edge_index(self.edge_type, "csc")
@@ -132,30 +148,26 @@ class LinkTask:
         share, ranks = t.world.rank % t.layout.ranks_per_part, t.layout.ranks_per_part
         has_time = c.time_attr and c.time_attr in t.dataset.manifest.edge_type(self.edge_type).attrs
         times = gs.edge_attr(c.time_attr, self.edge_type)[share::ranks] if has_time else None
-        return index[:, share::ranks], times
+        split = torch.from_numpy(np.asarray(dataset_split(t.dataset, t.part, self.edge_type, self._mask("train"))))
+        return index[:, share::ranks], times, split[share::ranks]
+
+    def _mask(self, name: str) -> MessageEdges:
+        return MessageEdges(self.edge_type, self.MESSAGES[name], self.rule)
 
     def loaders(self) -> dict[str, Any]:
         t, c = self.t, self.t.config
-        index, times = self._own_links()
+        index, times, split = self._own_links()
         fanout = {et: list(c.fanout) for et in t.dataset.edge_types} if self.hetero else list(c.fanout)
         negatives = dict(mode=c.neg_sampling, amount=1 if not self.triplet else 5)
         out = {}
-        for name, sel in self._split(index.size(1), times).items():
+        for value, name in enumerate(SPLIT_NAMES):
+            sel = torch.nonzero(split == value).view(-1)
             kwargs = {"edge_label_time": times[sel]} if times is not None else {}
             seeds = (self.edge_type, index[:, sel]) if self.hetero else index[:, sel]
             out[name] = DistributedLinkNeighborLoader(t.dataset, fanout, t.transport, seeds, neg_sampling=negatives,
+                                                      message_edges=self._mask(name), exclude_seed_edges=True,
                                                       **kwargs, **_loader_options(t, name))
         return out
-
-    def _split(self, count: int, times: torch.Tensor | None) -> dict[str, torch.Tensor]:
-        if times is None:
-            order = torch.randperm(count, generator=torch.Generator().manual_seed(self.t.config.seed + self.t.world.rank))
-            a, b = int(0.8 * count), int(0.9 * count)
-            return {"train": order[:a], "val": order[a:b], "test": order[b:]}
-        cut80, cut90 = _global_quantiles(times, (0.8, 0.9))
-        return {"train": torch.nonzero(times <= cut80).view(-1),
-                "val": torch.nonzero((times > cut80) & (times <= cut90)).view(-1),
-                "test": torch.nonzero(times > cut90).view(-1)}
 
     def model(self) -> torch.nn.Module:
         c, ds = self.t.config, self.t.dataset
@@ -259,15 +271,6 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 def _max_label(trainer: Trainer, target: Any) -> int:
     y = trainer.dataset.partition(trainer.part)[0][target, "y", None]
     return int(y.max()) if y.numel() else 0
-
-
-def _global_quantiles(values: torch.Tensor, qs: tuple[float, ...]) -> list[float]:
-    """Quantiles of a value spread over all ranks (from a bounded sample of each rank's values)."""
-    sample = values[torch.randperm(len(values), generator=torch.Generator().manual_seed(0))[:20000]].double()
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, sample)
-    merged = torch.cat(gathered)
-    return [float(torch.quantile(merged, q)) for q in qs] if len(merged) else [0.0 for _ in qs]
 
 
 def make_task(trainer: Trainer) -> NodeTask | LinkTask:

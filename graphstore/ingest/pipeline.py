@@ -6,7 +6,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -18,7 +18,8 @@ from graphstore.errors import DatasetExistsError, InvalidInputError
 from graphstore.ingest.partition import METIS_MAX_EDGES, partition_nodes
 from graphstore.ingest.parts_writer import EdgeStats, PartsWriter
 from graphstore.ingest.relabel import relabel
-from graphstore.ingest.source import GraphSource
+from graphstore.ingest.source import ArrayRows, GraphSource
+from graphstore.linksplit import LinkSplit, assign, check_edge_type, check_fractions, counts
 from graphstore.ingest.sources import resolve_source
 from graphstore.ingest.validate import check_finite, validate_source
 from graphstore.ingest.writer import ArrayWriter
@@ -45,6 +46,7 @@ class IngestSummary:
     bytes_written: int
     seconds: float
     checksums_read_back: int = 0  # chunks whose checksum was read back from storage (normally 0)
+    link_splits: dict[str, dict[str, Any]] = field(default_factory=dict)  # as in the manifest
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,7 +56,8 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
            overwrite: bool = False, compression: str = "none", halo_features: tuple[str, ...] | str = (),
            allow_nan: bool = False, chunk_mb: float = 32, to_undirected: bool | None = None,
            metis_max_edges: int | None = METIS_MAX_EDGES, storage_options: dict[str, Any] | None = None,
-           progress: Progress | None = None) -> IngestSummary:
+           progress: Progress | None = None, link_split: Any = None, link_split_by: str | None = None,
+           link_split_edge_type: Any = None, link_split_time_attr: str | None = None) -> IngestSummary:
     """Partition a graph and write it to ``dest`` as a graphstore dataset (Zarr v3).
 
     ``data`` is a SOURCE string (``planetoid:DIR``, ``ogb:DIR``, ``npz:PATH``, ``synthetic:...``), a PyG
@@ -73,6 +76,7 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     2
     """
     started = time.perf_counter()
+    rule = _link_split_rule(link_split, link_split_by, link_split_edge_type, link_split_time_attr, seed)
     location = open_location(dest, storage_options)
     replacing = _check_dest(location, overwrite)
     source = resolve_source(data, to_undirected=to_undirected)
@@ -81,6 +85,7 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
                    metis_max_edges=metis_max_edges, progress=progress, started=started)
     try:
         validate_source(source, num_parts)
+        options["link_splits"] = add_link_split(source, rule) if rule is not None else {}
         _compact_ids(source)
         if isinstance(location, LocalLocation):
             summary = _ingest_staged(source, location, options)
@@ -136,6 +141,44 @@ def _ingest_in_place(source: GraphSource, location: Location, replacing: bool,
         raise
 
 
+def _link_split_rule(fractions: Any, by: str | None, edge_type: Any, time_attr: str | None,
+                     seed: int) -> LinkSplit | None:
+    """The link split asked for, validated before anything is read or written (``None``: none)."""
+    if fractions is None:
+        given = {"link_split_by": by, "link_split_edge_type": edge_type, "link_split_time_attr": time_attr}
+        stray = [k for k, v in given.items() if v is not None]
+        if stray:
+            raise InvalidInputError(f"{', '.join(stray)} given without link_split: pass link_split=(0.8, 0.1, 0.1) "
+                                    "(--link-split 0.8,0.1,0.1) too, or drop them")
+        return None
+    if isinstance(fractions, LinkSplit):
+        if by is not None or edge_type is not None or time_attr is not None:
+            raise InvalidInputError("link_split is a LinkSplit: set by, edge_type and time_attr on it, not beside it")
+        return fractions
+    if time_attr is not None and by != "time":
+        raise InvalidInputError(f"link_split_time_attr={time_attr!r} needs link_split_by='time' (a random split "
+                                "uses no times)")
+    return LinkSplit(check_fractions(fractions), by or "random", edge_type, seed, time_attr or "time")
+
+
+def add_link_split(source: GraphSource, rule: LinkSplit) -> dict[Any, dict[str, Any]]:
+    """Add the edge attribute ``link_split`` to the edge type ``rule`` splits; return its manifest record."""
+    table_attrs = {et: list(t.attrs) for et, t in source.edges.items()}
+    etype = check_edge_type(rule, list(source.edges), {et: t.num_edges for et, t in source.edges.items()},
+                            table_attrs, "link split")
+    table = source.edges[etype]
+    if layout.LINK_SPLIT in table.attrs:
+        raise InvalidInputError(f"edge type {etype!r} already has an attribute {layout.LINK_SPLIT!r}; rename it or "
+                                "drop --link-split")
+    times = table.attrs[rule.time_attr].take(np.arange(table.num_edges)) if rule.by == "time" else None
+    symmetric = etype is None or etype[0] == etype[2]
+    split, decided = assign(table.src, table.dst, times, rule, symmetric)
+    table.attrs[layout.LINK_SPLIT] = ArrayRows(split)
+    record = {"attr": layout.LINK_SPLIT, **rule.describe(), **decided, **counts(split)}
+    logger.info("link split of %r: %s", etype, record)
+    return {etype: record}
+
+
 def _compact_ids(source: GraphSource) -> None:
     """Hold edge endpoints as int32 where the node counts allow: halves the largest arrays of an ingest."""
     for etype, table in source.edges.items():
@@ -181,7 +224,7 @@ def _halo_attrs(source: GraphSource, spec: tuple[str, ...] | str) -> dict[Any, t
 def _write_dataset(source: GraphSource, staged: Location, *, num_parts: int, method: str, seed: int,
                    compression: str, halo_features: tuple[str, ...] | str, allow_nan: bool, chunk_bytes: int,
                    metis_max_edges: int | None, progress: Progress | None, started: float,
-                   prepare: Callable[[], None] | None = None) -> IngestSummary:
+                   link_splits: dict[Any, dict[str, Any]], prepare: Callable[[], None] | None = None) -> IngestSummary:
     replicate = _halo_attrs(source, halo_features)
     logger.info("partitioning %s into %d parts by %s", source.name, num_parts, method)
     assign, details = partition_nodes(source, num_parts, method, seed, progress, metis_max_edges)
@@ -203,12 +246,13 @@ def _write_dataset(source: GraphSource, staged: Location, *, num_parts: int, met
         parts.write_halo(ntype, replicate[ntype])
     manifest = _manifest(source, books, keys, parts, edge_stats, replicate, splits,
                          dict(method=method, seed=seed, num_parts=num_parts, compression=compression,
-                              chunk_bytes=chunk_bytes, started=started, details=details))
+                              chunk_bytes=chunk_bytes, started=started, details=details,
+                              link_splits={keys[et]: record for et, record in link_splits.items()}))
     writer.commit(manifest.to_json())
     q = manifest.partitioning
     return IngestSummary(staged.url, num_parts, method, q["nodes_per_part"], q["edges_per_part"], q["edge_cut"],
                          q["edge_cut_fraction"], q["node_balance"], q["edge_balance"], writer.bytes_written, 0.0,
-                         writer.read_back)
+                         writer.read_back, manifest.link_splits)
 
 
 def _type_keys(source: GraphSource) -> dict[Any, str]:
@@ -240,7 +284,7 @@ def _manifest(source: GraphSource, books: dict, keys: dict, parts: PartsWriter, 
         for etype, table in source.edges.items()
     )
     return Manifest(source.name, opts["num_parts"], ntypes, etypes, dict(parts.arrays),
-                    partitioning=_quality(books, edge_stats, opts), splits=splits,
+                    partitioning=_quality(books, edge_stats, opts), splits=splits, link_splits=opts["link_splits"],
                     stats=_stats(source, edge_stats),
                     storage={"compression": opts["compression"], "chunk_bytes": opts["chunk_bytes"]},
                     provenance={"source": redact_url(source.origin), "tool": "graphstore",

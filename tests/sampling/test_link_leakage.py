@@ -1,0 +1,265 @@
+"""No link a batch scores and no held-out link is in a training batch's subgraph: one process and 2 ranks."""
+
+from __future__ import annotations
+
+import json
+import traceback
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.sampler import NodeSamplerInput
+
+import graphstore
+from graphstore.linksplit import LinkSplit, assign
+from sampling import LinkNeighborLoader, MessageEdges, NeighborSampler
+from tests.conftest import join_spawned
+
+
+def _raw(n: int = 400, pairs: int = 3000, seed: int = 0) -> dict[str, np.ndarray]:
+    """Undirected pairs stored both ways, one time per pair (so temporal subgraphs are not empty)."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, n, pairs), rng.integers(0, n, pairs)
+    t = rng.integers(1, 1000, pairs)
+    return dict(src=np.concatenate([a, b]), dst=np.concatenate([b, a]), time=np.concatenate([t, t]),
+                x=rng.standard_normal((n, 8)).astype(np.float32), n=np.array(n))
+
+
+def _ingest(raw: dict, dest, parts: int) -> graphstore.Dataset:
+    from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
+
+    source = GraphSource({None: NodeTable(int(raw["n"]), {"x": ArrayRows(raw["x"])})},
+                         {None: EdgeTable(raw["src"], raw["dst"], {"time": ArrayRows(raw["time"])})}, name="links")
+    graphstore.ingest(source, dest, num_parts=parts, link_split=(0.6, 0.2, 0.2), seed=1)
+    return graphstore.open_dataset(dest)
+
+
+class Oracle:
+    """The raw edge list in the dataset's global IDs, and the split by the ingest rule (computed here)."""
+
+    def __init__(self, raw: dict, ds: graphstore.Dataset) -> None:
+        from graphstore.dataset_stores import DatasetFeatureStore
+
+        order = DatasetFeatureStore(ds)[None, "orig_id", None].numpy()
+        to_global = np.empty_like(order)
+        to_global[order] = np.arange(len(order))
+        self.src, self.dst = to_global[raw["src"]], to_global[raw["dst"]]
+        self.time = raw["time"]
+        self.split, _ = assign(raw["src"], raw["dst"], None, LinkSplit((0.6, 0.2, 0.2), seed=1), True)
+        self.n = len(order)
+
+    def links(self, split: int) -> torch.Tensor:
+        sel = self.split == split
+        return torch.from_numpy(np.stack([self.src[sel], self.dst[sel]]))
+
+    def violations(self, batch, allowed: tuple[int, ...], triplet: bool, temporal: bool) -> dict[str, int]:
+        """Counts of sampled edges that are held out, that join a scored pair, or that are not earlier."""
+        e = batch.e_id.numpy()
+        s, d = self.src[e], self.dst[e]
+        keys = set((np.minimum(s, d) * self.n + np.maximum(s, d)).tolist())
+        n_id = batch.n_id.numpy()
+        if triplet:
+            pos = np.stack([n_id[batch.src_index.numpy()], n_id[batch.dst_pos_index.numpy()]])
+        else:
+            pos = n_id[batch.edge_label_index.numpy()][:, batch.edge_label.numpy() == 1]
+        scored = set((np.minimum(pos[0], pos[1]) * self.n + np.maximum(pos[0], pos[1])).tolist())
+        out = {"held_out": int((~np.isin(self.split[e], allowed)).sum()), "scored": len(keys & scored),
+               "edges": len(e)}
+        if temporal:  # subgraph b belongs to link b % L (PyG's seed order: src, dst(, negatives))
+            limit = (batch.seed_time if triplet else batch.edge_label_time).numpy()
+            sub = batch.batch.numpy()[batch.edge_index[1].numpy()] % len(limit)
+            out["not_earlier"] = int((self.time[e] >= limit[sub]).sum())
+        return out
+
+
+def _loader(ds, oracle: Oracle, mode: str, temporal: bool, leak_free: bool = True):
+    links = oracle.links(0)
+    extra = {}
+    if temporal:
+        extra = dict(time_attr="time", edge_label_time=torch.from_numpy(oracle.time[oracle.split == 0]))
+    if leak_free:
+        extra.update(message_edges=MessageEdges(allowed=(0,)), exclude_seed_edges=True)
+    return LinkNeighborLoader(ds, [10, 10], edge_label_index=links, batch_size=64, shuffle=True, seed=0,
+                              neg_sampling=dict(mode=mode, amount=1 if mode == "binary" else 3), **extra)
+
+
+@pytest.fixture(scope="module")
+def linked(tmp_path_factory):
+    raw = _raw()
+    ds = _ingest(raw, tmp_path_factory.mktemp("links") / "ds", parts=2)
+    return raw, ds, Oracle(raw, ds)
+
+
+@pytest.mark.parametrize("mode", ["binary", "triplet"])
+@pytest.mark.parametrize("temporal", [False, True])
+def test_train_batches_hold_no_scored_and_no_held_out_link(linked, mode, temporal):
+    _, ds, oracle = linked
+    totals: dict[str, int] = {}
+    for i, batch in enumerate(_loader(ds, oracle, mode, temporal)):
+        for k, v in oracle.violations(batch, (0,), mode == "triplet", temporal).items():
+            totals[k] = totals.get(k, 0) + v
+        if i == 15:
+            break
+    assert totals["edges"] > 1000, totals  # the subgraphs are not empty
+    assert totals["held_out"] == 0 and totals["scored"] == 0 and totals.get("not_earlier", 0) == 0, totals
+
+
+@pytest.mark.parametrize("temporal", [False, True])
+def test_the_checker_finds_the_leak_of_pyg_default_sampling(linked, temporal):
+    """Without the mask and the exclusion (PyG's defaults) the same checks fail: they can catch a leak."""
+    _, ds, oracle = linked
+    batch = next(iter(_loader(ds, oracle, "binary", temporal, leak_free=False)))
+    found = oracle.violations(batch, (0,), False, temporal)
+    assert found["held_out"] > 0 and found["scored"] > 0, found
+    if temporal:
+        assert found["not_earlier"] > 0, found  # PyG samples time <= edge_label_time: the link itself
+
+
+def test_the_mask_is_applied_by_the_kernel_and_fanouts_count_admitted_edges(linked):
+    _, ds, oracle = linked
+    seeds = torch.arange(0, oracle.n, 7)
+    for allowed in [(0,), (0, 1)]:
+        admitted = np.isin(oracle.split, allowed) & np.isin(oracle.dst, seeds.numpy())
+        full = NeighborSampler(ds, [-1], message_edges=MessageEdges(allowed=allowed))
+        out = full.sample_from_nodes(NodeSamplerInput(None, seeds))
+        assert sorted(out.edge.tolist()) == sorted(np.flatnonzero(admitted).tolist())
+        degree = np.bincount(oracle.dst[admitted], minlength=oracle.n)[seeds.numpy()]
+        capped = NeighborSampler(ds, [3], message_edges=MessageEdges(allowed=allowed), seed=0)
+        out = capped.sample_from_nodes(NodeSamplerInput(None, seeds))
+        counts = np.bincount(out.col.numpy(), minlength=len(seeds))[: len(seeds)]
+        assert (counts == np.minimum(degree, 3)).all()  # 3 admitted edges whenever there are 3
+
+
+def test_message_edges_on_an_in_memory_graph_and_refusals():
+    from torch_geometric.data import Data
+
+    from graphstore.errors import InvalidInputError
+
+    data = Data(edge_index=torch.tensor([[1, 2, 3], [0, 0, 0]]), num_nodes=4)
+    data.link_split = torch.tensor([0, 1, 2], dtype=torch.int8)
+    out = NeighborSampler(data, [-1], message_edges=MessageEdges(allowed=(0, 2))).sample_from_nodes(
+        NodeSamplerInput(None, torch.tensor([0])))
+    assert sorted(out.edge.tolist()) == [0, 2]
+    with pytest.raises(InvalidInputError, match="split values"):
+        MessageEdges(allowed=(3,))
+    with pytest.raises(InvalidInputError, match="pass them to the sampler"):
+        LinkNeighborLoader(data, [2], neighbor_sampler=NeighborSampler(data, [2]), exclude_seed_edges=True)
+
+
+def test_a_node_loader_refuses_exclude_seed_edges(linked):
+    from graphstore.errors import InvalidInputError
+    from sampling.dist_loader import DistributedNeighborLoader
+    from sampling.transport import LoopbackTransport
+
+    _, ds, _ = linked
+    transport = LoopbackTransport.group(2)[0]
+    with pytest.raises(InvalidInputError, match="exclude_seed_edges is for link loaders"):
+        DistributedNeighborLoader(ds, [2], transport, torch.arange(3), exclude_seed_edges=True)
+
+
+def _rank(rank: int, world_size: int, rdzv: str, url: str, raw_path: str, out_dir: str) -> None:
+    try:
+        from sampling.dist_loader import DistributedLinkNeighborLoader
+        from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
+        from training.process import start, stop
+        from training.world import World
+
+        world = World(rank, world_size, rank, rdzv)
+        transport = start(world, timeout=60, use_rpc=True)
+        ds = graphstore.open_dataset(url)
+        PartitionServer(ds, rank).register(transport)
+        torch.distributed.barrier()
+        raw = dict(np.load(raw_path))
+        oracle = Oracle(raw, ds)
+        result = {"full_fanout_exact": _full_fanout_exact(ds, transport, oracle, rank, world_size)}
+        own = (oracle.split == 0) & (ds.owner(oracle.dst, None) == rank)
+        for mode in ("binary", "triplet"):
+            for temporal in (False, True):
+                extra = dict(time_attr="time", edge_label_time=torch.from_numpy(oracle.time[own])) if temporal else {}
+                loader = DistributedLinkNeighborLoader(
+                    ds, [10, 10], transport, torch.from_numpy(np.stack([oracle.src[own], oracle.dst[own]])),
+                    batch_size=64, neg_sampling=dict(mode=mode, amount=1 if mode == "binary" else 3), seed=rank,
+                    message_edges=MessageEdges(allowed=(0,)), exclude_seed_edges=True, **extra)
+                totals: dict[str, int] = {}
+                for batch in loader:
+                    for k, v in oracle.violations(batch, (0,), mode == "triplet", temporal).items():
+                        totals[k] = totals.get(k, 0) + v
+                totals["requests"] = loader.stats.snapshot()["requests"]
+                result[f"{mode}-{'temporal' if temporal else 'static'}"] = totals
+        torch.distributed.barrier()
+        stop(transport, graceful=True)
+    except Exception:
+        result = {"error": traceback.format_exc()}
+    with open(f"{out_dir}/rank{rank}.json", "w") as fh:
+        json.dump(result, fh)
+
+
+def _full_fanout_exact(ds, transport, oracle: Oracle, rank: int, world_size: int) -> bool:
+    """With fanout -1 the remote partition's server applies the mask: exactly the admitted in-edges."""
+    from sampling.distributed import DistributedSampler, RankLayout
+
+    seeds = np.arange(int(ds.node_offsets()[rank]), int(ds.node_offsets()[rank + 1]), 5)
+    sampler = DistributedSampler(ds, [-1, -1], transport, RankLayout(ds.num_parts, world_size),
+                                 message_edges=MessageEdges(allowed=(0, 1)))
+    out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.from_numpy(seeds)))
+    admitted = np.isin(oracle.split, (0, 1))
+    hop1 = admitted & np.isin(oracle.dst, seeds)
+    frontier = np.union1d(seeds, oracle.src[hop1])
+    want = np.flatnonzero(admitted & np.isin(oracle.dst, frontier))
+    return sorted(set(out.edge.tolist())) == sorted(want.tolist()) and sampler.stats.snapshot()["requests"] > 0
+
+
+@pytest.mark.distributed
+def test_two_ranks_over_rpc_hold_no_scored_and_no_held_out_link(tmp_path):
+    import torch.multiprocessing as mp
+
+    raw = _raw(n=300, pairs=1500, seed=2)
+    np.savez(tmp_path / "raw.npz", **raw)
+    _ingest(raw, tmp_path / "ds", parts=2)
+    ctx = mp.spawn(_rank, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path / "raw.npz"),
+                                str(tmp_path)), nprocs=2, join=False)
+    join_spawned(ctx, 240)
+    for rank in range(2):
+        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert "error" not in got, f"rank {rank} failed:\n{got.get('error')}"
+        assert got.pop("full_fanout_exact") is True
+        assert set(got) == {"binary-static", "binary-temporal", "triplet-static", "triplet-temporal"}
+        for name, totals in got.items():
+            assert totals["edges"] > 500 and totals["requests"] > 0, (rank, name, totals)
+            assert totals["held_out"] == 0 and totals["scored"] == 0, (rank, name, totals)
+            assert totals.get("not_earlier", 0) == 0, (rank, name, totals)
+
+
+def test_a_reverse_relation_is_masked_like_its_links(tmp_path):
+    """rev_to edges b -> a carry messages only when the link a -> b is in an allowed split."""
+    from torch_geometric.data import HeteroData
+
+    rng = np.random.default_rng(4)
+    a, b = rng.integers(0, 60, 900), rng.integers(0, 80, 900)
+    keep = rng.random(900) < 0.9  # some links have no reverse, and some reverse edges reverse no link
+    data = HeteroData()
+    data["a"].x, data["b"].x = torch.randn(60, 3), torch.randn(80, 3)
+    data["a", "to", "b"].edge_index = torch.from_numpy(np.stack([a, b]))
+    extra_b, extra_a = rng.integers(0, 80, 50), rng.integers(0, 60, 50)
+    data["b", "rev_to", "a"].edge_index = torch.from_numpy(np.stack([np.concatenate([b[keep], extra_b]),
+                                                                     np.concatenate([a[keep], extra_a])]))
+    graphstore.ingest(data, tmp_path / "h", num_parts=2, link_split=(0.5, 0.25, 0.25), link_split_edge_type="to")
+    ds = graphstore.open_dataset(tmp_path / "h")
+    from graphstore.dataset_stores import DatasetFeatureStore
+
+    glob = {}
+    for t, n in (("a", 60), ("b", 80)):
+        order = DatasetFeatureStore(ds)[t, "orig_id", None].numpy()
+        glob[t] = np.empty(n, np.int64)
+        glob[t][order] = np.arange(n)
+    split, _ = assign(a, b, None, LinkSplit((0.5, 0.25, 0.25), seed=0), False)
+    rev_src, rev_dst = data["b", "rev_to", "a"].edge_index.numpy()
+    held = {(int(x), int(y)) for x, y, v in zip(a, b, split) if v != 0}  # duplicates share a split
+    admitted = np.array([(int(d), int(s)) not in held for s, d in zip(rev_src, rev_dst)])
+    seeds = torch.arange(60)
+    sampler = NeighborSampler(ds, {("a", "to", "b"): [-1], ("b", "rev_to", "a"): [-1]},
+                              message_edges=MessageEdges(("to",), allowed=(0,)))
+    out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds, input_type="a"))
+    got = sorted(out.edge[("b", "rev_to", "a")].tolist())
+    assert got == sorted(np.flatnonzero(admitted).tolist())
+    assert 0 < len(got) < len(rev_src)
