@@ -142,7 +142,7 @@ def test_message_edges_on_an_in_memory_graph_and_refusals():
     assert sorted(out.edge.tolist()) == [0, 2]
     with pytest.raises(InvalidInputError, match="split values"):
         MessageEdges(allowed=(3,))
-    with pytest.raises(InvalidInputError, match="pass them to the sampler"):
+    with pytest.raises(InvalidInputError, match="conflicts with the neighbor_sampler"):
         LinkNeighborLoader(data, [2], neighbor_sampler=NeighborSampler(data, [2]), exclude_seed_edges=True)
 
 
