@@ -147,6 +147,7 @@ class Trainer:
         c, world = self.config, self.world
         self.task = make_task(self)
         loaders = self._loaders()
+        _seed_everything(c.seed)  # the initial weights follow --seed (DDP then copies rank 0's to all)
         model = self._model(_first_batch(loaders["train"]))
         ddp = torch.nn.parallel.DistributedDataParallel(  # to_hetero models leave non-target outputs unused
             model, device_ids=[world.local_rank] if world.use_cuda else None,
@@ -161,6 +162,7 @@ class Trainer:
         steps = _agree_max(len(loaders["train"]))
         for epoch in range(first, c.epochs):
             _seed_everything(c.seed * 100_003 + epoch * 1009 + world.rank)
+            _restart_streams(loaders, epoch)
             self.timers.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
             self.stats.snapshot(reset=True)
             start_time = time.perf_counter()
@@ -264,6 +266,15 @@ def _agree_max(value: int) -> int:
     t = torch.tensor(value)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t)
+
+
+def _restart_streams(loaders: dict[str, Any], epoch: int) -> None:
+    """Each loader's sampling streams as a function of the epoch, so a resumed run draws what an
+    uninterrupted one would (local sampling; a remote partition's server draws from its own stream)."""
+    for loader in loaders.values():
+        sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(1000 * (epoch + 1))
 
 
 def _first_batch(loader: Any) -> Any:

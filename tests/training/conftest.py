@@ -69,3 +69,13 @@ def synthetic2(tmp_path_factory):
     dest = tmp_path_factory.mktemp("synthetic") / "syn2"
     graphstore.ingest(synthetic_source(), dest, num_parts=2, method="range")
     return dest
+
+
+@pytest.fixture(scope="session")
+def synthetic1(tmp_path_factory):
+    """``synthetic_source()`` in one partition: several ranks on it sample locally only (reproducible)."""
+    import graphstore
+
+    dest = tmp_path_factory.mktemp("synthetic") / "syn1"
+    graphstore.ingest(synthetic_source(), dest, num_parts=1)
+    return dest
