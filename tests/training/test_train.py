@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 import graphstore
+from tests.conftest import features_only_accuracy
 from tests.training.conftest import ROOT, metrics, run_train, train_cmd
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -25,7 +26,8 @@ def test_two_ranks_on_cora_reach_the_known_accuracy(cora2, tmp_path):
     doc = metrics(tmp_path / "m.json")
     assert doc["world_size"] == 2 and doc["num_parts"] == 2 and len(doc["epochs"]) == 8
     last = doc["epochs"][-1]
-    assert last["test_acc"] >= 0.75, last
+    baseline = features_only_accuracy(graphstore.open_dataset(cora2))  # about 0.45 on Cora's public split
+    assert last["test_acc"] >= max(0.75, baseline + 0.15), (baseline, last)
     assert last["remote"]["requests"] > 0, "two partitions must talk"
     for key in ("sampling", "feature_fetch", "forward_backward", "grad_sync", "data_wait", "remote_wait"):
         assert key in last["timing"]
@@ -38,7 +40,9 @@ def test_synthetic_default_graph_learns(tmp_path):
     out = run_train(tmp_path / "syn", "--epochs", 3, "--fanout", "10,5", "--batch-size", 256, "--lr", 0.01,
                     "--metrics-out", tmp_path / "m.json")
     assert out.returncode == 0, out.stderr
-    assert metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"] > 0.5, "chance is 0.25"
+    baseline = features_only_accuracy(graphstore.open_dataset(tmp_path / "syn"))  # about 0.83 here
+    test_acc = metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"]  # about 0.98
+    assert test_acc >= baseline + 0.08, f"the graph must add to the features: {test_acc} vs {baseline}"
 
 
 def test_resume_ends_where_an_uninterrupted_run_ends(synthetic1, tmp_path):
