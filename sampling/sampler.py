@@ -210,6 +210,14 @@ class NeighborSampler(BaseSampler):
         """
         self._epoch += 1
 
+    def set_epoch(self, epoch: int) -> None:
+        """Start the streams afresh as at pass ``epoch`` (threads seeded anew, counted from one), so the
+        draws of a pass depend on the seed and the epoch, not on how many passes or threads came before:
+        a job resumed at epoch e samples what an uninterrupted one does there (with ``seed=`` set)."""
+        self._epoch = int(epoch)
+        self._threads_seeded = itertools.count(1)
+        self._local = threading.local()
+
     def node_tables(self) -> dict[Any, NodeTable]:
         """Per node type, this process's de-duplication table, emptied for a new batch (reused: no
         allocation per batch)."""

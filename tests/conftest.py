@@ -116,3 +116,25 @@ def join_spawned(ctx, seconds: float = 120) -> None:
             for proc in ctx.processes:
                 proc.kill()
             pytest.fail(f"spawned workers did not finish within {seconds:.0f} s")
+
+
+def features_only_accuracy(dataset, epochs: int = 300) -> float:
+    """The baseline a GNN must beat: logistic regression on the node features alone (no edges), trained
+    on ``train_mask``, scored on ``test_mask`` of the same dataset (homogeneous, every partition)."""
+    import torch
+
+    from graphstore.dataset_stores import DatasetFeatureStore
+
+    fs = DatasetFeatureStore(dataset)
+    x, y = fs[None, "x", None].float(), fs[None, "y", None].long()
+    train, test = fs[None, "train_mask", None].bool(), fs[None, "test_mask", None].bool()
+    x = (x - x[train].mean(0)) / x[train].std(0).clamp_min(1e-6)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(x.size(1), int(y.max()) + 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+    for _ in range(epochs):
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x[train]), y[train]).backward()
+        optimizer.step()
+    with torch.no_grad():
+        return float((model(x[test]).argmax(-1) == y[test]).float().mean())

@@ -3,7 +3,7 @@
 Usage::
 
     python tools/bench_remote.py [--json] [--nodes N] [--features F] [--chunk-mb MB] [--latency-ms 20]
-                                 [--concurrency 16] [--repeats 3] [--data DIR]
+                                 [--concurrency 16] [--repeats 3] [--seed S] [--data DIR]
 
 It ingests (once, cached under --data) a synthetic graph whose feature array ``x`` spans hundreds of
 chunks, and serves it through a :class:`~graphstore.storage.LocationWrapper` that adds
@@ -19,6 +19,8 @@ neighborhood would be) it measures, in one run:
 - ``partial``: its rows cached but not yet every chunk of ``x`` (reads check which chunks are mapped);
 - ``warm``: the remote dataset once every chunk is mapped (the steady state of epoch 2+).
 
+Every cold gather draws fresh IDs (from a fresh 5% window for the local case) on an empty cache; every
+warm call draws fresh IDs from the rows the last cold gather cached (``--seed`` to draw them again).
 It prints requests, bytes and milliseconds per gather and the ratios ``cold / ideal`` (goal <= 2) and
 ``warm / local`` (goal <= 1.1).
 """
@@ -42,6 +44,9 @@ import graphstore
 from graphstore.errors import DatasetNotFoundError
 from graphstore.storage import LocationWrapper, open_location
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+
 BATCHES = ((1024, 1.0), (10_000, 1.0), (1024, 0.05))  # (batch size, share of the partition's ID range drawn from)
 
 
@@ -61,25 +66,27 @@ class SlowLocation(LocationWrapper):
         return super().download(key, dest, on_retry)
 
 
-def _median_seconds(fn, repeats: int, warmup: bool = True) -> float:
+def _median_seconds(fn, id_sets: list, warmup: bool = True) -> float:
+    """Median seconds of ``fn(ids)``, one call per ID set (a fresh set each call)."""
     if warmup:
-        fn()
+        fn(id_sets[0])
     times = []
-    for _ in range(repeats):
+    for ids in id_sets:
         start = time.perf_counter()
-        fn()
+        fn(ids)
         times.append(time.perf_counter() - start)
     return float(np.median(times))
 
 
-def _paired_seconds(fn_a, fn_b, repeats: int) -> tuple[float, float]:
-    """Median seconds of two functions timed alternately (so drift and noise hit both alike)."""
-    fn_a(), fn_b()
+def _paired_seconds(fn_a, fn_b, id_sets: list) -> tuple[float, float]:
+    """Median seconds of two functions timed alternately on the same fresh ID set each round (so drift
+    and noise hit both alike, and neither re-reads rows the CPU cache still holds from the last round)."""
+    fn_a(id_sets[0]), fn_b(id_sets[0])
     times_a, times_b = [], []
-    for _ in range(repeats):
+    for ids in id_sets[1:]:
         for fn, times in ((fn_a, times_a), (fn_b, times_b)):
             start = time.perf_counter()
-            fn()
+            fn(ids)
             times.append(time.perf_counter() - start)
     return float(np.median(times_a)), float(np.median(times_b))
 
@@ -110,34 +117,56 @@ def _cold(local: graphstore.Dataset, ids: torch.Tensor, args: argparse.Namespace
 X = "part_00000/nodes/_N/x"
 
 
-def _warm_timings(ds: graphstore.Dataset, fs_local, ids: torch.Tensor, partial: bool, repeats: int) -> dict:
-    """Seconds of a new copy of ``ds`` over the filled cache, of ``ds`` before and after every chunk is mapped."""
-    reopen = _median_seconds(lambda: pickle.loads(pickle.dumps(ds)).partition(0)[0][None, "x", ids], repeats,
-                             warmup=False)
+def _warm_timings(ds: graphstore.Dataset, fs_local, draw, partial: bool, repeats: int) -> dict:
+    """Seconds of a new copy of ``ds`` over the filled cache, of ``ds`` before and after every chunk is
+    mapped; ``draw(i)`` gives the i-th fresh ID set (rows the cold runs cached, so no request is made)."""
+    gather = lambda fs: lambda ids: fs[None, "x", ids]  # noqa: E731
+    reopen = _median_seconds(lambda ids: pickle.loads(pickle.dumps(ds)).partition(0)[0][None, "x", ids],
+                             [draw(i) for i in range(repeats)], warmup=False)
     fs = ds.partition(0)[0]
-    t_partial = _paired_seconds(lambda: fs_local[None, "x", ids], lambda: fs[None, "x", ids], 200)[1] if partial \
-        else None
+    sets = [draw(1000 + i) for i in range(201)]
+    t_partial = _paired_seconds(gather(fs_local), gather(fs), sets)[1] if partial else None
     fs[None, "x", None]  # every chunk mapped: the steady state
-    assert torch.equal(fs[None, "x", ids], fs_local[None, "x", ids])  # same rows, or the timing means nothing
-    t_local, t_warm = _paired_seconds(lambda: fs_local[None, "x", ids], lambda: fs[None, "x", ids], 200)
+    assert torch.equal(fs[None, "x", sets[0]], fs_local[None, "x", sets[0]])  # same rows, or timing means nothing
+    t_local, t_warm = _paired_seconds(gather(fs_local), gather(fs), [draw(2000 + i) for i in range(201)])
     return {"reopen": reopen, "partial": t_partial, "local": t_local, "warm": t_warm}
 
 
 def bench_batch(local: graphstore.Dataset, x_ram: np.ndarray, batch: int, spread: float, args: argparse.Namespace,
                 cache: Path) -> dict:
+    """Cold gathers (each on an empty cache, each with fresh IDs from a fresh window of ``spread`` of the
+    range), then warm ones with fresh IDs per call drawn from the rows the last cold gather cached."""
     fs_local, gs = local.partition(0)
     lo, hi = gs.dst_range()
-    ids = torch.from_numpy(np.random.default_rng(batch).integers(lo, lo + int(spread * (hi - lo)), batch))
-    rows, info = ids.numpy() - lo, local.manifest.arrays[X]
-    touched = len(np.unique(rows // info.chunk_rows))
-    colds = [_cold(local, ids, args, cache) for _ in range(args.repeats)]
-    t = _warm_timings(colds[-1]["dataset"], fs_local, ids, touched < info.num_chunks, args.repeats)
-    t_ram = _median_seconds(lambda: x_ram[rows], 50)
+    info = local.manifest.arrays[X]
+    width = int(spread * (hi - lo))
+
+    def draw_cold(r: int) -> torch.Tensor:
+        g = benchinfo.rng(args.seed, batch, int(spread * 100), r)
+        start = lo + int(g.integers(0, hi - lo - width + 1))
+        return torch.from_numpy(g.integers(start, start + width, batch))
+
+    colds = []
+    for r in range(args.repeats):
+        ids = draw_cold(r)
+        colds.append({**_cold(local, ids, args, cache), "ids": ids,
+                      "touched": len(np.unique((ids.numpy() - lo) // info.chunk_rows))})
+    cached = np.unique((colds[-1]["ids"].numpy() - lo) // info.chunk_rows)  # chunks the last cold run cached
+    pool = (cached[:, None] * info.chunk_rows + np.arange(info.chunk_rows)).ravel()
+    pool = pool[pool < hi - lo] + lo
+
+    def draw_warm(i: int) -> torch.Tensor:
+        return torch.from_numpy(benchinfo.rng(args.seed, batch, int(spread * 100), 10**6, i).choice(pool, batch))
+
+    t = _warm_timings(colds[-1]["dataset"], fs_local, draw_warm, len(cached) < info.num_chunks, args.repeats)
+    t_ram = _median_seconds(lambda rows: x_ram[rows], [draw_warm(3000 + i).numpy() - lo for i in range(50)])
     t_cold = float(np.median([c["seconds"] for c in colds]))
-    ideal = math.ceil(touched / args.concurrency) * args.latency_ms / 1e3
+    touched = int(np.median([c["touched"] for c in colds]))
+    ideal = float(np.median([math.ceil(c["touched"] / args.concurrency) for c in colds])) * args.latency_ms / 1e3
     io = colds[-1]["io"]
     ms = {f"{name}_ms": None if value is None else 1e3 * value for name, value in t.items()}
-    return {"batch": batch, "id_range_share": spread, "chunks_touched": touched, "cold_requests": io["requests"],
+    return {"batch": batch, "id_range_share": spread, "chunks_touched": touched,
+            "chunks_touched_last": colds[-1]["touched"], "cold_requests": io["requests"],
             "cold_bytes": io["bytes"], "ram_ms": 1e3 * t_ram, "cold_ms": 1e3 * t_cold, "ideal_cold_ms": 1e3 * ideal,
             **ms, "cold_vs_ideal": t_cold / ideal, "warm_vs_local": t["warm"] / t["local"],
             "local_vs_ram": t["local"] / t_ram}
@@ -149,8 +178,8 @@ def _print(result: dict) -> None:
           f" latency {s['latency_ms']} ms per request, concurrency {s['concurrency']}")
     for r in result["gathers"]:
         where = "random IDs" if r["id_range_share"] == 1 else f"IDs from {r['id_range_share']:.0%} of the range"
-        print(f"  batch {r['batch']:>6,} ({where}): touches {r['chunks_touched']} chunks; cold {r['cold_ms']:7.1f} ms "
-              f"({r['cold_requests']} requests, {r['cold_bytes'] / 1e6:.1f} MB; ideal {r['ideal_cold_ms']:.0f} ms, "
+        print(f"  batch {r['batch']:>6,} ({where}): touches {r['chunks_touched']} chunks (median); cold "
+              f"{r['cold_ms']:7.1f} ms (last run: {r['cold_requests']} requests for {r['chunks_touched_last']} chunks, {r['cold_bytes'] / 1e6:.1f} MB; ideal {r['ideal_cold_ms']:.0f} ms, "
               f"ratio {r['cold_vs_ideal']:.2f})")
         print(f"                 reopen over the cache {r['reopen_ms']:7.1f} ms (0 requests); "
               f"warm {r['warm_ms']:.3f} ms vs local disk {r['local_ms']:.3f} ms (ratio {r['warm_vs_local']:.2f}) "
@@ -169,7 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "remote")
+    benchinfo.add_seed_argument(parser)
     args = parser.parse_args(argv)
+    run_info = benchinfo.start(args, args.json)
     local = _dataset(args.data / f"n{args.nodes}_f{args.features}_c{args.chunk_mb}", args.nodes, args.features,
                      args.chunk_mb)
     x_ram = np.array(local.partition(0)[0][None, "x", None].numpy())
@@ -179,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     setup = {"rows": info.shape[0], "features": info.shape[1], "chunks": info.num_chunks,
              "chunk_bytes": info.chunk_rows * info.shape[1] * 4, "latency_ms": args.latency_ms,
              "concurrency": args.concurrency}
-    result = {"setup": setup, "gathers": gathers}
+    result = {**run_info, "setup": setup, "gathers": gathers}
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/bench_sampler.py [--json] [--data DIR] [--spec SPEC] [--parts 4] [--batches 30]
+    python tools/bench_sampler.py [--json] [--data DIR] [--spec SPEC] [--parts 4] [--batches 30] [--seed S]
 
 On an ogbn-products-shaped synthetic graph (ingested once into --data), fanout [15, 10, 5], batch
 1,024, one thread: sampled edges per second and batches per second for (a) sampling alone, (b)
@@ -10,7 +10,9 @@ sampling plus feature fetch through ``sampling.NeighborLoader`` by ``num_workers
 general per-hop path, where sampling is a larger share of a batch); sampling alone also over the unpacked
 int64 arrays and through the general per-hop path; and, in the same run on the same
 seeds, (c) a plain torch reference sampler with the same semantics and (d) PyG's NeighborSampler
-over pyg-lib when pyg-lib is importable (skipped with a message otherwise).
+over pyg-lib when pyg-lib is importable (skipped with a message otherwise). Every pass draws fresh
+random seed nodes (``--seed`` to draw the same ones again); the variants compared within a pass get the
+same ones, and warm-up batches are never measured.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch_geometric.sampler import NodeSamplerInput
 
@@ -30,6 +31,11 @@ import graphstore
 from graphstore.errors import DatasetNotFoundError
 from sampling import NeighborLoader, NeighborSampler
 from sampling.fastpath import FastPath
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+
+WARM = 10**6  # the draw key of warm-up batches (never measured)
 
 PRODUCTS = "synthetic:nodes=2400000,avg_degree=52,features=100,classes=47,seed=0"
 FANOUT = [15, 10, 5]
@@ -69,12 +75,14 @@ def _dataset(data: Path, spec: str, parts: int) -> graphstore.Dataset:
         return graphstore.open_dataset(data)
 
 
-def _rate(fn, batches: list[torch.Tensor], repeats: int = 1) -> tuple[float, float]:
-    """(sampled edges per second, batches per second) of ``fn(seeds) -> edges`` over ``batches``: the
-    median of ``repeats`` passes (this VM's memory speed varies from pass to pass)."""
-    fn(batches[0])  # warm: numba compilation / page cache
+def _rate(fn, draw, repeats: int = 1, count: int | None = None) -> tuple[float, float]:
+    """(sampled edges per second, batches per second) of ``fn(seeds) -> edges``: the median of
+    ``repeats`` passes (this VM's memory speed varies from pass to pass), pass r over ``draw(r)``
+    (fresh random seeds each pass; the same ones for every variant measured in pass r)."""
+    fn(draw(WARM)[0])  # warm: numba compilation / page cache, on seeds never measured
     runs = []
-    for _ in range(repeats):
+    for r in range(repeats):
+        batches = draw(r)[:count]
         start, edges = time.perf_counter(), 0
         for seeds in batches:
             edges += fn(seeds)
@@ -83,12 +91,11 @@ def _rate(fn, batches: list[torch.Tensor], repeats: int = 1) -> tuple[float, flo
     return sorted(runs)[len(runs) // 2]
 
 
-def _sampler_rate(ds: graphstore.Dataset, batches: list[torch.Tensor], path: str, repeats: int
-                  ) -> tuple[float, float]:
+def _sampler_rate(ds: graphstore.Dataset, draw, path: str, repeats: int, seed: int) -> tuple[float, float]:
     """Sampling alone with ``path``: "fast" (the one-call kernel over the packed layout, the default),
     "unpacked" (the same kernel over the int64 indices/eid arrays: datasets without ``packed``) or
     "general" (the per-hop path weighted, temporal, disjoint and hetero sampling take)."""
-    sampler = NeighborSampler(ds, FANOUT, seed=0)
+    sampler = NeighborSampler(ds, FANOUT, seed=seed)
     if path == "general":
         sampler._fast_path = None
     elif path == "unpacked":
@@ -96,13 +103,16 @@ def _sampler_rate(ds: graphstore.Dataset, batches: list[torch.Tensor], path: str
                                       packed=False)
     elif sampler.fast_path is None or not sampler.fast_path.use_packed:
         print("this dataset has no packed topology (ingested before it existed?): re-ingest it", file=sys.stderr)
-    return _rate(lambda s: int(sampler.sample_from_nodes(NodeSamplerInput(None, s)).row.numel()), batches, repeats)
+    return _rate(lambda s: int(sampler.sample_from_nodes(NodeSamplerInput(None, s)).row.numel()), draw, repeats)
 
 
-def _loader_rate(ds: graphstore.Dataset, batches: list[torch.Tensor], batch_size: int, workers: int,
-                 filter_per_worker: bool | None = None, **options: bool) -> tuple[float, float]:
-    """(edges/s, batches/s) of ``NeighborLoader`` iteration (sampling + feature fetch) with ``workers``."""
-    loader = NeighborLoader(ds, FANOUT, input_nodes=torch.cat(batches), batch_size=batch_size, seed=0,
+def _loader_rate(ds: graphstore.Dataset, draw, key: int, batch_size: int, workers: int, seed: int,
+                 filter_per_worker: bool | None = None, count: int | None = None, **options: bool
+                 ) -> tuple[float, float]:
+    """(edges/s, batches/s) of one pass of ``NeighborLoader`` (sampling + feature fetch) with ``workers``
+    over seeds of its own (``draw(key)``), after a warm-up batch (its first, so 1 batch of the pass is
+    read twice: persistent workers need the same loader)."""
+    loader = NeighborLoader(ds, FANOUT, input_nodes=torch.cat(draw(key)[:count]), batch_size=batch_size, seed=seed,
                             num_workers=workers, persistent_workers=workers > 0, filter_per_worker=filter_per_worker,
                             **options)
     next(iter(loader))  # warm: workers started, kernels compiled
@@ -112,7 +122,7 @@ def _loader_rate(ds: graphstore.Dataset, batches: list[torch.Tensor], batch_size
     return edges / seconds, len(loader) / seconds
 
 
-def _pyglib(ds: graphstore.Dataset, batches: list[torch.Tensor]) -> dict | None:
+def _pyglib(ds: graphstore.Dataset, draw) -> dict | None:
     try:
         import pyg_lib  # noqa: F401
         from torch_geometric.data import Data
@@ -124,31 +134,36 @@ def _pyglib(ds: graphstore.Dataset, batches: list[torch.Tensor]) -> dict | None:
 
     src, dst = DatasetGraphStore(ds).get_edge_index(None, "coo")
     sampler = PyGSampler(Data(edge_index=torch.stack([src, dst]), num_nodes=ds.num_nodes()), FANOUT)
-    eps, bps = _rate(lambda s: int(sampler.sample_from_nodes(NodeSamplerInput(None, s)).row.numel()), batches)
+    eps, bps = _rate(lambda s: int(sampler.sample_from_nodes(NodeSamplerInput(None, s)).row.numel()), draw)
     return {"edges_per_s": eps, "batches_per_s": bps}
 
 
 def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(1)
     ds = _dataset(args.data, args.spec, args.parts)
-    rng = np.random.default_rng(0)
     n = ds.num_nodes()
-    batches = [torch.from_numpy(rng.choice(n, args.batch_size, replace=False)) for _ in range(args.batches)]
-    ours = _sampler_rate(ds, batches, "fast", args.repeats)
-    unpacked = _sampler_rate(ds, batches, "unpacked", args.repeats)
-    general = _sampler_rate(ds, batches, "general", 1)
-    with_features, loader_bps = _loader_rate(ds, batches, args.batch_size, workers=0)
-    workers = {w: _loader_rate(ds, batches, args.batch_size, workers=w)[1] for w in (args.workers,)}
-    workers[f"{args.workers}, rows fetched in the workers"] = _loader_rate(ds, batches, args.batch_size, args.workers,
-                                                                          filter_per_worker=True)[1]
+
+    def draw(*keys: int) -> list[torch.Tensor]:
+        return [torch.from_numpy(benchinfo.rng(args.seed, *keys, b).choice(n, args.batch_size, replace=False))
+                for b in range(args.batches)]
+
+    seed = args.seed % 2**31
+    ours = _sampler_rate(ds, draw, "fast", args.repeats, seed)
+    unpacked = _sampler_rate(ds, draw, "unpacked", args.repeats, seed)
+    general = _sampler_rate(ds, draw, "general", 1, seed)
+    with_features, loader_bps = _loader_rate(ds, draw, 100, args.batch_size, 0, seed)
+    workers = {w: _loader_rate(ds, draw, 101, args.batch_size, w, seed)[1] for w in (args.workers,)}
+    workers[f"{args.workers}, rows fetched in the workers"] = _loader_rate(
+        ds, draw, 102, args.batch_size, args.workers, seed, filter_per_worker=True)[1]
     # where sampling is a larger share of a batch: the general path (disjoint=True takes it, as weighted,
     # temporal and hetero sampling do), on a third of the batches
-    few = batches[: max(3, args.batches // 3)]
-    general_workers = {w: _loader_rate(ds, few, args.batch_size, w, disjoint=True)[1] for w in (0, args.workers)}
+    few = max(3, args.batches // 3)
+    general_workers = {w: _loader_rate(ds, draw, 103 + w, args.batch_size, w, seed, count=few, disjoint=True)[1]
+                       for w in (0, args.workers)}
     from graphstore.dataset_stores import DatasetGraphStore
 
     indices, indptr = DatasetGraphStore(ds).get_edge_index(None, "csc")
-    ref = _rate(lambda s: reference_sample(indptr, indices, s, FANOUT), batches[: max(3, args.batches // 3)])
+    ref = _rate(lambda s: reference_sample(indptr, indices, s, FANOUT), draw, 1, few)
     out = {"graph": {"nodes": n, "edges": int(len(indices)), "parts": ds.num_parts}, "fanout": FANOUT,
            "batch_size": args.batch_size, "threads": 1,
            "ours": {"edges_per_s": ours[0], "batches_per_s": ours[1]},
@@ -158,7 +173,7 @@ def run(args: argparse.Namespace) -> dict:
            "loader_batches_per_s_by_workers": {0: loader_bps, **workers},
            "general_path_loader_batches_per_s_by_workers": general_workers,
            "torch_reference": {"edges_per_s": ref[0], "batches_per_s": ref[1]},
-           "pyg_lib": _pyglib(ds, batches)}
+           "pyg_lib": _pyglib(ds, draw)}
     out["speedup_vs_torch_reference"] = ours[0] / ref[0]
     if out["pyg_lib"]:
         out["speedup_vs_pyg_lib"] = ours[0] / out["pyg_lib"]["edges_per_s"]
@@ -175,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="passes over the batches; the median is reported")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers compared with 0")
-    out = run(parser.parse_args(argv))
-    if parser.parse_args(argv).json:
+    benchinfo.add_seed_argument(parser)
+    args = parser.parse_args(argv)
+    info = benchinfo.start(args, args.json)
+    out = {**info, **run(args)}
+    if args.json:
         print(json.dumps(out, indent=2))
         return 0
     g = out["graph"]

@@ -2,11 +2,12 @@
 
 Usage::
 
-    python tools/bench_store.py [--json] [--nodes N] [--features F] [--data DIR]
+    python tools/bench_store.py [--json] [--nodes N] [--features F] [--repeats 7] [--seed S] [--data DIR]
     python tools/bench_store.py --ingest "synthetic:nodes=2400000,avg_degree=52,features=100,classes=47" --parts 4
 
 The gather part ingests (once, cached under --data) a synthetic graph, opens partition 0, and for
-batches of 1,024 to 100,000 random own IDs times ``feature_store[None, "x", ids]`` against
+batches of 1,024 to 100,000 random own IDs (fresh ones for every call and repeat, the same ones
+for the three variants within a repeat; ``--seed`` to draw them again) times ``feature_store[None, "x", ids]`` against
 ``x_in_ram[ids]`` on a copy of the same rows in RAM, in the same process, page cache warm. It prints
 the speed ratio (in-RAM time / store time; 1.0 = as fast as RAM), against numpy fancy indexing
 and, stricter, against ``torch.index_select`` on the in-RAM copy (what the store itself uses). ``--ingest SPEC`` runs
@@ -30,21 +31,26 @@ import torch
 import graphstore
 from graphstore.errors import DatasetNotFoundError
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+from benchinfo import rng  # noqa: E402
+
 BATCHES = (1024, 10_000, 100_000)
 
 
-def _median_seconds(fn, repeats: int) -> float:
-    """Median seconds per call; each sample loops the call for at least ~20 ms (timer noise)."""
+def _calls_per_sample(fn, ids: np.ndarray) -> int:
+    """Calls per timed sample so a sample lasts ~20 ms (timer noise); the call also warms the path."""
     start = time.perf_counter()
-    fn()  # warm: page cache, page tables, allocator
-    number = max(1, int(0.02 / max(time.perf_counter() - start, 1e-7)))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return float(np.median(times))
+    fn(ids)
+    return max(1, int(0.02 / max(time.perf_counter() - start, 1e-7)))
+
+
+def _time_calls(fn, id_sets: list) -> float:
+    """Seconds per call of ``fn`` over ``id_sets`` (one call per set)."""
+    start = time.perf_counter()
+    for ids in id_sets:
+        fn(ids)
+    return (time.perf_counter() - start) / len(id_sets)
 
 
 def _dataset(data: Path, nodes: int, features: int) -> graphstore.Dataset:
@@ -57,26 +63,35 @@ def _dataset(data: Path, nodes: int, features: int) -> graphstore.Dataset:
         return graphstore.open_dataset(data)
 
 
-def bench_gather(data: Path, nodes: int, features: int, repeats: int) -> list[dict]:
+def bench_gather(data: Path, nodes: int, features: int, repeats: int, seed: int) -> list[dict]:
+    """Per batch size, ``repeats`` samples; each sample draws fresh random own IDs (one set per call, so
+    no call re-reads the rows the previous one left in the CPU cache), shared by the three variants."""
     ds = _dataset(data, nodes, features)
     fs, gs = ds.partition(0)
     lo, hi = gs.dst_range()
     x_ram = np.array(fs[None, "x", None].numpy())  # an in-RAM copy of the same rows
     x_ram_t = torch.from_numpy(x_ram)
-    rng = np.random.default_rng(0)
+    variants = {"ram": lambda ids: x_ram[ids[0]], "ram_torch": lambda ids: x_ram_t.index_select(0, ids[1]),
+                "store": lambda ids: fs[None, "x", ids[2]]}
     rows = []
     for batch in BATCHES:
-        ids = rng.integers(lo, hi, batch)
-        ids_t = torch.from_numpy(ids)
-        local = ids - lo
-        assert np.array_equal(fs[None, "x", ids_t].numpy(), x_ram[local])  # same rows, or the timing means nothing
-        local_t = torch.from_numpy(local)
-        t_ram = _median_seconds(lambda: x_ram[local], repeats)
-        t_ram_torch = _median_seconds(lambda: x_ram_t.index_select(0, local_t), repeats)
-        t_store = _median_seconds(lambda: fs[None, "x", ids_t], repeats)
-        rows.append({"batch": batch, "features": int(x_ram.shape[1]), "ram_ms": 1e3 * t_ram,
-                     "ram_torch_ms": 1e3 * t_ram_torch, "store_ms": 1e3 * t_store, "speed_vs_ram": t_ram / t_store,
-                     "speed_vs_ram_torch": t_ram_torch / t_store, "store_rows_per_s": batch / t_store})
+        def draw(*keys: int) -> tuple:
+            ids = rng(seed, batch, *keys).integers(lo, hi, batch)
+            return ids - lo, torch.from_numpy(ids - lo), torch.from_numpy(ids)
+
+        check = draw(0, 0)
+        assert np.array_equal(fs[None, "x", check[2]].numpy(), x_ram[check[0]])  # same rows, or timing means nothing
+        number = max(_calls_per_sample(fn, draw(0, 1)) for fn in variants.values())
+        samples: dict[str, list[float]] = {name: [] for name in variants}
+        for r in range(repeats):
+            id_sets = [draw(1 + r, i) for i in range(number)]  # fresh IDs per repeat and per call
+            for name, fn in variants.items():
+                samples[name].append(_time_calls(fn, id_sets))
+        t_ram, t_ram_torch, t_store = (float(np.median(samples[k])) for k in ("ram", "ram_torch", "store"))
+        rows.append({"batch": batch, "features": int(x_ram.shape[1]), "calls_per_sample": number,
+                     "ram_ms": 1e3 * t_ram, "ram_torch_ms": 1e3 * t_ram_torch, "store_ms": 1e3 * t_store,
+                     "speed_vs_ram": t_ram / t_store, "speed_vs_ram_torch": t_ram_torch / t_store,
+                     "store_rows_per_s": batch / t_store})
     return rows
 
 
@@ -103,15 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest", metavar="SPEC", help="also time `graphstore ingest SPEC` (child process)")
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--method", default="metis")
+    benchinfo.add_seed_argument(parser)
     args = parser.parse_args(argv)
-    result = {"gather": bench_gather(args.data / f"n{args.nodes}_f{args.features}", args.nodes, args.features,
-                                     args.repeats)}
+    result = benchinfo.start(args, args.json)
+    result["gather"] = bench_gather(args.data / f"n{args.nodes}_f{args.features}", args.nodes, args.features,
+                                    args.repeats, args.seed)
     if args.ingest:
         result["ingest"] = bench_ingest(args.ingest, args.parts, args.method, args.data / "ingest")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print("random-row gather, page cache warm; speed = in-RAM time / store time (1.0 = as fast as RAM)")
+    print(f"random-row gather, page cache warm, fresh random IDs per call and repeat ({args.repeats} repeats, "
+          "median); speed = in-RAM time / store time (1.0 = as fast as RAM)")
     for row in result["gather"]:
         print(f"  batch {row['batch']:>7,} x {row['features']} float32: RAM numpy {row['ram_ms']:8.3f} ms, "
               f"RAM torch {row['ram_torch_ms']:8.3f} ms, store {row['store_ms']:8.3f} ms; speed vs numpy "

@@ -2,13 +2,15 @@
 
 Usage::
 
-    python tools/bench_train.py [--json] [--ranks 1,2,4] [--case homo|hetero|infer] [--epochs 2] [--data DIR]
+    python tools/bench_train.py [--json] [--ranks 1,2,4] [--case homo|hetero|infer|onepart] [--epochs 2] [--seed S]
+                                [--data DIR]
 
 Each rank count N trains on the same synthetic graph ingested into N METIS partitions (once, cached
 under --data) with ``graphstore-train --nproc N``; the last epoch's figures are reported (the first
 includes numba compilation and page-cache warm-up): training seconds (the speed-up is computed on
 these), epoch seconds with evaluation, the per-rank timing breakdown, remote requests per training
-step and resident memory per rank. PyG's
+step and resident memory per rank. Each run trains with a fresh ``--seed`` (derived from this
+tool's ``--seed``, printed with the machine). PyG's
 ``torch_geometric.distributed`` needs pyg-lib for its sampler, so the comparison with it is skipped
 with a message when pyg-lib is not installed.
 """
@@ -25,6 +27,10 @@ from pathlib import Path
 
 import graphstore
 from graphstore.errors import DatasetNotFoundError
+from training.timing import describe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
 
 SPEC = "synthetic:nodes=200000,avg_degree=15,features=64,classes=10,train=0.2,val=0.05,seed=0"
 HETERO_SPEC = "synthetic-mag:papers=50000,classes=32,features=64,seed=0"
@@ -45,7 +51,8 @@ def bench(ranks: int, args: argparse.Namespace) -> dict:
     dest = _dataset(args.data / args.case, spec, 1 if args.case == "onepart" else ranks)
     metrics = args.data / f"metrics-{args.case}-{ranks}.json"
     cmd = [sys.executable, "-m", "training.launch", str(dest), "--nproc", str(ranks), "--epochs", str(args.epochs),
-           "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--no-progress", "--metrics-out", str(metrics)]
+           "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--no-progress", "--metrics-out", str(metrics),
+           "--seed", str(_run_seed(args.seed, ranks))]
     if args.case == "infer":  # a fresh name each run: outputs are added to the dataset
         cmd += ["--infer-out", f"bench_{int(time.time())}", "--model", "sage"]
     started = time.perf_counter()
@@ -54,11 +61,16 @@ def bench(ranks: int, args: argparse.Namespace) -> dict:
     last = json.loads(metrics.read_text())["epochs"][-1]
     if args.case == "infer":
         last["inference"] = _inference_seconds(done.stderr, graphstore.open_dataset(dest).num_nodes(), wall)
-    return {"ranks": ranks, "epoch_seconds": last["epoch_seconds"], "train_seconds": last["train_seconds"],
+    return {"ranks": ranks, "seed": _run_seed(args.seed, ranks), "epoch_seconds": last["epoch_seconds"], "train_seconds": last["train_seconds"],
             "steps": last["steps"], "memory_mb": last.get("memory_mb"), "parts": 1 if args.case == "onepart" else ranks,
             "timing": last["timing"], "remote_requests": last["remote"]["requests"],
             "remote_requests_per_step": round(last["remote"]["requests"] / max(1, last["steps"] * ranks), 2),
             "test_acc": last.get("test_acc"), **({"inference": last["inference"]} if "inference" in last else {})}
+
+
+def _run_seed(seed: int, ranks: int) -> int:
+    """A fresh training seed per run (shuffle order, sampled neighbours, initial weights)."""
+    return int(benchinfo.rng(seed, ranks).integers(0, 2**31))
 
 
 def _inference_seconds(stderr: str, nodes: int, wall: float) -> dict:
@@ -83,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fanout", default="10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "train")
+    benchinfo.add_seed_argument(parser)
     args = parser.parse_args(argv)
+    run_info = benchinfo.start(args, args.json)
     try:
         import pyg_lib  # noqa: F401
         note = "pyg-lib is installed, but the PyG distributed comparison is not implemented in this tool yet"
@@ -95,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         row["speedup_vs_first"] = round(base / row["train_seconds"], 2)
     if args.json:
-        print(json.dumps({"spec": HETERO_SPEC if args.case == "hetero" else args.spec, "case": args.case, "fanout": args.fanout, "batch_size": args.batch_size, "runs": rows,
+        print(json.dumps({**run_info, "spec": HETERO_SPEC if args.case == "hetero" else args.spec, "case": args.case, "fanout": args.fanout, "batch_size": args.batch_size, "runs": rows,
                           "pyg_distributed": note}, indent=2))
         return 0
     spec = HETERO_SPEC if args.case == "hetero" else args.spec
@@ -105,11 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         mem = r["memory_mb"] or {}
         print(f"  {r['ranks']} rank(s): training {r['train_seconds']:6.1f} s (x{r['speedup_vs_first']} vs "
               f"{rows[0]['ranks']}; epoch with evaluation {r['epoch_seconds']:.1f} s), {r['steps']} steps/rank; "
-              f"RSS/rank {mem.get('rss')} MB; sampling {t.get('sampling', 0):.1f} s, remote wait "
-              f"{t.get('remote_wait', 0):.1f} s, features {t.get('feature_fetch', 0):.1f} s, fwd/bwd "
-              f"{t.get('forward_backward', 0):.1f} s, grad sync {t.get('grad_sync', 0):.1f} s, data wait "
-              f"{t.get('data_wait', 0):.1f} s; {r['remote_requests_per_step']} remote requests/step; "
-              f"test acc {r['test_acc']}"
+              f"RSS/rank {mem.get('rss')} MB; {describe(t, r['train_seconds'])}; "
+              f"{r['remote_requests_per_step']} remote requests/step; test acc {r['test_acc']}"
               + (f"; inference {r['inference']['nodes_per_s']} nodes/s" if "inference" in r else ""))
     return 0
 

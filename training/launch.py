@@ -17,6 +17,7 @@ from typing import Any
 
 from graphstore.cli_storage import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
+from training.timing import describe
 from training.trainer import MODELS, TrainConfig, Trainer
 from training.world import World
 
@@ -83,15 +84,11 @@ def run_rank(config: TrainConfig, world: World) -> int:
 
 def print_epoch(r: dict[str, Any], epochs: int) -> None:
     """One line per epoch on rank 0: loss, metrics, seconds and the timing breakdown."""
-    t = r["timing"]
     keys = ("train_acc", "val_acc", "test_acc", "val_auc", "test_auc", "val_mrr", "test_mrr")
     accs = "  ".join(f"{k.replace('_', ' ')} {r[k]:.4f}" for k in keys if k in r)
-    print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, training "
-          f"{r['train_seconds']:.1f} s "
-          f"(sampling {t.get('sampling', 0):.1f}, remote wait {t.get('remote_wait', 0):.1f}, "
-          f"features {t.get('feature_fetch', 0):.1f}, fwd/bwd {t.get('forward_backward', 0):.1f}, "
-          f"grad sync {t.get('grad_sync', 0):.1f}, data wait {t.get('data_wait', 0):.1f})  "
-          f"remote requests {int(r['remote'].get('requests', 0))}", flush=True)
+    print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, "
+          f"{describe(r['timing'], r['train_seconds'])}  remote requests {int(r['remote'].get('requests', 0))}",
+          flush=True)
 
 
 def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:

@@ -20,7 +20,7 @@ from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from training import checkpoint
 from training.process import PeerFailure, Watchdog, start, stop
 from training.tasks import make_task
-from training.timing import Timers, timed_allreduce_hook
+from training.timing import LEGEND, Timers, timed_allreduce_hook
 from training.world import World
 
 logger = logging.getLogger(__name__)
@@ -147,7 +147,8 @@ class Trainer:
         c, world = self.config, self.world
         self.task = make_task(self)
         loaders = self._loaders()
-        model = self._model(next(iter(loaders["train"])))
+        _seed_everything(c.seed)  # the initial weights follow --seed (DDP then copies rank 0's to all)
+        model = self._model(_first_batch(loaders["train"]))
         ddp = torch.nn.parallel.DistributedDataParallel(  # to_hetero models leave non-target outputs unused
             model, device_ids=[world.local_rank] if world.use_cuda else None,
             find_unused_parameters=self.dataset.is_hetero)
@@ -161,6 +162,9 @@ class Trainer:
         steps = _agree_max(len(loaders["train"]))
         for epoch in range(first, c.epochs):
             _seed_everything(c.seed * 100_003 + epoch * 1009 + world.rank)
+            _restart_streams(loaders, epoch)
+            self.timers.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
+            self.stats.snapshot(reset=True)
             start_time = time.perf_counter()
             loss, train_acc = self._epoch(ddp, optimizer, loaders["train"], steps, epoch)
             record = {"epoch": epoch + 1, "loss": loss, "train_acc": train_acc,
@@ -217,9 +221,10 @@ class Trainer:
                 optimizer.step()
             totals += torch.tensor([float(loss.detach()) * seen, correct, seen], dtype=torch.float64)
             bar.update(1)
-        batches.close()
-        bar.close()
-        dist.all_reduce(totals)
+        with self.timers.time("epoch_end"):  # the prefetcher's last batch, then waiting for the slowest rank
+            batches.close()
+            bar.close()
+            dist.all_reduce(totals)
         return round(float(totals[0] / max(totals[2], 1)), 5), round(float(totals[1] / max(totals[2], 1)), 5)
 
     def _resume(self, model: torch.nn.Module, optimizer: Any) -> tuple[int, list[dict[str, Any]]]:
@@ -245,7 +250,8 @@ class Trainer:
             if c.metrics_out:
                 config = {**asdict(c), "storage_options": sorted(c.storage_options)}  # keys only: no secrets
                 _write_json(c.metrics_out, {"config": config, "world_size": self.world.world_size,
-                                            "num_parts": self.dataset.num_parts, "epochs": history})
+                                            "num_parts": self.dataset.num_parts, "timing_parts": LEGEND,
+                                            "epochs": history})
         dist.barrier()
 
 
@@ -260,6 +266,25 @@ def _agree_max(value: int) -> int:
     t = torch.tensor(value)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return int(t)
+
+
+def _restart_streams(loaders: dict[str, Any], epoch: int) -> None:
+    """Each loader's sampling streams as a function of the epoch, so a resumed run draws what an
+    uninterrupted one would (local sampling; a remote partition's server draws from its own stream)."""
+    for loader in loaders.values():
+        sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(1000 * (epoch + 1))
+
+
+def _first_batch(loader: Any) -> Any:
+    """One batch to build the model from; its prefetcher is closed, so nothing samples on into epoch 1."""
+    iterator = iter(loader)
+    try:
+        return next(iterator)
+    finally:
+        if hasattr(iterator, "close"):
+            iterator.close()
 
 
 def _cycle(loader: Any, steps: int) -> Any:

@@ -12,7 +12,6 @@ from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
 from tests.conftest import join_spawned
-from sampling import NeighborSampler
 from sampling.dist_loader import DistributedNeighborLoader
 from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
 from sampling.transport import LoopbackTransport, PeerError
@@ -30,37 +29,64 @@ def _group(ds):
     return transports
 
 
-def _edges(out):
-    bounds = np.cumsum([0, *out.num_sampled_edges])
-    return [set(out.edge.numpy()[bounds[i]: bounds[i + 1]]) for i in range(len(bounds) - 1)]
+def test_loopback_full_fanout_is_the_raw_neighbourhood(ds, graphs):
+    from tests.sampling.test_exact import oracle_hops
 
-
-def test_loopback_full_fanout_equals_single_process(ds, graphs):
+    g = graphs["dataset3"]
     transports = _group(ds)
     layout = RankLayout(3, 3)
-    whole = NeighborSampler(ds, [-1, -1, -1])
     for rank, transport in enumerate(transports):
         lo, hi = ds.node_offsets()[rank: rank + 2]
         seeds = torch.arange(lo, min(hi, lo + 15))
-        a = whole.sample_from_nodes(NodeSamplerInput(None, seeds))
         b = DistributedSampler(ds, [-1, -1, -1], transport, layout).sample_from_nodes(NodeSamplerInput(None, seeds))
-        assert set(a.node.tolist()) == set(b.node.tolist())
-        assert _edges(a) == _edges(b)
-        assert a.num_sampled_nodes == b.num_sampled_nodes
+        want, reached = oracle_hops(g.src, g.dst, seeds.numpy(), 3)
+        bounds = np.cumsum([0, *b.num_sampled_edges])
+        assert [sorted(b.edge.tolist()[bounds[i]: bounds[i + 1]]) for i in range(3)] == [h.tolist() for h in want]
+        assert sorted(b.node.tolist()) == sorted(reached)
+        assert b.num_sampled_nodes[0] == len(seeds) and sum(b.num_sampled_nodes) == len(reached)
+
+
+def _recording(transport):
+    """Wrap ``transport.call`` to log (peer, handler name) of every call."""
+    log, call = [], transport.call
+
+    def recorded(peer, name, *args):
+        log.append((peer, name))
+        return call(peer, name, *args)
+
+    transport.call = recorded
+    return log
 
 
 def test_one_request_per_remote_partition_per_hop_and_batch(ds, graphs):
+    from sampling.distributed import EDGE_ATTR, GATHER, SAMPLE
+
     transports = _group(ds)
+    log = _recording(transports[0])
     loader = DistributedNeighborLoader(ds, [4, 4], transports[0], torch.arange(0, 60), batch_size=30,
                                        prefetch=0)
     g = graphs["dataset3"]
+    edge_attrs = sorted(ds.manifest.edge_types[0].attrs)
+    total = 0
     for batch in loader:
-        assert np.allclose(batch.x.numpy(), g.x[batch.n_id.numpy()])
-        assert np.allclose(batch.weight.numpy(), g.weight[batch.e_id.numpy()])
+        n_id, e_id = batch.n_id.numpy(), batch.e_id.numpy()
+        assert np.array_equal(n_id[batch.edge_index[0].numpy()], g.src[e_id])
+        assert np.array_equal(n_id[batch.edge_index[1].numpy()], g.dst[e_id])
+        assert np.allclose(batch.x.numpy(), g.x[n_id])
+        assert np.allclose(batch.weight.numpy(), g.weight[e_id])
+        # what the batch needed from other partitions, from its own nodes and edges
+        bounds = np.cumsum([0, *batch.num_sampled_nodes])
+        frontiers = [n_id[bounds[h]: bounds[h + 1]] for h in range(2)]  # the nodes each hop expanded
+        remote = lambda ids: sorted(set(ds.owner(ids).tolist()) - {0})  # noqa: E731
+        want = [(p, SAMPLE) for f in frontiers for p in remote(f)]
+        want += [(p, GATHER) for p in remote(n_id)]
+        want += [(p, EDGE_ATTR) for _ in edge_attrs for p in remote(g.dst[e_id])]
+        got = log[total:]
+        assert sorted(got) == sorted(want), (got, want)  # exactly one per remote partition per hop / batch
+        assert any(name == SAMPLE for _, name in got)
+        total = len(log)
     stats = loader.stats.snapshot()
-    # per batch at most: 2 hops x 2 remote partitions (sampling) + 2 (features) + 2 (edge attributes)
-    assert 0 < stats["requests"] <= 2 * (2 * 2 + 2 + 2)
-    assert transports[0].calls == stats["requests"]
+    assert stats["requests"] == transports[0].calls == total > 0
 
 
 def test_remote_row_cache_serves_repeats(ds):
@@ -99,7 +125,9 @@ def _rpc_worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -
         seeds = torch.arange(lo, lo + 12)
         sampler = DistributedSampler(ds, [-1, -1], transport, RankLayout(ds.num_parts, world_size))
         out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds))
-        result = {"nodes": sorted(out.node.tolist()), "edges": [sorted(map(int, e)) for e in _edges(out)],
+        bounds = np.cumsum([0, *out.num_sampled_edges])  # per hop, as sampled (a duplicate would show)
+        hops = [out.edge.numpy()[bounds[i]: bounds[i + 1]] for i in range(len(bounds) - 1)]
+        result = {"nodes": sorted(out.node.tolist()), "edges": [sorted(map(int, e)) for e in hops],
                   "requests": sampler.stats.snapshot()["requests"]}
         torch.distributed.barrier()
         stop(transport, graceful=True)
@@ -110,14 +138,20 @@ def _rpc_worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -
 
 
 @pytest.mark.distributed
-def test_rpc_full_fanout_equals_single_process(tmp_path):
+def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
     import torch.multiprocessing as mp
 
+    from graphstore.dataset_stores import DatasetFeatureStore
     from tests.conftest import small_graph
+    from tests.sampling.test_exact import oracle_hops
 
-    source, _ = small_graph(n=500, e=4000, seed=3)
+    source, expected = small_graph(n=500, e=4000, seed=3)
     graphstore.ingest(source, tmp_path / "ds", num_parts=2)
     ds = graphstore.open_dataset(tmp_path / "ds")
+    order = DatasetFeatureStore(ds)[None, "orig_id", None].numpy()  # global ID -> input ID
+    to_global = np.empty_like(order)
+    to_global[order] = np.arange(len(order))
+    src, dst = (to_global[a] for a in expected.edges[None])  # the raw edge list, in global IDs
     ctx = mp.spawn(_rpc_worker, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path)),
                    nprocs=2, join=False)
     join_spawned(ctx, 120)
@@ -125,7 +159,7 @@ def test_rpc_full_fanout_equals_single_process(tmp_path):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert "error" not in got, f"rank {rank} failed:\n{got.get('error')}"
         lo = int(ds.node_offsets()[rank])
-        want = NeighborSampler(ds, [-1, -1]).sample_from_nodes(NodeSamplerInput(None, torch.arange(lo, lo + 12)))
-        assert got["nodes"] == sorted(want.node.tolist())
-        assert got["edges"] == [sorted(map(int, e)) for e in _edges(want)]
+        want, reached = oracle_hops(src, dst, np.arange(lo, lo + 12), 2)
+        assert got["nodes"] == sorted(reached)
+        assert got["edges"] == [h.tolist() for h in want]
         assert got["requests"] >= 1

@@ -8,7 +8,6 @@ import torch
 from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
-from sampling import NeighborSampler
 from sampling.dist_loader import DistributedLinkNeighborLoader
 from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
 from sampling.transport import LoopbackTransport
@@ -24,25 +23,65 @@ def _group(ds):
 
 @pytest.fixture(scope="module")
 def hetero(tmp_path_factory):
-    data, _ = small_hetero(seed=4)
+    data, expected = small_hetero(seed=4)
     dest = tmp_path_factory.mktemp("het") / "ds"
     graphstore.ingest(data, dest, num_parts=2)
-    return graphstore.open_dataset(dest)
+    return graphstore.open_dataset(dest), expected
 
 
-def test_hetero_full_fanout_distributed_equals_single_process(hetero):
-    ds = hetero
+def _raw_edges_global(ds, expected) -> dict:
+    """The input edge lists per type, in the dataset's global IDs (``orig_id`` maps back)."""
+    from graphstore.dataset_stores import DatasetFeatureStore
+
+    fs, to_global = DatasetFeatureStore(ds), {}
+    for nt in ds.node_types:
+        order = fs[nt, "orig_id", None].numpy()
+        to_global[nt] = np.empty_like(order)
+        to_global[nt][order] = np.arange(len(order))
+    return {et: (to_global[et[0]][s], to_global[et[2]][d]) for et, (s, d) in expected.edges.items()}
+
+
+def _oracle_hetero(edges: dict, seeds: dict, hops: int) -> tuple[dict, dict]:
+    """Per edge type the edge IDs of the full ``hops``-hop neighbourhood of ``seeds`` (per node type),
+    each hop expanding the nodes first reached in the previous one; and the nodes reached per type."""
+    seen = {nt: set() for et in edges for nt in (et[0], et[2])}
+    for nt, ids in seeds.items():
+        seen[nt] |= set(ids.tolist())
+    frontier = {nt: np.asarray(ids) for nt, ids in seeds.items()}
+    out = {et: set() for et in edges}
+    for _ in range(hops):
+        new = {nt: set() for nt in seen}
+        for et, (src, dst) in edges.items():
+            picked = np.flatnonzero(np.isin(dst, frontier.get(et[2], [])))
+            out[et] |= set(picked.tolist())
+            new[et[0]] |= set(src[picked].tolist()) - seen[et[0]]
+        for nt in seen:
+            seen[nt] |= new[nt]
+        frontier = {nt: np.array(sorted(ids), dtype=np.int64) for nt, ids in new.items()}
+    return out, seen
+
+
+def test_hetero_full_fanout_distributed_is_the_raw_neighbourhood(hetero):
+    ds, expected = hetero
+    edges = _raw_edges_global(ds, expected)
     fanout = {et: [-1, -1] for et in ds.edge_types}
-    whole = NeighborSampler(ds, fanout)
     for rank, transport in enumerate(_group(ds)):
         lo = int(ds.node_offsets("paper")[rank])
-        seeds = NodeSamplerInput(None, torch.arange(lo, lo + 10), input_type="paper")
-        a = whole.sample_from_nodes(seeds)
-        b = DistributedSampler(ds, fanout, transport, RankLayout(2, 2)).sample_from_nodes(seeds)
+        seeds = torch.arange(lo, lo + 10)
+        b = DistributedSampler(ds, fanout, transport, RankLayout(2, 2)).sample_from_nodes(
+            NodeSamplerInput(None, seeds, input_type="paper"))
+        want_edges, want_nodes = _oracle_hetero(edges, {"paper": seeds.numpy()}, 2)
         for ntype in ds.node_types:
-            assert set(a.node[ntype].tolist()) == set(b.node[ntype].tolist()), ntype
+            got = b.node[ntype].tolist() if ntype in b.node else []
+            assert sorted(got) == sorted(want_nodes[ntype]), ntype  # each node once
         for et in ds.edge_types:
-            assert set(a.edge[et].tolist()) == set(b.edge[et].tolist()), et
+            got = b.edge[et].tolist() if et in b.edge else []
+            assert sorted(got) == sorted(want_edges[et]), et  # each edge once
+            if len(got):
+                src, dst = edges[et]
+                node_s, node_d = b.node[et[0]].numpy(), b.node[et[2]].numpy()
+                assert np.array_equal(node_s[b.row[et].numpy()], src[b.edge[et].numpy()]), et
+                assert np.array_equal(node_d[b.col[et].numpy()], dst[b.edge[et].numpy()]), et
         assert transport.calls > 0
 
 

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import graphstore
 from sampling import LinkNeighborLoader, NeighborLoader
-from tests.conftest import shared_data
+from tests.conftest import features_only_accuracy, shared_data
 
 
 def _accuracy(model, loader) -> float:
@@ -42,7 +42,8 @@ def test_graphsage_on_cora_reaches_the_known_accuracy(tmp_path):
             F.cross_entropy(model(b.x, b.edge_index)[: b.batch_size], b.y[: b.batch_size]).backward()
             opt.step()
     accuracy = _accuracy(model, test)
-    assert accuracy >= 0.75, f"test accuracy {accuracy:.3f} on Cora's public split"
+    baseline = features_only_accuracy(ds)  # the same split, features only: about 0.45
+    assert accuracy >= max(0.75, baseline + 0.15), f"test accuracy {accuracy:.3f} on Cora's public split vs {baseline}"
 
 
 def _bitcoin() -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,4 +36,46 @@ def cora2(tmp_path_factory):
     raw = shared_data("planetoid", "Cora", "raw")
     dest = tmp_path_factory.mktemp("cora") / "cora2"
     graphstore.ingest(f"planetoid:{raw}", dest, num_parts=2)
+    return dest
+
+
+def synthetic_source(n: int = 2000, classes: int = 4, seed: int = 0):
+    """A small labelled graph needing no real data: features weakly informative of the label, 80% of
+    each node's 8 in-edges from its own class (so neighbours add signal), train/val/test masks split
+    evenly between the two halves of the ID range (range partitioning gives every rank the same steps)."""
+    from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
+
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    x = (np.eye(classes)[y] + rng.normal(0, 1.5, (n, classes))).astype(np.float32)
+    by_class = [np.flatnonzero(y == c) for c in range(classes)]
+    dst = np.repeat(np.arange(n), 8)
+    same = rng.random(len(dst)) < 0.8
+    src = rng.integers(0, n, len(dst))
+    for c in range(classes):
+        pick = same & (y[dst] == c)
+        src[pick] = rng.choice(by_class[c], int(pick.sum()))
+    slot = np.arange(n) % 10
+    masks = {"train_mask": slot < 4, "val_mask": slot == 4, "test_mask": slot >= 5}
+    attrs = {"x": ArrayRows(x), "y": ArrayRows(y), **{k: ArrayRows(v) for k, v in masks.items()}}
+    return GraphSource({None: NodeTable(n, attrs)}, {None: EdgeTable(src, dst)})
+
+
+@pytest.fixture(scope="session")
+def synthetic2(tmp_path_factory):
+    """``synthetic_source()`` in 2 range partitions (1,000 nodes, 400 training nodes each)."""
+    import graphstore
+
+    dest = tmp_path_factory.mktemp("synthetic") / "syn2"
+    graphstore.ingest(synthetic_source(), dest, num_parts=2, method="range")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def synthetic1(tmp_path_factory):
+    """``synthetic_source()`` in one partition: several ranks on it sample locally only (reproducible)."""
+    import graphstore
+
+    dest = tmp_path_factory.mktemp("synthetic") / "syn1"
+    graphstore.ingest(synthetic_source(), dest, num_parts=1)
     return dest

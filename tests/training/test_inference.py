@@ -87,7 +87,10 @@ def test_graphstore_train_writes_predictions_back(cora2, tmp_path):
     logits, y, test = (fs[None, k, None] for k in ("logits", "y", "test_mask"))
     assert logits.shape == (2708, 7)
     accuracy = float((logits[test].argmax(-1) == y[test]).float().mean())
-    assert accuracy >= 0.75, accuracy  # full-neighbourhood predictions at least as good as sampled ones
+    from tests.conftest import features_only_accuracy
+
+    baseline = features_only_accuracy(ds)  # the same split, features only: about 0.45
+    assert accuracy >= max(0.75, baseline + 0.15), (accuracy, baseline)  # full neighbourhoods, as good as sampled
     orig = fs[None, "orig_id", None]
     assert sorted(orig.tolist()) == list(range(2708))  # rows map back to Cora's input IDs
     assert metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"] > 0.7

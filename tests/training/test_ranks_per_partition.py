@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import graphstore
-from tests.conftest import shared_data
+from tests.conftest import features_only_accuracy, shared_data
 from tests.training.conftest import metrics, run_train
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -28,7 +28,7 @@ def test_one_partition_two_ranks_is_plain_data_parallelism(cora1, tmp_path):
     doc = metrics(tmp_path / "m.json")
     assert doc["world_size"] == 2 and doc["num_parts"] == 1
     last = doc["epochs"][-1]
-    assert last["test_acc"] >= 0.75, last
+    assert last["test_acc"] >= max(0.75, features_only_accuracy(graphstore.open_dataset(cora1)) + 0.15), last
     assert all(e["remote"]["requests"] == 0 for e in doc["epochs"]), "one partition must make no remote calls"
     assert last["steps"] == 5  # 140 training nodes split 70/70, batches of 16
 
@@ -37,7 +37,7 @@ def test_two_partitions_four_ranks(cora2, tmp_path):
     out = run_train(cora2, "--nproc", 4, "--epochs", 8, *CORA, "--metrics-out", tmp_path / "m.json")
     assert out.returncode == 0, out.stderr
     last = metrics(tmp_path / "m.json")["epochs"][-1]
-    assert last["test_acc"] >= 0.75, last
+    assert last["test_acc"] >= max(0.75, features_only_accuracy(graphstore.open_dataset(cora2)) + 0.15), last
     assert last["remote"]["requests"] > 0
 
 

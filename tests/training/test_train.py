@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 import graphstore
+from tests.conftest import features_only_accuracy
 from tests.training.conftest import ROOT, metrics, run_train, train_cmd
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
@@ -25,7 +26,8 @@ def test_two_ranks_on_cora_reach_the_known_accuracy(cora2, tmp_path):
     doc = metrics(tmp_path / "m.json")
     assert doc["world_size"] == 2 and doc["num_parts"] == 2 and len(doc["epochs"]) == 8
     last = doc["epochs"][-1]
-    assert last["test_acc"] >= 0.75, last
+    baseline = features_only_accuracy(graphstore.open_dataset(cora2))  # about 0.45 on Cora's public split
+    assert last["test_acc"] >= max(0.75, baseline + 0.15), (baseline, last)
     assert last["remote"]["requests"] > 0, "two partitions must talk"
     for key in ("sampling", "feature_fetch", "forward_backward", "grad_sync", "data_wait", "remote_wait"):
         assert key in last["timing"]
@@ -38,21 +40,40 @@ def test_synthetic_default_graph_learns(tmp_path):
     out = run_train(tmp_path / "syn", "--epochs", 3, "--fanout", "10,5", "--batch-size", 256, "--lr", 0.01,
                     "--metrics-out", tmp_path / "m.json")
     assert out.returncode == 0, out.stderr
-    assert metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"] > 0.5, "chance is 0.25"
+    baseline = features_only_accuracy(graphstore.open_dataset(tmp_path / "syn"))  # about 0.83 here
+    test_acc = metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"]  # about 0.98
+    assert test_acc >= baseline + 0.08, f"the graph must add to the features: {test_acc} vs {baseline}"
 
 
-def test_resume_continues_at_the_next_epoch(cora2, tmp_path):
-    ckpt, m = tmp_path / "ckpt", tmp_path / "m.json"
-    common = ("--nproc", 2, "--fanout", "5,5", "--batch-size", 64, "--checkpoint-dir", ckpt, "--metrics-out", m)
-    assert run_train(cora2, "--epochs", 2, *common).returncode == 0
-    assert sorted(p.name for p in ckpt.iterdir() if p.suffix == ".pt") == [
+def test_resume_ends_where_an_uninterrupted_run_ends(synthetic1, tmp_path):
+    """Stopped after epoch 2 and resumed, a run ends with the weights, optimizer state and metrics of
+    an uninterrupted run with the same seed (2 ranks on one partition: all sampling local)."""
+    import torch
+
+    def run(name, epochs, *extra):
+        ckpt, m = tmp_path / name, tmp_path / f"{name}.json"
+        out = run_train(synthetic1, "--nproc", 2, "--fanout", "5,5", "--batch-size", 64, "--seed", 7,
+                        "--checkpoint-dir", ckpt, "--metrics-out", m, "--epochs", epochs, *extra)
+        assert out.returncode == 0, out.stderr
+        return ckpt, m, out
+
+    whole_ckpt, whole_m, _ = run("whole", 4)
+    part_ckpt, part_m, _ = run("part", 2)
+    assert sorted(p.name for p in part_ckpt.iterdir() if p.suffix == ".pt") == [
         "checkpoint-epoch0000.pt", "checkpoint-epoch0001.pt"]
-    out = run_train(cora2, "--epochs", 4, "--resume", *common)
-    assert out.returncode == 0, out.stderr
+    _, _, out = run("part", 4, "--resume")
     assert "resumed" in out.stderr and "at epoch 3" in out.stderr
-    epochs = [e["epoch"] for e in metrics(m)["epochs"]]
-    assert epochs == [1, 2, 3, 4]
     assert "epoch 1/4" not in out.stdout and "epoch 3/4" in out.stdout
+    whole, resumed = (torch.load(c / "checkpoint-epoch0003.pt", weights_only=False) for c in (whole_ckpt, part_ckpt))
+    assert whole["model"].keys() == resumed["model"].keys()
+    for key, value in whole["model"].items():
+        assert torch.equal(value, resumed["model"][key]), key
+    for a, b in zip(whole["optimizer"]["state"].values(), resumed["optimizer"]["state"].values()):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    keys = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "steps")
+    got = [{k: e[k] for k in keys} for e in metrics(part_m)["epochs"]]
+    assert got == [{k: e[k] for k in keys} for e in metrics(whole_m)["epochs"]]
+    assert [e["epoch"] for e in got] == [1, 2, 3, 4]
 
 
 def test_ranks_with_very_uneven_training_nodes_finish(tmp_path):
@@ -74,15 +95,15 @@ def test_ranks_with_very_uneven_training_nodes_finish(tmp_path):
     assert metrics(tmp_path / "m.json")["epochs"][-1]["steps"] == 15  # ceil(900 / 64): the busier rank sets it
 
 
-def test_nproc_must_be_a_multiple_of_the_partition_count(cora2):
-    out = run_train(cora2, "--nproc", 3)
+def test_nproc_must_be_a_multiple_of_the_partition_count(synthetic2):
+    out = run_train(synthetic2, "--nproc", 3)
     assert out.returncode == 2
     assert "multiple of the partition count" in out.stderr
 
 
-def test_a_killed_rank_ends_the_job_with_its_name(cora2, tmp_path):
+def test_a_killed_rank_ends_the_job_with_its_name(synthetic2, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = train_cmd(cora2, "--nproc", 2, "--epochs", 200, "--fanout", "10,10", "--batch-size", 8, "--timeout", 20)
+    cmd = train_cmd(synthetic2, "--nproc", 2, "--epochs", 200, "--fanout", "10,10", "--batch-size", 8, "--timeout", 20)
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         ranks = _wait_for_ranks(launcher, 2)
