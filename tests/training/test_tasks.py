@@ -27,7 +27,9 @@ def test_temporal_link_prediction_on_bitcoin_otc_two_ranks(tmp_path):
                     "--metrics-out", tmp_path / "m.json")
     assert out.returncode == 0, out.stderr
     last = metrics(tmp_path / "m.json")["epochs"][-1]
-    assert last["test_auc"] > 0.65, last  # the later 10% of links by time
+    # the later 10% of links by time, scored without leakage (no held-out or scored link carries messages):
+    # 0.67 measured (0.83 when links leaked); no node features here, so the baseline is chance (0.5)
+    assert last["test_auc"] > 0.6, last
     assert last["remote"]["requests"] > 0
 
 
