@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -116,3 +117,23 @@ def join_spawned(ctx, seconds: float = 120) -> None:
             for proc in ctx.processes:
                 proc.kill()
             pytest.fail(f"spawned workers did not finish within {seconds:.0f} s")
+
+
+@pytest.fixture
+def rig():
+    """Make multi-host rigs: ``rig(n)`` gives a :class:`tests.cluster.Cluster` of ``n`` namespaces, all
+    removed after the test. Skips only where root or iproute2 is missing, and fails then under ``CI=true``."""
+    from tests.cluster import Cluster, require_rig, rig_unavailable
+
+    require_rig(rig_unavailable(), dict(os.environ))
+    made: list[Cluster] = []
+
+    def make(n: int) -> Cluster:
+        made.append(Cluster(n))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            cluster.close()
