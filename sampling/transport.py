@@ -129,7 +129,13 @@ class RpcTransport(Transport):
         return out
 
     def _error(self, peer: int, name: str, exc: Exception) -> PeerError:
-        """Tell a peer that did not answer from a handler that raised on the peer."""
+        """Tell a peer that did not answer from a handler that raised on the peer (``peer`` and
+        ``handler`` are kept on the error, so the trainer can name the host and the stage)."""
+        error = self._describe(peer, name, exc)
+        error.peer, error.handler = peer, name
+        return error
+
+    def _describe(self, peer: int, name: str, exc: Exception) -> PeerError:
         text = str(exc)
         lost = isinstance(exc, RuntimeError) and any(
             word in text.lower() for word in _LOST_PEER_WORDS) and not isinstance(exc, GraphstoreError)

@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="link task negatives: binary (AUC, default) or triplet (5 per link, MRR)")
     p.add_argument("--infer-out", metavar="NAME",
                    help="after training, write every node's output into the dataset as node attribute NAME")
+    p.add_argument("--interface", metavar="NAME",
+                   help="network interface for gloo and RPC across hosts (default: the one on the route to "
+                        "MASTER_ADDR; overrides GLOO_SOCKET_IFNAME/TP_SOCKET_IFNAME)")
     add_storage_arguments(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -65,7 +68,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        time_attr=args.time_attr, infer_out=args.infer_out,
                        edge_type=tuple(args.edge_type.split(",")) if args.edge_type else None,
                        neg_sampling=args.neg_sampling, storage_options=parse_storage_options(args.storage_option),
-                       cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes)
+                       cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes, interface=args.interface)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:

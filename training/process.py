@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -11,6 +12,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from sampling.transport import LoopbackTransport, RpcTransport, Transport
+from training import netif
 from training.world import World, free_port
 
 logger = logging.getLogger(__name__)
@@ -21,20 +23,79 @@ class PeerFailure(RuntimeError):
     """Another rank died or stopped answering; the message names it."""
 
 
-def start(world: World, timeout: float, use_rpc: bool) -> Transport:
+def start(world: World, timeout: float, use_rpc: bool, interface: str | None = None) -> Transport:
     """Join the process group (gloo/nccl) and, when partitions must talk, the RPC group.
 
+    Across hosts, gloo and TensorPipe get the interface on the route to MASTER_ADDR (or ``interface``);
+    every rank's address is then known to all (``HOSTS``) so failures can name the host that was lost.
     Rank 0 picks a free port for RPC and publishes it through the process group's store.
     """
-    dist.init_process_group(world.backend, init_method=world.init_method, rank=world.rank,
-                            world_size=world.world_size, timeout=timedelta(seconds=timeout))
+    choice = netif.configure(world.master_addr, interface, log=world.local_rank == 0)
+    set_stage("rendezvous")
+    _join(world, timeout)
+    _gather_hosts(world, choice)
     if not use_rpc:
         return LoopbackTransport.group(1)[0] if world.world_size == 1 else _NoRemote(world)
+    set_stage("RPC init")
+    _init_rpc(world, timeout)
+    set_stage("training")
+    return RpcTransport(world.rank, world.world_size, timeout)
+
+
+def _join(world: World, timeout: float) -> None:
+    """``init_process_group``, with a bounded rendezvous that names the ranks that never joined."""
+    store = _store(world, timeout)
+    kwargs = {"init_method": world.init_method} if store is None else {"store": store}
+    if store is not None:
+        prefix = f"graphstore/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/joined/"
+        store.set(f"{prefix}{world.rank}", "1")
+        try:
+            store.wait([f"{prefix}{r}" for r in range(world.world_size)], timedelta(seconds=timeout))
+        except Exception as exc:
+            missing = [r for r in range(world.world_size) if not _has(store, f"{prefix}{r}")]
+            raise PeerFailure(f"rank {world.rank} at {_me()}: rendezvous: rank(s) {missing or '?'} never joined "
+                              f"within {timeout:.0f} s (--timeout); start every host's ranks, and check that "
+                              f"their MASTER_ADDR/MASTER_PORT point at {world.master_addr}") from exc
+    dist.init_process_group(world.backend, rank=world.rank, world_size=world.world_size,
+                            timeout=timedelta(seconds=timeout), **kwargs)
+
+
+def _store(world: World, timeout: float) -> dist.Store | None:
+    """The rendezvous store of a ``tcp://``/``env://`` job (torchrun's agent store when it hosts one),
+    created with a bounded, named connect failure; ``None`` for ``file://`` (one machine)."""
+    if world.init_method.startswith("file://"):
+        return None
+    if world.init_method.startswith("tcp://"):
+        host, _, port = world.init_method[len("tcp://"):].rpartition(":")
+    else:
+        host, port = os.environ.get("MASTER_ADDR", world.master_addr), os.environ.get("MASTER_PORT", "")
+    agent = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    master = world.rank == 0 and not agent
+    try:
+        store = dist.TCPStore(host, int(port), world.world_size, is_master=master,
+                              timeout=timedelta(seconds=timeout), wait_for_workers=False)
+        _RDZV[:] = [(host, int(port))]
+        return store
+    except Exception as exc:
+        role = "listen on" if master else "reach rank 0's rendezvous at"
+        raise PeerFailure(f"rank {world.rank} at {_me()}: rendezvous: cannot {role} {host}:{port} within "
+                          f"{timeout:.0f} s ({_first_line(exc)}); check MASTER_ADDR and MASTER_PORT (wrong "
+                          f"address, closed or blocked port, or host of rank 0 not started)") from exc
+
+
+def _has(store: dist.Store, key: str) -> bool:
+    try:
+        return bool(store.check([key]))
+    except Exception:
+        return False
+
+
+def _init_rpc(world: World, timeout: float) -> None:
     from torch.distributed import rpc
 
     store = dist.distributed_c10d._get_default_store()
     if world.rank == 0:
-        store.set(_RPC_KEY, f"{world.master_addr}:{free_port(world.master_addr)}")
+        store.set(_RPC_KEY, f"{world.master_addr}:{free_port(_bind_address(world.master_addr))}")
     address = store.get(_RPC_KEY).decode()
     options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{address}", rpc_timeout=timeout,
                                               num_worker_threads=16)
@@ -42,10 +103,76 @@ def start(world: World, timeout: float, use_rpc: bool) -> Transport:
     agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     try:
         rpc.init_rpc(f"worker{world.rank}", rank=world.rank, world_size=world.world_size, rpc_backend_options=options)
+    except Exception as exc:
+        dead = [r for r in range(world.world_size) if r != world.rank]
+        raise PeerFailure(f"rank {world.rank} at {_me()}: RPC init: could not connect to {describe(dead)} "
+                          f"within {timeout:.0f} s ({_first_line(exc)})") from exc
     finally:
         if agent_store is not None:
             os.environ["TORCHELASTIC_USE_AGENT_STORE"] = agent_store
-    return RpcTransport(world.rank, world.world_size, timeout)
+
+
+_RDZV: list[tuple[str, int]] = []  # the TCP rendezvous store's host and port, once joined
+
+
+def _watch_store(interval: float) -> dist.Store | None:
+    """A client of the rendezvous store of its own with a short timeout, so heartbeats never wait behind
+    (or as long as) the training thread's store calls; ``None`` for a ``file://`` rendezvous."""
+    if not _RDZV:
+        return None
+    host, port = _RDZV[0]
+    try:
+        return dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=max(2.0, 2 * interval)))
+    except Exception as exc:
+        logger.debug("heartbeat store client: %s", exc)
+        return None
+
+
+def _bind_address(master_addr: str) -> str:
+    """Where rank 0 can bind a port that other hosts reach: MASTER_ADDR when it is one of this host's
+    addresses, else every interface (rank 0's hostname may resolve to loopback)."""
+    try:
+        with socket.socket() as sock:
+            sock.bind((master_addr, 0))
+        return master_addr
+    except OSError:
+        return "0.0.0.0"
+
+
+# -- who is where, and what the job was doing: for error messages --
+
+HOSTS: dict[int, str] = {}  # rank -> "address (hostname)", known after the rendezvous
+_STAGE = ["starting"]
+
+
+def set_stage(stage: str) -> None:
+    """Record what this rank is doing (rendezvous, RPC init, training, evaluation, shutdown)."""
+    _STAGE[0] = stage
+
+
+def stage() -> str:
+    return _STAGE[0]
+
+
+def _me() -> str:
+    return HOSTS.get(-1) or f"{os.environ.get('GLOO_SOCKET_IFNAME', '')} {socket.gethostname()}".strip()
+
+
+def _gather_hosts(world: World, choice: netif.Choice | None) -> None:
+    me = f"{choice.address if choice else '127.0.0.1'} ({socket.gethostname()})"
+    HOSTS[-1] = me
+    gathered: list[str | None] = [None] * world.world_size
+    dist.all_gather_object(gathered, me)
+    HOSTS.update({r: str(h) for r, h in enumerate(gathered)})
+
+
+def describe(ranks: list[int]) -> str:
+    """``rank 1 at 10.0.0.2 (node7)``, for every rank in ``ranks``."""
+    return ", ".join(f"rank {r} at {HOSTS[r]}" if r in HOSTS else f"rank {r}" for r in ranks) or "no rank"
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 class _NoRemote(LoopbackTransport):
@@ -81,7 +208,8 @@ class Watchdog:
 
     def __init__(self, world: World, limit: float, interval: float = 2.0) -> None:
         self.world, self.limit, self.interval = world, limit, interval
-        self.store = dist.distributed_c10d._get_default_store()
+        self.store = _watch_store(interval) or dist.distributed_c10d._get_default_store()
+        self._store_lost: float | None = None  # since when the store (on rank 0's host) has not answered
         self._seen: dict[int, tuple[str, float]] = {}  # rank -> (last heartbeat value, when it changed)
         self._stop = threading.Event()
         self._beat()
@@ -95,10 +223,11 @@ class Watchdog:
     def dead_ranks(self) -> list[int]:
         """Ranks whose heartbeat has not changed for ``limit`` seconds of this machine's monotonic
         clock (no clock comparison across machines); rank 0 when the store it hosts is gone."""
-        beats = self._beats()
+        beats, now = self._beats(), time.monotonic()
         if beats is None:
-            return [0] if self.world.rank != 0 else []
-        now = time.monotonic()
+            self._store_lost = self._store_lost or now
+            return [0] if self.world.rank != 0 and now - self._store_lost > self.limit else []
+        self._store_lost = None
         for rank, value in beats.items():
             if self._seen.get(rank, (None,))[0] != value:
                 self._seen[rank] = (value, now)
@@ -133,13 +262,20 @@ class Watchdog:
             if time.monotonic() - started < self.limit:
                 continue  # give slow starters the full limit
             if dead and not self._stop.is_set():
-                logger.error("rank %d: rank(s) %s stopped responding (no heartbeat for %.0f s); exiting",
-                             self.world.rank, dead, self.limit)
-                _hard_exit(f"graphstore-train rank {self.world.rank}: peer rank(s) {dead} died or hung "
-                           f"(no heartbeat for {self.limit:.0f} s); stopping this rank")
+                how = "rank 0's rendezvous store unreachable" if self._store_lost else "no heartbeat"
+                _hard_exit(f"graphstore-train rank {self.world.rank} at {_me()}: lost {describe(dead)} during "
+                           f"{stage()}: died, hung or unreachable ({how} for {self.limit:.0f} s, --timeout); "
+                           f"stopping this rank")
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def exit_after(seconds: float, message: str) -> None:
+    """End this process with ``message`` (exit 3) unless it has exited by itself within ``seconds``."""
+    timer = threading.Timer(seconds, _hard_exit, args=(message,))
+    timer.daemon = True
+    timer.start()
 
 
 def _hard_exit(message: str) -> None:
