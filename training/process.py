@@ -31,9 +31,10 @@ def start(world: World, timeout: float, use_rpc: bool, interface: str | None = N
     Rank 0 picks a free port for RPC and publishes it through the process group's store.
     """
     choice = netif.configure(world.master_addr, interface, log=world.local_rank == 0)
+    HOSTS[-1] = f"{choice.address if choice else '127.0.0.1'} ({socket.gethostname()})"
     set_stage("rendezvous")
     _join(world, timeout)
-    _gather_hosts(world, choice)
+    _gather_hosts(world)
     if not use_rpc:
         return LoopbackTransport.group(1)[0] if world.world_size == 1 else _NoRemote(world)
     set_stage("RPC init")
@@ -155,12 +156,11 @@ def stage() -> str:
 
 
 def _me() -> str:
-    return HOSTS.get(-1) or f"{os.environ.get('GLOO_SOCKET_IFNAME', '')} {socket.gethostname()}".strip()
+    return HOSTS.get(-1) or socket.gethostname()
 
 
-def _gather_hosts(world: World, choice: netif.Choice | None) -> None:
-    me = f"{choice.address if choice else '127.0.0.1'} ({socket.gethostname()})"
-    HOSTS[-1] = me
+def _gather_hosts(world: World) -> None:
+    me = _me()
     gathered: list[str | None] = [None] * world.world_size
     dist.all_gather_object(gathered, me)
     HOSTS.update({r: str(h) for r, h in enumerate(gathered)})
@@ -201,68 +201,75 @@ def stop(transport: Transport, graceful: bool, timeout: float = 30.0) -> None:
 
 class Watchdog:
     """Each rank bumps a heartbeat key in the rendezvous store; a thread ends this process (exit 3)
-    with an error naming every rank whose heartbeat is older than ``limit`` seconds.
+    with an error naming every rank whose heartbeat is older than ``limit`` seconds, or rank 0 (whose
+    host keeps the store) when the store has not answered for ``limit`` seconds.
 
-    ``dead_ranks()`` is also used to name the culprit when a collective or RPC fails.
+    Store I/O runs in a poller thread of its own: a call into a silently cut link may block for
+    minutes, so the judging thread and ``dead_ranks``/``stalled_ranks`` only read what the poller saw.
     """
 
     def __init__(self, world: World, limit: float, interval: float = 2.0) -> None:
         self.world, self.limit, self.interval = world, limit, interval
         self.store = _watch_store(interval) or dist.distributed_c10d._get_default_store()
-        self._store_lost: float | None = None  # since when the store (on rank 0's host) has not answered
+        self._lock = threading.Lock()
         self._seen: dict[int, tuple[str, float]] = {}  # rank -> (last heartbeat value, when it changed)
+        self._last_ok = time.monotonic()  # when the store last answered
         self._stop = threading.Event()
-        self._beat()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="graphstore-watchdog")
-        self._thread.start()
+        self._count = 0
+        self._poll_once()
+        self._threads = [threading.Thread(target=self._poll, daemon=True, name="graphstore-heartbeat"),
+                         threading.Thread(target=self._run, daemon=True, name="graphstore-watchdog")]
+        for thread in self._threads:
+            thread.start()
 
-    def _beat(self) -> None:
-        self._count = getattr(self, "_count", 0) + 1
-        self.store.set(f"graphstore/heartbeat/{self.world.rank}", str(self._count))
+    def _poll_once(self) -> None:
+        self._count += 1
+        try:
+            self.store.set(f"graphstore/heartbeat/{self.world.rank}", str(self._count))
+            keys = [f"graphstore/heartbeat/{r}" for r in range(self.world.world_size) if r != self.world.rank]
+            beats = {int(k.rsplit("/", 1)[1]): (self.store.get(k).decode() if self.store.check([k]) else "")
+                     for k in keys}
+        except Exception as exc:
+            logger.debug("heartbeat: %s", exc)
+            return
+        now = time.monotonic()
+        with self._lock:
+            self._last_ok = now
+            for rank, value in beats.items():
+                if self._seen.get(rank, (None,))[0] != value:
+                    self._seen[rank] = (value, now)
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._poll_once()
+
+    def _silent(self, seconds: float) -> tuple[list[int], bool]:
+        """Ranks silent for more than ``seconds``, and whether that is because the store is gone."""
+        now = time.monotonic()
+        with self._lock:
+            if self.world.rank != 0 and now - self._last_ok > seconds:
+                return [0], True
+            return [r for r, (_, since) in sorted(self._seen.items()) if now - since > seconds], False
 
     def dead_ranks(self) -> list[int]:
         """Ranks whose heartbeat has not changed for ``limit`` seconds of this machine's monotonic
-        clock (no clock comparison across machines); rank 0 when the store it hosts is gone."""
-        beats, now = self._beats(), time.monotonic()
-        if beats is None:
-            self._store_lost = self._store_lost or now
-            return [0] if self.world.rank != 0 and now - self._store_lost > self.limit else []
-        self._store_lost = None
-        for rank, value in beats.items():
-            if self._seen.get(rank, (None,))[0] != value:
-                self._seen[rank] = (value, now)
-        return [r for r, (_, since) in sorted(self._seen.items()) if now - since > self.limit]
-
-    def _beats(self) -> dict[int, str] | None:
-        try:
-            keys = [f"graphstore/heartbeat/{r}" for r in range(self.world.world_size) if r != self.world.rank]
-            return {int(k.rsplit("/", 1)[1]): (self.store.get(k).decode() if self.store.check([k]) else "")
-                    for k in keys}
-        except Exception:
-            return None
+        clock (no clock comparison across machines); rank 0 when the store its host keeps is gone."""
+        return self._silent(self.limit)[0]
 
     def stalled_ranks(self) -> list[int]:
-        """Ranks whose heartbeat does not advance over ~2.5 beats: the peers that died (a failed
-        collective does not say which). Rank 0 when the store it hosts is gone."""
-        before = self._beats()
+        """Ranks whose heartbeat has not advanced over ~2.5 beats: the peers that died (a failed
+        collective does not say which). Rank 0 when the store its host keeps is gone."""
         time.sleep(2.5 * self.interval)
-        after = self._beats()
-        if before is None or after is None:
-            return [0] if self.world.rank != 0 else []
-        return [r for r in before if before[r] == after.get(r)]
+        return self._silent(2.2 * self.interval)[0]
 
     def _run(self) -> None:
         started = time.monotonic()
-        while not self._stop.wait(self.interval):
-            try:
-                self._beat()
-            except Exception:
-                pass
-            dead = self.dead_ranks()  # called every beat: it tracks when each heartbeat last changed
+        while not self._stop.wait(self.interval / 2):
             if time.monotonic() - started < self.limit:
                 continue  # give slow starters the full limit
+            dead, store_lost = self._silent(self.limit)
             if dead and not self._stop.is_set():
-                how = "rank 0's rendezvous store unreachable" if self._store_lost else "no heartbeat"
+                how = "rendezvous store unreachable" if store_lost else "no heartbeat"
                 _hard_exit(f"graphstore-train rank {self.world.rank} at {_me()}: lost {describe(dead)} during "
                            f"{stage()}: died, hung or unreachable ({how} for {self.limit:.0f} s, --timeout); "
                            f"stopping this rank")

@@ -39,3 +39,51 @@ def test_torchrun_on_two_hosts_trains_without_ifname_variables(rig, cora_shared,
     assert doc["epochs"][-1]["test_acc"] >= 0.6, doc["epochs"][-1]
     assert doc["epochs"][-1]["remote"]["requests"] > 0, "the two hosts must have talked"
     _no_process_left(cluster)
+
+
+# -- faults across hosts: every process ends non-zero within the bound, naming who was lost, and none is left --
+
+def test_link_down_mid_epoch_ends_both_hosts_naming_the_lost_peer(rig, cora_shared):
+    cluster = rig(2)
+    h0, h1 = cluster.hosts
+    runs = [torchrun(cluster, h, 2, h0.addr, cora_shared, "--epochs", 200, *TRAIN, "--batch-size", 8,
+                     "--timeout", 30) for h in (h0, h1)]
+    assert runs[0].wait_for("epoch 1/200", 300), runs[0].stderr[-3000:]
+    cluster.link_down(h1)  # packets dropped silently: the peers see silence, not a reset
+    first, second = wait_all(runs, 120)
+    assert first.code not in (None, 0) and second.code not in (None, 0), (first, second)
+    assert f"lost rank 1 at {h1.addr}" in first.stderr, first.stderr[-3000:]
+    assert f"rank 1 at {h1.addr}" in second.stderr and f"rank 0 at {h0.addr}" in second.stderr, second.stderr[-3000:]
+    _no_process_left(cluster)
+
+
+def test_killed_host_is_named_by_the_survivor(rig, cora_shared):
+    cluster = rig(2)
+    h0, h1 = cluster.hosts
+    runs = [srun_rank(cluster, h, h.index, 2, h0.addr, 29511, cora_shared, "--epochs", 200, *TRAIN,
+                      "--batch-size", 8, "--timeout", 30) for h in (h0, h1)]
+    assert runs[0].wait_for("epoch 1/200", 300), runs[0].stderr[-3000:]
+    cluster.kill_host(h1)
+    (survivor,) = wait_all(runs[:1], 90)
+    assert survivor.code not in (None, 0), survivor
+    assert f"lost rank 1 at {h1.addr}" in survivor.stderr, survivor.stderr[-3000:]
+    _no_process_left(cluster)
+
+
+@pytest.mark.parametrize("fault", ["wrong MASTER_ADDR", "closed port", "host never joins"])
+def test_rendezvous_faults_are_bounded_and_named(rig, cora_shared, fault):
+    cluster = rig(2)
+    h0, h1 = cluster.hosts
+    port, timeout = 29512, 15
+    args = (cora_shared, "--epochs", 1, *TRAIN, "--timeout", timeout)
+    runs = [srun_rank(cluster, h0, 0, 2, h0.addr, port, *args)]
+    if fault != "host never joins":
+        master, rank1_port = (f"{cluster.subnet}.99", port) if fault == "wrong MASTER_ADDR" else (h0.addr, port + 1)
+        runs.append(srun_rank(cluster, h1, 1, 2, master, rank1_port, *args))
+    outcomes = wait_all(runs, timeout + 60)
+    assert all(o.code not in (None, 0) for o in outcomes), outcomes
+    assert "rendezvous: rank(s) [1] never joined within 15 s" in outcomes[0].stderr, outcomes[0].stderr[-3000:]
+    if fault != "host never joins":
+        assert f"rank 1 at {h1.addr} (" in outcomes[1].stderr, outcomes[1].stderr[-3000:]
+        assert f"rendezvous: cannot reach rank 0's rendezvous at {master}:{rank1_port}" in outcomes[1].stderr
+    _no_process_left(cluster)
