@@ -21,6 +21,40 @@ def cora_shared(tmp_path_factory):
     return dest
 
 
+def test_two_hosts_train_from_one_s3_dataset_with_per_host_caches(rig, monkeypatch, tmp_path):
+    """moto listens on the bridge address (the hosts' only way out); each host caches chunks in its own dir."""
+    pytest.importorskip("s3fs")
+    from moto.server import ThreadedMotoServer
+
+    from tests.graphstore.conftest import fake_credentials, new_bucket
+
+    cluster = rig(2)
+    h0, h1 = cluster.hosts
+    fake_credentials(monkeypatch, tmp_path)
+    monkeypatch.setenv("NO_PROXY", cluster.bridge_addr)
+    monkeypatch.setenv("no_proxy", cluster.bridge_addr)
+    server = ThreadedMotoServer(ip_address=cluster.bridge_addr, port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        s3 = new_bucket(f"http://{host}:{port}")
+        url = s3.url("cora")
+        graphstore.ingest(f"planetoid:{shared_data('planetoid', 'Cora', 'raw')}", url, num_parts=2,
+                          storage_options=s3.storage_options)
+        runs = [torchrun(cluster, h, 2, h0.addr, url, "--epochs", 4, *TRAIN, "--timeout", 60, *s3.cli_options(),
+                         "--cache-dir", tmp_path / f"cache-{h.index}", "--metrics-out", tmp_path / "m.json")
+                for h in (h0, h1)]
+        outcomes = wait_all(runs, 400)
+    finally:
+        server.stop()
+    for h, o in zip((h0, h1), outcomes):
+        assert o.code == 0, f"{h.netns}: exit {o.code}\n{o.stderr[-3000:]}"
+    assert metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"] >= 0.6
+    cached = [{p.name for p in (tmp_path / f"cache-{i}").rglob("*") if p.is_file()} for i in (0, 1)]
+    assert cached[0] and cached[1], "each host filled its own cache"
+    _no_process_left(cluster)
+
+
 def _no_process_left(cluster) -> None:
     assert all(cluster.pids(h) == [] for h in cluster.hosts), {h.netns: cluster.pids(h) for h in cluster.hosts}
 
