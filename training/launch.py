@@ -94,7 +94,13 @@ def print_epoch(r: dict[str, Any], epochs: int) -> None:
           f"(sampling {t.get('sampling', 0):.1f}, remote wait {t.get('remote_wait', 0):.1f}, "
           f"features {t.get('feature_fetch', 0):.1f}, fwd/bwd {t.get('forward_backward', 0):.1f}, "
           f"grad sync {t.get('grad_sync', 0):.1f}, data wait {t.get('data_wait', 0):.1f})  "
-          f"remote requests {int(r['remote'].get('requests', 0))}", flush=True)
+          f"remote requests {int(r['remote'].get('requests', 0))}{_wire_text(r)}", flush=True)
+
+
+def _wire_text(r: dict[str, Any]) -> str:
+    """``  wire MB: neighbours 1.2, rows 3.4, allreduce 5.6`` (all ranks), or nothing without counts."""
+    got = r.get("wire", {}).get("bytes", {})
+    return ("  wire MB: " + ", ".join(f"{k} {v / 1e6:.2f}" for k, v in sorted(got.items()))) if got else ""
 
 
 def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:

@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 import graphstore
 from graphstore.errors import InvalidInputError
+from sampling import wire
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from training import checkpoint
 from training import process
@@ -100,7 +101,7 @@ class Trainer:
                                                cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes)
         self.layout = RankLayout(self.dataset.num_parts, world.world_size)
         self.part = self.layout.part_of(world.rank)
-        self.timers, self.stats = Timers(), RemoteStats()
+        self.timers, self.stats, self.bytes = Timers(), RemoteStats(), Timers()  # bytes: gradient all-reduce
         self.transport = None
         self.watchdog: Watchdog | None = None
 
@@ -170,7 +171,7 @@ class Trainer:
         ddp = torch.nn.parallel.DistributedDataParallel(  # to_hetero models leave non-target outputs unused
             model, device_ids=[world.local_rank] if world.use_cuda else None,
             find_unused_parameters=self.dataset.is_hetero)
-        ddp.register_comm_hook(None, timed_allreduce_hook(self.timers))
+        ddp.register_comm_hook(None, timed_allreduce_hook(self.timers, self.bytes))
         optimizer = torch.optim.Adam(ddp.parameters(), lr=c.lr)
         first, history = self._resume(model, optimizer)
         if _agree_max(first) != first or -_agree_max(-first) != first:
@@ -186,12 +187,14 @@ class Trainer:
             record = {"epoch": epoch + 1, "loss": loss, "train_acc": train_acc,
                       "train_seconds": round(time.perf_counter() - start_time, 3)}
             record["remote"] = self.stats.snapshot(reset=True)  # training steps only
+            record["wire"] = _wire_record(self.transport.wire.snapshot(reset=True), self.bytes.snapshot())
             record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
             process.set_stage("evaluation")
             record.update({f"{k}_{self.task.metric}": self.task.evaluate(model, loaders[k])
                            for k in ("val", "test") if k in loaders})
             record["epoch_seconds"] = round(time.perf_counter() - start_time, 3)
             record["remote_eval"] = self.stats.snapshot(reset=True)
+            record["wire_eval"] = wire.totals(self.transport.wire.snapshot(reset=True))  # this rank's
             self.timers.snapshot()  # evaluation's sampling/feature time is not part of the training breakdown
             record["steps"] = steps
             record["memory_mb"] = _memory_per_rank(self.dataset)
@@ -268,6 +271,20 @@ class Trainer:
                 _write_json(c.metrics_out, {"config": config, "world_size": self.world.world_size,
                                             "num_parts": self.dataset.num_parts, "epochs": history})
         dist.barrier()
+
+
+def _wire_record(per_peer: dict[str, Any], counts: dict[str, float]) -> dict[str, Any]:
+    """Every rank's RPC bytes per peer and kind, its gradient all-reduce bytes, and totals over ranks
+    (``bytes``: each call counted once, at its caller, request plus response)."""
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (per_peer, int(counts.get("allreduce", 0))))
+    total: dict[str, int] = {}
+    for peers, _ in gathered:
+        for kind, value in wire.totals(peers).items():
+            total[kind] = total.get(kind, 0) + value
+    allreduce = [a for _, a in gathered]
+    return {"bytes": {**total, "allreduce": sum(allreduce)}, "per_rank": [p for p, _ in gathered],
+            "allreduce_per_rank": allreduce}
 
 
 def _td(seconds: float) -> Any:

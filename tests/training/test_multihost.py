@@ -71,7 +71,16 @@ def test_torchrun_on_two_hosts_trains_without_ifname_variables(rig, cora_shared,
     doc = metrics(tmp_path / "m.json")
     assert doc["world_size"] == 2 and doc["num_parts"] == 2
     assert doc["epochs"][-1]["test_acc"] >= 0.6, doc["epochs"][-1]
-    assert doc["epochs"][-1]["remote"]["requests"] > 0, "the two hosts must have talked"
+    last = doc["epochs"][-1]
+    assert last["remote"]["requests"] > 0, "the two hosts must have talked"
+    wire = last["wire"]  # bytes on the wire per peer and kind, and the gradient all-reduce
+    assert [set(peers) for peers in wire["per_rank"]] == [{"1"}, {"0"}]
+    assert wire["bytes"]["neighbours"] > 0 and wire["bytes"]["rows"] > 0
+    calls = sum(k["calls"] for peers in wire["per_rank"] for kinds in peers.values() for k in kinds.values())
+    assert calls == last["remote"]["requests"], "every remote request of the epoch is counted once"
+    allreduce = wire["allreduce_per_rank"]
+    assert allreduce[0] == allreduce[1] > 0 and allreduce[0] % last["steps"] == 0, "same buckets every step"
+    assert "wire MB: allreduce" in outcomes[0].stdout
     _no_process_left(cluster)
 
 
