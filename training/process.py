@@ -214,6 +214,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._seen: dict[int, tuple[str, float]] = {}  # rank -> (last heartbeat value, when it changed)
         self._last_ok = time.monotonic()  # when the store last answered
+        self._polls = 0  # successful polls so far
         self._stop = threading.Event()
         self._count = 0
         self._poll_once()
@@ -234,7 +235,7 @@ class Watchdog:
             return
         now = time.monotonic()
         with self._lock:
-            self._last_ok = now
+            self._last_ok, self._polls = now, self._polls + 1
             for rank, value in beats.items():
                 if self._seen.get(rank, (None,))[0] != value:
                     self._seen[rank] = (value, now)
@@ -257,10 +258,20 @@ class Watchdog:
         return self._silent(self.limit)[0]
 
     def stalled_ranks(self) -> list[int]:
-        """Ranks whose heartbeat has not advanced over ~2.5 beats: the peers that died (a failed
-        collective does not say which). Rank 0 when the store its host keeps is gone."""
-        time.sleep(2.5 * self.interval)
-        return self._silent(2.2 * self.interval)[0]
+        """Ranks whose heartbeat has not advanced for 3 beats once this one has polled the store at
+        least 3 times over 4 beats: the peers that died (a failed collective does not say which). A
+        live rank's change is seen within about 2 beats. Rank 0 when the store its host keeps does not
+        answer meanwhile."""
+        with self._lock:
+            polls = self._polls
+        started = time.monotonic()
+        while time.monotonic() - started < 8 * self.interval:
+            time.sleep(0.2)
+            now = time.monotonic()
+            with self._lock:
+                if self._polls >= polls + 3 and now - started >= 4 * self.interval:
+                    return [r for r, (_, since) in sorted(self._seen.items()) if now - since >= 3 * self.interval]
+        return [0] if self.world.rank != 0 else []
 
     def _run(self) -> None:
         started = time.monotonic()
