@@ -36,6 +36,7 @@ def start(world: World, timeout: float, use_rpc: bool, interface: str | None = N
     _join(world, timeout)
     _gather_hosts(world)
     if not use_rpc:
+        set_stage("training")
         return LoopbackTransport.group(1)[0] if world.world_size == 1 else _NoRemote(world)
     set_stage("RPC init")
     _init_rpc(world, timeout)
