@@ -79,3 +79,7 @@ class ConfigError(GraphstoreError, ValueError):
 
 class RowIndexError(GraphstoreError, IndexError):
     """A row index outside an array's bounds."""
+
+
+class UnreachableHostError(GraphstoreError, ConnectionError):
+    """Another host of a job (its master, a peer) cannot be reached from this one."""

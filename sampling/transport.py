@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from graphstore.errors import GraphstoreError
+from sampling.wire import WireStats, payload_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class LoopbackTransport(Transport):
         self.rank, self.world_size, self.timeout = rank, world_size, 0.0
         self._table = table
         self.calls = 0  # remote calls made by this rank (tests assert on it)
+        self.wire = WireStats()  # payload bytes per peer and kind, as RpcTransport would send them
 
     @classmethod
     def group(cls, world_size: int) -> list[LoopbackTransport]:
@@ -80,7 +82,9 @@ class LoopbackTransport(Transport):
             future.set_exception(PeerError(f"rank {peer} serves no handler {name!r}"))
             return future
         try:
-            future.set_result(handler(*args))
+            result = handler(*args)
+            self.wire.add(peer, name, payload_bytes(args), payload_bytes(result))
+            future.set_result(result)
         except Exception as exc:  # the peer's failure, delivered to the caller
             future.set_exception(PeerError(f"rank {peer} failed in {name!r}: {exc}"))
         return future
@@ -103,6 +107,7 @@ class RpcTransport(Transport):
     def __init__(self, rank: int, world_size: int, timeout: float = 120.0) -> None:
         self.rank, self.world_size, self.timeout = rank, world_size, timeout
         self.calls = 0
+        self.wire = WireStats()  # payload bytes per peer and kind (requests sent, responses received)
 
     def register(self, name: str, handler: Handler) -> None:
         with _LOCK:
@@ -113,6 +118,7 @@ class RpcTransport(Transport):
 
         self.calls += 1
         out: Future = Future()
+        sent = payload_bytes(args)
         try:
             fut = rpc.rpc_async(f"worker{peer}", _dispatch, args=(name, args), timeout=self.timeout)
         except Exception as exc:  # the agent is gone or the peer is unknown
@@ -121,7 +127,9 @@ class RpcTransport(Transport):
 
         def done(f: Any) -> None:
             try:
-                out.set_result(f.wait())
+                result = f.wait()
+                self.wire.add(peer, name, sent, payload_bytes(result))
+                out.set_result(result)
             except Exception as exc:
                 out.set_exception(self._error(peer, name, exc))
 
@@ -129,7 +137,13 @@ class RpcTransport(Transport):
         return out
 
     def _error(self, peer: int, name: str, exc: Exception) -> PeerError:
-        """Tell a peer that did not answer from a handler that raised on the peer."""
+        """Tell a peer that did not answer from a handler that raised on the peer (``peer`` and
+        ``handler`` are kept on the error, so the trainer can name the host and the stage)."""
+        error = self._describe(peer, name, exc)
+        error.peer, error.handler = peer, name
+        return error
+
+    def _describe(self, peer: int, name: str, exc: Exception) -> PeerError:
         text = str(exc)
         lost = isinstance(exc, RuntimeError) and any(
             word in text.lower() for word in _LOST_PEER_WORDS) and not isinstance(exc, GraphstoreError)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,3 +139,23 @@ def features_only_accuracy(dataset, epochs: int = 300) -> float:
         optimizer.step()
     with torch.no_grad():
         return float((model(x[test]).argmax(-1) == y[test]).float().mean())
+
+
+@pytest.fixture
+def rig():
+    """Make multi-host rigs: ``rig(n)`` gives a :class:`tests.cluster.Cluster` of ``n`` namespaces, all
+    removed after the test. Skips only where root or iproute2 is missing, and fails then under ``CI=true``."""
+    from tests.cluster import Cluster, require_rig, rig_unavailable
+
+    require_rig(rig_unavailable(), dict(os.environ))
+    made: list[Cluster] = []
+
+    def make(n: int) -> Cluster:
+        made.append(Cluster(n))
+        return made[-1]
+
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            cluster.close()

@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="link task negatives: binary (AUC, default) or triplet (5 per link, MRR)")
     p.add_argument("--infer-out", metavar="NAME",
                    help="after training, write every node's output into the dataset as node attribute NAME")
+    p.add_argument("--interface", metavar="NAME",
+                   help="network interface for gloo and RPC across hosts (default: the one on the route to "
+                        "MASTER_ADDR; overrides GLOO_SOCKET_IFNAME/TP_SOCKET_IFNAME)")
     add_storage_arguments(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -66,7 +69,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        time_attr=args.time_attr, infer_out=args.infer_out,
                        edge_type=tuple(args.edge_type.split(",")) if args.edge_type else None,
                        neg_sampling=args.neg_sampling, storage_options=parse_storage_options(args.storage_option),
-                       cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes)
+                       cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes, interface=args.interface)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:
@@ -87,8 +90,14 @@ def print_epoch(r: dict[str, Any], epochs: int) -> None:
     keys = ("train_acc", "val_acc", "test_acc", "val_auc", "test_auc", "val_mrr", "test_mrr")
     accs = "  ".join(f"{k.replace('_', ' ')} {r[k]:.4f}" for k in keys if k in r)
     print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, "
-          f"{describe(r['timing'], r['train_seconds'])}  remote requests {int(r['remote'].get('requests', 0))}",
-          flush=True)
+          f"{describe(r['timing'], r['train_seconds'])}  remote requests {int(r['remote'].get('requests', 0))}"
+          f"{_wire_text(r)}", flush=True)
+
+
+def _wire_text(r: dict[str, Any]) -> str:
+    """``  wire MB: neighbours 1.2, rows 3.4, allreduce 5.6`` (all ranks), or nothing without counts."""
+    got = r.get("wire", {}).get("bytes", {})
+    return ("  wire MB: " + ", ".join(f"{k} {v / 1e6:.2f}" for k, v in sorted(got.items()))) if got else ""
 
 
 def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:

@@ -67,13 +67,17 @@ class Timers:
         return out
 
 
-def timed_allreduce_hook(timers: Timers) -> Any:
+def timed_allreduce_hook(timers: Timers, counts: Timers | None = None) -> Any:
     """A DDP communication hook: the default all-reduce, with the time each bucket takes recorded
-    under ``grad_sync`` (it overlaps backward, so it is not additive with ``forward_backward``)."""
+    under ``grad_sync`` (it overlaps backward, so it is not additive with ``forward_backward``) and,
+    with ``counts``, the bytes of every bucket reduced under ``allreduce``."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     def hook(state: Any, bucket: Any) -> torch.futures.Future:
         start = time.perf_counter()
+        if counts is not None:
+            buffer = bucket.buffer()
+            counts.add("allreduce", float(buffer.numel() * buffer.element_size()))
         future = default_hooks.allreduce_hook(state, bucket)
 
         def done(f: torch.futures.Future) -> torch.Tensor:

@@ -16,8 +16,10 @@ import torch.distributed as dist
 
 import graphstore
 from graphstore.errors import InvalidInputError
+from sampling import wire
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from training import checkpoint
+from training import process
 from training.process import PeerFailure, Watchdog, start, stop
 from training.tasks import make_task
 from training.timing import LEGEND, Timers, timed_allreduce_hook
@@ -25,6 +27,13 @@ from training.world import World
 
 logger = logging.getLogger(__name__)
 MODELS = ("sage", "gcn", "gat", "gin")
+_HANDLER_STAGES = {"sample": "sampling", "gather": "feature fetch", "edge_attr": "edge-attribute fetch"}
+
+
+def _is_collective(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of a gloo collective (DDP's gradient all-reduce, a metrics all-reduce)."""
+    text = str(exc).lower()
+    return any(w in text for w in ("gloo", "allreduce", "all_reduce", "collective", "barrier"))
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ class TrainConfig:
     neg_sampling: str = "binary"  # link task: binary (AUC) or triplet (MRR)
     cache_dir: str | None = None  # chunk cache of a remote dataset (default $GRAPHSTORE_CACHE_DIR)
     cache_max_bytes: str | None = None
+    interface: str | None = None  # network interface for gloo/TensorPipe (default: the route to MASTER_ADDR)
     storage_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -91,7 +101,7 @@ class Trainer:
                                                cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes)
         self.layout = RankLayout(self.dataset.num_parts, world.world_size)
         self.part = self.layout.part_of(world.rank)
-        self.timers, self.stats = Timers(), RemoteStats()
+        self.timers, self.stats, self.bytes = Timers(), RemoteStats(), Timers()  # bytes: gradient all-reduce
         self.transport = None
         self.watchdog: Watchdog | None = None
 
@@ -114,7 +124,7 @@ class Trainer:
 
     def run(self) -> list[dict[str, Any]]:
         c = self.config
-        self.transport = start(self.world, c.timeout, use_rpc=self.dataset.num_parts > 1)
+        self.transport = start(self.world, c.timeout, use_rpc=self.dataset.num_parts > 1, interface=c.interface)
         # bookkeeping collectives use CPU tensors: a gloo group for them when the default is nccl
         self._cpu_group = dist.new_group(backend="gloo") if self.world.use_cuda else None
         self.watchdog = Watchdog(self.world, limit=c.timeout)
@@ -122,6 +132,7 @@ class Trainer:
         try:
             PartitionServer(self.dataset, self.part).register(self.transport)
             history = self._train()
+            process.set_stage("shutdown")
             dist.monitored_barrier(group=self._cpu_group, timeout=_td(c.timeout), wait_all_ranks=True)
             graceful = True
             return history
@@ -129,19 +140,28 @@ class Trainer:
             raise self._explain(exc) from exc
         finally:
             self.watchdog.stop()
+            if not graceful:  # leaving a failed job must be bounded too, whatever the peers do
+                process.exit_after(15.0, f"graphstore-train rank {self.world.rank}: shutdown after the failure "
+                                         f"did not finish within 15 s; exiting")
             stop(self.transport, graceful=graceful)
 
     def _explain(self, exc: Exception) -> Exception:
+        """The failure as one error naming this rank, the lost rank and its host, and the stage."""
         from graphstore.errors import GraphstoreError
         from sampling.transport import PeerError
 
+        me = f"rank {self.world.rank} at {process.HOSTS.get(self.world.rank, '?')}"
         if isinstance(exc, PeerError) and "did not answer" in str(exc):
-            return PeerFailure(f"rank {self.world.rank}: {exc}")
+            peer = getattr(exc, "peer", None)
+            where = _HANDLER_STAGES.get(getattr(exc, "handler", ""), process.stage())
+            lost = process.describe([peer]) if peer is not None else "a peer"
+            return PeerFailure(f"{me}: lost {lost} during {where}: {exc}")
         if isinstance(exc, (GraphstoreError, PeerFailure)):
             return exc  # names its problem already (bad input, a damaged dataset, a peer's error)
         dead = self.watchdog.stalled_ranks() if self.watchdog else []
-        who = f"rank(s) {dead} died or stopped responding" if dead else "a peer or collective failed"
-        return PeerFailure(f"rank {self.world.rank}: {who}: {type(exc).__name__}: {exc}")
+        who = f"lost {process.describe(dead)}" if dead else "a peer or collective failed"
+        where = f"the {process.stage()} all-reduce" if _is_collective(exc) else process.stage()
+        return PeerFailure(f"{me}: {who} during {where}: {type(exc).__name__}: {exc}")
 
     def _train(self) -> list[dict[str, Any]]:
         c, world = self.config, self.world
@@ -152,7 +172,7 @@ class Trainer:
         ddp = torch.nn.parallel.DistributedDataParallel(  # to_hetero models leave non-target outputs unused
             model, device_ids=[world.local_rank] if world.use_cuda else None,
             find_unused_parameters=self.dataset.is_hetero)
-        ddp.register_comm_hook(None, timed_allreduce_hook(self.timers))
+        ddp.register_comm_hook(None, timed_allreduce_hook(self.timers, self.bytes))
         optimizer = torch.optim.Adam(ddp.parameters(), lr=c.lr)
         first, history = self._resume(model, optimizer)
         if _agree_max(first) != first or -_agree_max(-first) != first:
@@ -165,16 +185,22 @@ class Trainer:
             _restart_streams(loaders, epoch)
             self.timers.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
             self.stats.snapshot(reset=True)
+            self.transport.wire.snapshot(reset=True)  # the model-building batch's requests are no epoch's
+            self.bytes.snapshot(reset=True)
+            process.set_stage("training")
             start_time = time.perf_counter()
             loss, train_acc = self._epoch(ddp, optimizer, loaders["train"], steps, epoch)
             record = {"epoch": epoch + 1, "loss": loss, "train_acc": train_acc,
                       "train_seconds": round(time.perf_counter() - start_time, 3)}
             record["remote"] = self.stats.snapshot(reset=True)  # training steps only
+            record["wire"] = _wire_record(self.transport.wire.snapshot(reset=True), self.bytes.snapshot())
             record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
+            process.set_stage("evaluation")
             record.update({f"{k}_{self.task.metric}": self.task.evaluate(model, loaders[k])
                            for k in ("val", "test") if k in loaders})
             record["epoch_seconds"] = round(time.perf_counter() - start_time, 3)
             record["remote_eval"] = self.stats.snapshot(reset=True)
+            record["wire_eval"] = wire.totals(self.transport.wire.snapshot(reset=True))  # this rank's
             self.timers.snapshot()  # evaluation's sampling/feature time is not part of the training breakdown
             record["steps"] = steps
             record["memory_mb"] = _memory_per_rank(self.dataset)
@@ -253,6 +279,20 @@ class Trainer:
                                             "num_parts": self.dataset.num_parts, "timing_parts": LEGEND,
                                             "epochs": history})
         dist.barrier()
+
+
+def _wire_record(per_peer: dict[str, Any], counts: dict[str, float]) -> dict[str, Any]:
+    """Every rank's RPC bytes per peer and kind, its gradient all-reduce bytes, and totals over ranks
+    (``bytes``: each call counted once, at its caller, request plus response)."""
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, (per_peer, int(counts.get("allreduce", 0))))
+    total: dict[str, int] = {}
+    for peers, _ in gathered:
+        for kind, value in wire.totals(peers).items():
+            total[kind] = total.get(kind, 0) + value
+    allreduce = [a for _, a in gathered]
+    return {"bytes": {**total, "allreduce": sum(allreduce)}, "per_rank": [p for p, _ in gathered],
+            "allreduce_per_rank": allreduce}
 
 
 def _td(seconds: float) -> Any:

@@ -60,3 +60,21 @@ def test_bench_train_runs_one_and_two_ranks(tmp_path):
     assert set(runs) == {1, 2} and runs[1]["speedup_vs_first"] == 1.0
     assert runs[1]["remote_requests"] == 0 and runs[2]["remote_requests"] > 0  # one partition: no RPC at all
     assert all(r["steps"] > 0 and 0.0 <= r["test_acc"] <= 1.0 for r in runs.values())
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_bench_cluster_runs_two_rig_hosts_and_loopback(tmp_path):
+    import os
+
+    from tests.cluster import require_rig, rig_unavailable
+
+    require_rig(rig_unavailable(), dict(os.environ))
+    out = _run("bench_cluster", "--hosts", "2", "--rates", "1gbit", "--spec", TINY, "--epochs", "1",
+               "--batch-size", "128", "--data", str(tmp_path / "c"))
+    rows = {r["link"]: r for r in out["rows"]}
+    assert set(rows) == {"loopback", "1gbit"} and rows["loopback"]["speed_vs_loopback"] == 1.0
+    assert all(len(r["mb_per_host"]) == 2 and min(r["mb_per_host"]) > 0 for r in rows.values())
+    assert rows["1gbit"]["bytes"]["rows"] > 0 and rows["1gbit"]["bytes"]["allreduce"] > 0
+    m = out["minimum"]["2"]
+    assert m["counted_bytes"] >= m["needed_bytes"] > 0, "the counted payload can never be below what was needed"

@@ -119,7 +119,7 @@ def test_a_killed_rank_ends_the_job_with_its_name(synthetic2, tmp_path):
     assert launcher.returncode != 0
     assert "rank 1 exited with signal SIGKILL" in err
     # the survivor names the dead rank, whether an RPC or a collective noticed first
-    assert re.search(r"rank 0: (rank\(s\) \[1\] died or stopped responding|rank 1 did not answer)", err), err
+    assert re.search(r"rank 0 at [^:]+: lost rank 1 at 127\.0\.0\.1 ", err), err
     assert elapsed < 60, f"the job took {elapsed:.0f} s to stop"
     assert not [p for p in ranks if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], "a rank was left behind"
 
@@ -138,11 +138,10 @@ def test_the_same_entry_point_runs_under_torchrun(cora2, tmp_path):
     import sys
     from pathlib import Path
 
-    torchrun = Path(sys.executable).with_name("torchrun")
-    if not torchrun.exists():
-        pytest.skip(f"torchrun is not installed beside {sys.executable}")
+    script = Path(sys.executable).with_name("torchrun")  # the same program as python -m torch.distributed.run
+    torchrun = [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([str(torchrun), "--standalone", "--nproc-per-node", "2", "-m", "training.launch",
+    out = subprocess.run([*torchrun, "--standalone", "--nproc-per-node", "2", "-m", "training.launch",
                           str(cora2), "--epochs", "2", "--fanout", "10,10", "--batch-size", "32", "--no-progress",
                           "--metrics-out", str(tmp_path / "m.json")], capture_output=True, text=True, timeout=300,
                          env=env, cwd=ROOT)
