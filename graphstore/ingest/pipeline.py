@@ -21,7 +21,7 @@ from graphstore.ingest.parts_writer import EdgeStats, PartsWriter
 from graphstore.ingest.relabel import relabel
 from graphstore.ingest.source import GraphSource
 from graphstore.ingest.sources import resolve_source
-from graphstore.ingest.validate import check_finite, validate_source
+from graphstore.ingest.validate import check_finite, check_options, validate_source
 from graphstore.ingest.writer import ArrayWriter
 from graphstore.manifest import AttrSchema, EdgeTypeInfo, Manifest, NodeTypeInfo
 from graphstore.storage import LocalLocation, Location, open_location, redact_url
@@ -74,6 +74,7 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     2
     """
     started = time.perf_counter()
+    check_options(seed=seed, chunk_mb=chunk_mb, metis_max_edges=metis_max_edges)
     location = open_location(dest, storage_options)
     replacing = check_dest(location, overwrite, data)
     source = resolve_source(data, to_undirected=to_undirected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -50,6 +51,21 @@ def validate_source(source: GraphSource, num_parts: int) -> None:
         raise InvalidInputError("the edge list is empty: a graph dataset needs at least one edge")
     for etype, table in source.edges.items():
         _check_edge_table(source, etype)
+
+
+def check_options(*, seed: object, chunk_mb: object, metis_max_edges: object) -> None:
+    """The numeric options of ingest: integers and finite numbers in range, before anything is read."""
+    if not _is_int(seed) or not 0 <= seed < 2**63:  # type: ignore[operator]
+        raise InvalidInputError(f"--seed {seed!r} is invalid: give an integer in [0, 2**63)")
+    if isinstance(chunk_mb, bool) or not isinstance(chunk_mb, (int, float, np.number)) or \
+            not math.isfinite(chunk_mb) or not 0 < chunk_mb <= 1024:
+        raise InvalidInputError(f"--chunk-mb {chunk_mb!r} is invalid: give a finite size in MB in (0, 1024]")
+    if metis_max_edges is not None and (not _is_int(metis_max_edges) or metis_max_edges < 0):  # type: ignore
+        raise InvalidInputError(f"--metis-max-edges {metis_max_edges!r} is invalid: give an integer >= 0 (0 = all)")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _check_node_table(ntype: NodeType, num_nodes: int, attrs: dict) -> None:
