@@ -21,27 +21,30 @@ def integer(low: int | None = None, high: int | None = None) -> Callable[[str], 
     return parse
 
 
-def number(low: float | None = None, high: float | None = None, *, above: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number in ``[low, high]`` (``above``: strictly greater than ``low``)."""
+def number(low: float | None = None, high: float | None = None, *, above: bool = False,
+           below: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in ``[low, high]`` (``above``/``below``: excluding that end)."""
     def parse(raw: str) -> float:
         try:
             value = float(raw)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{raw!r} is not a number{_range(low, high, above)}") from None
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a number{_range(low, high, above, below)}") from None
         bad_low = low is not None and (value <= low if above else value < low)
-        if not math.isfinite(value) or bad_low or (high is not None and value > high):
-            raise argparse.ArgumentTypeError(f"{raw} is out of range: give a finite number{_range(low, high, above)}")
+        bad_high = high is not None and (value >= high if below else value > high)
+        if not math.isfinite(value) or bad_low or bad_high:
+            raise argparse.ArgumentTypeError(
+                f"{raw} is out of range: give a finite number{_range(low, high, above, below)}")
         return value
 
     return parse
 
 
-def _range(low: float | None, high: float | None, above: bool = False) -> str:
+def _range(low: float | None, high: float | None, above: bool = False, below: bool = False) -> str:
     if low is not None and high is not None:
-        return f" in {'(' if above else '['}{low:g}, {high:g}]"
+        return f" in {'(' if above else '['}{low:g}, {high:g}{')' if below else ']'}"
     if low is not None:
         return f" {'>' if above else '>='} {low:g}"
-    return f" <= {high:g}" if high is not None else ""
+    return f" {'<' if below else '<='} {high:g}" if high is not None else ""
 
 
 class Parser(argparse.ArgumentParser):
