@@ -67,7 +67,12 @@ def summarize(job_dir: str, codes: dict[int, int], stopped: set[int]) -> tuple[s
         line, code = f"rank {first['rank']}: {first['message']}", 2 if first["input"] else 1
     elif silent:
         line = f"rank {silent[0]} exited with {describe_code(codes[silent[0]])}"
-        line += f"; rank {echoes[0]['rank']}: {echoes[0]['message']}" if echoes else ""
+        seen = [(r, _last_line(job_dir, r)) for r in silent[1:]]
+        seen = [(r, text) for r, text in seen if text]
+        if echoes:
+            line += f"; rank {echoes[0]['rank']}: {echoes[0]['message']}"
+        elif seen:
+            line += f"; rank {seen[0][0]} said: {seen[0][1]}"
         code = 1
     elif echoes:
         line, code = f"rank {echoes[0]['rank']}: {echoes[0]['message']}", 1
@@ -75,6 +80,16 @@ def summarize(job_dir: str, codes: dict[int, int], stopped: set[int]) -> tuple[s
         failed = [f"{r} ({describe_code(c)})" for r, c in sorted(codes.items()) if c != 0]
         line, code = f"failed ranks: {', '.join(failed)}", 1
     return f"graphstore-train: error: {_short(line)} (tracebacks and rank output: {log})", code
+
+
+def _last_line(job_dir: str, rank: int) -> str:
+    """The last non-empty line a rank wrote to stderr (e.g. a watchdog's verdict), or ``""``."""
+    path = os.path.join(job_dir, f"rank{rank}.stderr")
+    if not os.path.exists(path):
+        return ""
+    with open(path, errors="replace") as fh:
+        lines = [line.strip() for line in fh.read().splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def _short(text: str, limit: int = 600) -> str:
@@ -97,3 +112,48 @@ def _keep_log(job_dir: str, codes: dict[int, int], records: list[dict], stopped:
                 with open(stderr, errors="replace") as fh:
                     out.write(f"--- rank {rank} stderr\n{fh.read()}")
     return path
+
+
+class StderrRelay:
+    """Rank 0's stderr: kept in the job's log and shown on the launcher's terminal about a second late,
+    so progress and warnings still reach the user, but what a rank prints as a job fails (RPC echoes of
+    another rank's error) stays in the log instead of burying the one line that names the cause."""
+
+    def __init__(self, log_path: str, delay: float = 1.0) -> None:
+        import threading
+
+        self.read_fd, self.write_fd = os.pipe()
+        self.delay, self.failed = delay, threading.Event()
+        self._log = open(log_path, "wb")
+        self._thread = threading.Thread(target=self._run, daemon=True, name="graphstore-stderr-relay")
+        self._thread.start()
+
+    def _run(self) -> None:
+        import select
+        import sys
+
+        pending: list[tuple[float, bytes]] = []
+        done = False
+        while not done or pending:
+            if not done and select.select([self.read_fd], [], [], 0.1)[0]:
+                chunk = os.read(self.read_fd, 65536)
+                done = not chunk
+                if chunk:
+                    self._log.write(chunk)
+                    pending.append((time.monotonic(), chunk))
+            elif done:
+                time.sleep(0.05)
+            while pending and (done or time.monotonic() - pending[0][0] >= self.delay):
+                _, chunk = pending.pop(0)
+                if not self.failed.is_set():
+                    sys.stderr.buffer.write(chunk)
+                    sys.stderr.flush()
+        self._log.close()
+        os.close(self.read_fd)
+
+    def close(self) -> None:
+        """After the rank has exited: forward (or, once failed, drop) what is left, and stop. Idempotent."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+            self._thread.join(timeout=5)

@@ -117,14 +117,15 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
                    "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
                    "GRAPHSTORE_CONFIG_FILE": config_file, "OMP_NUM_THREADS": os.environ.get(
                        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
-            # rank 0 keeps the terminal (progress, warnings); the others' stderr goes to the job's log
-            stderr = open(os.path.join(tmp, f"rank{rank}.stderr"), "w") if rank else None
-            logs += [stderr] if stderr else []
+            # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
+            relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
+            stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")
+            logs.append(relay or stderr)
             procs.append(subprocess.Popen([sys.executable, "-m", "training.launch", "--rank-from-env"], env=env,
                                           stderr=stderr))
         previous = signal.signal(signal.SIGTERM, _raise_exit)  # scancel / kill: stop the ranks too
         try:
-            return _supervise(procs, grace, tmp)
+            return _supervise(procs, grace, tmp, logs[0])
         finally:
             signal.signal(signal.SIGTERM, previous)
             _stop_all(procs)
@@ -150,7 +151,7 @@ def _stop_all(procs: list[subprocess.Popen], wait: float = 10.0) -> None:
             p.wait()
 
 
-def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str) -> int:
+def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay: failures.StderrRelay) -> int:
     """Wait for the ranks; after the first failure, give peers ``grace`` seconds to report what they saw
     (1 s when it was bad input: its message is the cause), then stop them. One line sums up a failure."""
     failed: dict[int, int] = {}
@@ -159,6 +160,7 @@ def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str) -> int
     while any(p.poll() is None for p in procs):
         for rank, p in enumerate(procs):
             if p.poll() not in (None, 0) and rank not in failed:
+                relay.failed.set()
                 failed[rank] = p.returncode
                 wait = 1.0 if p.returncode == 2 else grace
                 deadline = min(deadline or math.inf, time.monotonic() + wait)
@@ -169,6 +171,9 @@ def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str) -> int
                     p.kill()
         time.sleep(0.2)
     codes = {rank: p.returncode for rank, p in enumerate(procs)}
+    if any(c != 0 for c in codes.values()):
+        relay.failed.set()
+    relay.close()  # rank 0's last words: shown after a success, kept in the log after a failure
     if all(c == 0 for c in codes.values()):
         return 0
     line, code = failures.summarize(job_dir, codes, stopped)

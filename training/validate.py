@@ -24,6 +24,12 @@ def check_config(c: TrainConfig) -> None:
         raise InvalidInputError(f"--cache-rows must be an integer >= 0, got {c.cache_rows!r}")
     if not isinstance(c.seed, (int, np.integer)) or not 0 <= c.seed < 2**63:
         raise InvalidInputError(f"--seed must be an integer in [0, 2**63), got {c.seed!r}")
+    if c.task == "link" and c.target is not None:
+        raise InvalidInputError("--target names the node type to classify (--task node); for --task link give "
+                                "--edge-type instead")
+    if c.task == "node" and c.edge_type is not None:
+        raise InvalidInputError("--edge-type names the links to predict (--task link); --task node classifies "
+                                "the node type given by --target")
 
 
 def _number(flag: str, value: Any, low: float, high: float | None = None, *, above: bool = False,
@@ -76,7 +82,12 @@ def check_dataset(c: TrainConfig, ds: Dataset) -> None:
         return
     labelled = [t for t in ds.manifest.node_types if {"y", "train_mask"} <= set(t.attrs)]
     if c.target is not None:
+        if not any(t.name == c.target for t in labelled):
+            raise InvalidInputError(f"--target {c.target!r} has no y/train_mask; node types with labels: "
+                                    f"{[t.name for t in labelled]}")
         labelled = [t for t in labelled if t.name == c.target]
+    elif not labelled:
+        raise InvalidInputError(f"{ds.url} has no node type with y and train_mask to classify (--task node)")
     for info in labelled:
         dtype = np.dtype(info.attrs["y"].dtype)
         if dtype.kind not in "iu":
