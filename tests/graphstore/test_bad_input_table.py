@@ -18,6 +18,7 @@ import graphstore
 from graphstore.cli import main
 from graphstore.errors import CorruptDatasetError, DatasetExistsError
 from graphstore.integrity import check_csc
+from tests.graphstore.test_readers import _fake_ogb
 
 EI = np.array([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
 
@@ -48,6 +49,7 @@ CLI_CASES = [
     (["ingest", "npz:{d}/g.npz", "{t}/o", "--seed", "-1"], 2, "--seed"),
     (["ingest", "npz:{d}/g.npz", "{t}/o", "--metis-max-edges", "-5"], 2, "--metis-max-edges"),
     (["ingest", "npz:{d}/g.npz", "{t}/o", "--parts", "7"], 2, "--parts 6 or fewer"),
+    (["ingest", "ogb:{d}/ogb", "{t}/o"], 2, "keep only the one to use"),  # names no missing flag
     (["info", "{t}/missing"], 2, "no graphstore dataset"),
     (["verify", "{d}/npy"], 2, "no graphstore dataset"),
 ]
@@ -76,6 +78,7 @@ def inputs(tmp_path_factory) -> str:
     (d / "notes.txt").write_text("precious")
     (d / "npy").mkdir()
     np.save(d / "npy" / "edge_index.npy", EI)
+    _fake_ogb(d / "ogb", schemes=("time", "random"))
     return str(d)
 
 
