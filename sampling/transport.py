@@ -96,6 +96,15 @@ class HandlerFailed:
     kind: str
     message: str
     traceback: str
+    named: bool = False  # a graphstore error naming its own cause (bad input, damaged data), not an echo
+
+
+class RemoteHandlerError(PeerError):
+    """A peer's handler raised: ``peer`` and what it raised (``failed``) are kept for the launcher's summary."""
+
+    def __init__(self, text: str, peer: int, failed: HandlerFailed) -> None:
+        super().__init__(text)
+        self.peer, self.failed = peer, failed
 
 
 def _dispatch(name: str, args: tuple) -> Any:
@@ -106,7 +115,8 @@ def _dispatch(name: str, args: tuple) -> Any:
             raise KeyError(f"this rank serves no handler {name!r} (registered: {sorted(_HANDLERS)})")
         return handler(*args)
     except Exception as exc:
-        return HandlerFailed(type(exc).__name__, str(exc), traceback.format_exc())
+        named = isinstance(exc, GraphstoreError) and not isinstance(exc, PeerError)
+        return HandlerFailed(type(exc).__name__, str(exc), traceback.format_exc(), named)
 
 
 class RpcTransport(Transport):
@@ -142,7 +152,8 @@ class RpcTransport(Transport):
                 return
             if isinstance(result, HandlerFailed):
                 logger.debug("rank %d failed in %r:\n%s", peer, name, result.traceback)
-                out.set_exception(PeerError(f"rank {peer} failed in {name!r}: {result.kind}: {result.message}"))
+                out.set_exception(RemoteHandlerError(f"rank {peer} failed in {name!r}: {result.kind}: {result.message}",
+                                                     peer, result))
             else:
                 out.set_result(result)
 

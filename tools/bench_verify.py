@@ -9,6 +9,7 @@ with ``verify_reads``) next to a plain read of the same bytes.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import tempfile
@@ -66,8 +67,11 @@ def main() -> None:
     parser.add_argument("--data", help="an existing dataset (default: ingest a synthetic one)")
     parser.add_argument("--nodes", type=int, default=400_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = parser.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+    if not args.json:
+        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}")
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         path = args.data
@@ -77,13 +81,17 @@ def main() -> None:
             path = os.path.join(tmp, "ds")
             spec = f"synthetic:nodes={args.nodes},avg_degree=20,features=64,classes=8"
             graphstore.ingest(spec, path, num_parts=2)
-            print(f"dataset: {spec}, 2 partitions")
-        for what, seconds, nbytes in measure(path, args.repeats):
+            if not args.json:
+                print(f"dataset: {spec}, 2 partitions")
+        rows = measure(path, args.repeats)
+        if args.json:
+            print(json.dumps({"machine": machine, "rows": [{"check": what, "seconds": seconds, "bytes": nbytes}
+                                                           for what, seconds, nbytes in rows]}))
+            return
+        for what, seconds, nbytes in rows:
             print(f"{what:40s} {seconds * 1e3:8.1f} ms  {nbytes / 1e6:7.1f} MB  {nbytes / seconds / 1e9:5.2f} GB/s "
                   f"(best of {args.repeats}, partition 0)")
 
 
 if __name__ == "__main__":
-    started = time.perf_counter()
     main()
-    print(f"total {time.perf_counter() - started:.0f} s")

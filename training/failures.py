@@ -29,10 +29,27 @@ def record(rank: int, exc: BaseException) -> bool:
         return False
     doc = {"rank": rank, "time": time.time(), "type": type(exc).__name__, "message": " ".join(str(exc).split()),
            "input": isinstance(exc, GraphstoreError) and not is_echo(exc), "echo": is_echo(exc),
-           "traceback": "".join(traceback.format_exception(exc))}
+           "traceback": "".join(traceback.format_exception(exc)), "said_by": rank}
+    origin = _handler_failure(exc)
+    if origin is not None:  # a peer's handler named the cause (damaged data, bad input): credit the peer
+        peer, failed = origin
+        doc.update(message=" ".join(failed.message.split()), input=True, echo=False, said_by=peer,
+                   traceback=doc["traceback"] + f"--- raised in rank {peer}'s handler\n{failed.traceback}")
     with open(path, "w") as fh:
         json.dump(doc, fh)
     return True
+
+
+def _handler_failure(exc: BaseException) -> tuple[int, object] | None:
+    """``(peer, HandlerFailed)`` when ``exc`` (or its cause) is a peer handler's own named error."""
+    from sampling.transport import RemoteHandlerError
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, RemoteHandlerError) and exc.failed.named:
+            return exc.peer, exc.failed
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
 
 
 def describe_code(code: int) -> str:
@@ -64,7 +81,7 @@ def summarize(job_dir: str, codes: dict[int, int], stopped: set[int]) -> tuple[s
     echoes = sorted((r for r in records if r["echo"]), key=lambda r: r["time"])
     if causes:
         first = causes[0]
-        line, code = f"rank {first['rank']}: {first['message']}", 2 if first["input"] else 1
+        line, code = f"rank {first.get('said_by', first['rank'])}: {first['message']}", 2 if first["input"] else 1
     elif silent:
         line = f"rank {silent[0]} exited with {describe_code(codes[silent[0]])}"
         seen = [(r, _last_line(job_dir, r)) for r in silent[1:]]

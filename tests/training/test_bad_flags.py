@@ -141,3 +141,33 @@ def test_a_run_leaves_no_temporary_files(ds, tmp_path):
                          timeout=300, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert os.listdir(tmp_path / "sys") == [], "the run left temporary files behind"
+
+
+# the launcher's one line from what the ranks recorded: (records, exit codes, stopped ranks, words, exit code)
+SUMMARY_CASES = [
+    ([dict(rank=1, time=2.0, message="rank 1: peer gone", echo=True, input=False),
+      dict(rank=0, time=1.0, message="x chunk 3 fails its checksum", echo=False, input=True)],
+     {0: 2, 1: 1}, set(), ["error: rank 0: x chunk 3 fails its checksum"], 2),
+    ([dict(rank=0, time=1.0, message="rank 0: rank(s) [1] died", echo=True, input=False)],
+     {0: 1, 1: -9}, set(), ["rank 1 exited with signal SIGKILL; rank 0: rank 0: rank(s) [1] died"], 1),
+    ([dict(rank=0, time=1.0, message="boom", echo=False, input=False)],
+     {0: 1, 1: -9}, {1}, ["rank 0: boom"], 1),
+    ([], {0: 0, 1: 3}, set(), ["rank 1 exited with exit code 3"], 1),
+]
+
+
+@pytest.mark.parametrize("records,codes,stopped,words,code", SUMMARY_CASES)
+def test_one_line_names_the_first_cause(tmp_path, monkeypatch, records, codes, stopped, words, code):
+    import json
+
+    from training import failures
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in records:
+        (job / f"rank{r['rank']}.error.json").write_text(json.dumps({**r, "traceback": "Traceback: here\n"}))
+    monkeypatch.setenv(failures.LOG_DIR_ENV, str(tmp_path))
+    line, got = failures.summarize(str(job), codes, stopped)
+    assert got == code and all(w in line for w in words) and "\n" not in line, line
+    log = line.rsplit("rank output: ", 1)[1].rstrip(")")
+    assert os.path.dirname(log) == str(tmp_path) and ("Traceback" in open(log).read() or not records)
