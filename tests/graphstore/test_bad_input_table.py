@@ -204,3 +204,25 @@ def test_csc_invariants(name, values, extra, message):
         check_csc("ds/p0", arrays["indptr"], arrays["indices"], arrays["eid"], packed, 5, 5, {name: 2})
     assert message in str(info.value), str(info.value)
     assert f"ds/p0/{name}: chunk" in str(info.value)
+
+
+def test_unwritable_dest_is_one_line(inputs, tmp_path, capsys, monkeypatch):
+    """A DEST in a directory that cannot be written (as root, simulated: permissions do not bind root)."""
+    real_access = os.access
+    monkeypatch.setattr(os, "access",
+                        lambda path, mode: False if str(path) == str(tmp_path) else real_access(path, mode))
+    assert main(["ingest", f"npz:{inputs}/g.npz", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cannot write in" in err and len(err.splitlines()) == 1, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_file_system_errors_while_staging_are_one_line(inputs, tmp_path, capsys, monkeypatch):
+    """A read-only or full file system found when the staging directory is made (EROFS, ENOSPC)."""
+    def refuse(self):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr("graphstore.storage.LocalLocation.staging", refuse)
+    assert main(["ingest", f"npz:{inputs}/g.npz", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Read-only file system" in err and "nothing was changed" in err and len(err.splitlines()) == 1, err
