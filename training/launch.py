@@ -115,6 +115,7 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
                    "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous", "TMPDIR": scratch, "TEMP": scratch,
                    "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
                    "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
+                   "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, through the relay
                    "GRAPHSTORE_CONFIG_FILE": config_file, "OMP_NUM_THREADS": os.environ.get(
                        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
             # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)

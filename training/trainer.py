@@ -354,7 +354,8 @@ def _bar(enabled: bool, total: int, desc: str) -> Any:
 
     import sys
 
-    return tqdm(total=total, desc=desc, unit="batch", disable=not enabled or not sys.stderr.isatty(), leave=False)
+    tty = sys.stderr.isatty() or os.environ.get("GRAPHSTORE_STDERR_TTY") == "1"  # relayed by the launcher
+    return tqdm(total=total, desc=desc, unit="batch", disable=not enabled or not tty, leave=False)
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
