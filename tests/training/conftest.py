@@ -36,3 +36,9 @@ def cora2(tmp_path_factory):
     dest = tmp_path_factory.mktemp("cora") / "cora2"
     graphstore.ingest(f"planetoid:{raw}", dest, num_parts=2)
     return dest
+
+
+@pytest.fixture(autouse=True)
+def _job_logs_in_tmp(monkeypatch, tmp_path_factory) -> None:
+    """A failed job keeps its log (GRAPHSTORE_LOG_DIR): under the test's temporary directory, never /tmp."""
+    monkeypatch.setenv("GRAPHSTORE_LOG_DIR", str(tmp_path_factory.mktemp("job-logs")))
