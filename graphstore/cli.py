@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from graphstore.cli_args import Parser, integer, number
 from graphstore.cli_storage import (ChunkBar, add_storage_arguments, io_text, open_from_args, parse_parts,
                                     parse_storage_options)
 from graphstore.errors import GraphstoreError
@@ -46,7 +47,7 @@ class _Bars:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="graphstore", description="Partitioned Zarr graph datasets for GNN training")
+    parser = Parser(prog="graphstore", description="Partitioned Zarr graph datasets for GNN training")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
     ing = sub.add_parser("ingest", help="partition a graph and write it as a dataset",
@@ -54,17 +55,17 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("source")
     ing.add_argument("dest", help="where the dataset goes: local or NFS path, file:// URL, or an fsspec URL "
                                   "(s3://bucket/name, gs://..., az://...)")
-    ing.add_argument("--parts", type=int, default=1, help="number of partitions (default 1)")
+    ing.add_argument("--parts", type=integer(1), default=1, help="number of partitions (default 1)")
     ing.add_argument("--method", choices=METHODS, default="metis", help="partitioner (default metis)")
-    ing.add_argument("--seed", type=int, default=0)
+    ing.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
     ing.add_argument("--overwrite", action="store_true", help="replace an existing dataset at DEST")
     ing.add_argument("--compression", choices=COMPRESSIONS, default="none",
                      help="none (memory-mapped hot path, default) or zstd (cold storage)")
     ing.add_argument("--halo-features", default="", metavar="NAMES",
                      help="comma-separated node attributes to replicate for halo nodes, or 'all'")
     ing.add_argument("--allow-nan", action="store_true", help="store NaN/inf features instead of refusing them")
-    ing.add_argument("--chunk-mb", type=float, default=32, help="target chunk size in MB (default 32)")
-    ing.add_argument("--metis-max-edges", type=int, default=METIS_MAX_EDGES, metavar="M",
+    ing.add_argument("--chunk-mb", type=number(0, 1024, above=True), default=32, help="target chunk size in MB (default 32)")
+    ing.add_argument("--metis-max-edges", type=integer(0), default=METIS_MAX_EDGES, metavar="M",
                      help="METIS partitions a uniform sample of at most M undirected edges, bounding its memory "
                           "(about 80 bytes per edge); 0 = all edges (default %(default)s)")
     ing.add_argument("--to-undirected", action="store_true", default=None, help="add the reverse of every edge")
@@ -181,7 +182,10 @@ def _verify(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``graphstore`` console script."""
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # a bad flag (one line already printed) or --help
+        return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return {"ingest": _ingest, "info": _info, "verify": _verify}[args.command](args)

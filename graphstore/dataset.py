@@ -16,6 +16,7 @@ from graphstore.arrays import ZarrRows, open_array
 from graphstore.cache import CacheConfig, ChunkCache, ChunkRef
 from graphstore.errors import (CorruptDatasetError, DatasetNotFoundError, GraphstoreError, PartitionIndexError,
                                UnknownAttributeError)
+from graphstore.integrity import check_csc, chunk_file_problems, verify_chunks
 from graphstore.iostats import IOStats
 from graphstore.lazy import LazyRows
 from graphstore.manifest import Manifest
@@ -47,10 +48,13 @@ class Dataset:
     torch.Size([1354, 1433])
     """
 
-    def __init__(self, location: Location, manifest: Manifest, cache: CacheConfig | None = None) -> None:
+    def __init__(self, location: Location, manifest: Manifest, cache: CacheConfig | None = None,
+                 verify_reads: bool = False) -> None:
         self.location = location
         self.manifest = manifest
         self.cache_config = cache if cache is not None else CacheConfig()
+        self.verify_reads = bool(verify_reads)
+        self._checked: set[tuple[int, str]] = set()  # (partition, edge type key) whose topology passed
         self._arrays: dict[str, np.ndarray | ZarrRows | LazyRows] = {}
         self._stats = IOStats()
         self._cache: ChunkCache | None = None
@@ -60,10 +64,12 @@ class Dataset:
 
     def __getstate__(self) -> dict[str, Any]:
         # mapped arrays, the cache's threads and the counters stay in this process; reopened lazily
-        return {"location": self.location, "manifest": self.manifest, "cache": self.cache_config}
+        return {"location": self.location, "manifest": self.manifest, "cache": self.cache_config,
+                "verify_reads": self.verify_reads}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["location"], state["manifest"], state.get("cache"))  # type: ignore[misc]
+        self.__init__(state["location"], state["manifest"], state.get("cache"),  # type: ignore[misc]
+                      state.get("verify_reads", False))
 
     @property
     def url(self) -> str:
@@ -127,10 +133,46 @@ class Dataset:
             if info is None:
                 raise CorruptDatasetError(f"{self.url}: array {path} is not in the manifest; re-ingest the dataset")
             cache = None if self.location.is_local else self.chunk_cache()
+            if self.verify_reads and self.location.is_local:  # remote chunks are checked as they arrive
+                verify_chunks(self.location, path, info)
             found = self._arrays[path] = open_array(self.location, path, info, cache)
         elif type(found) is LazyRows and found.complete:
             found = self._arrays[path] = found.full  # every chunk mapped: reads skip the wrapper from now on
         return found
+
+    def topology(self, part: int, edge_type: EdgeType = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                       np.ndarray | None]:
+        """``(indptr, indices, eid, packed or None)`` of one partition and edge type, checked once per process.
+
+        Local chunks are compared with their manifest checksums and the CSC invariants are checked
+        (:func:`~graphstore.integrity.check_csc`), so damaged topology is a :class:`CorruptDatasetError`
+        naming the array and chunk, never a crash in a sampler.
+        """
+        info = self.manifest.edge_type(edge_type)
+        paths = {name: layout.edge_array(part, info.key, name) for name in layout.TOPOLOGY}
+        paths = {name: path for name, path in paths.items() if path in self.manifest.arrays}
+        if (part, info.key) not in self._checked:
+            if self.location.is_local:
+                for path in paths.values():
+                    verify_chunks(self.location, path, self.manifest.arrays[path])
+        arrays = {name: np.asarray(self.array(path)) for name, path in paths.items()}
+        if (part, info.key) not in self._checked:
+            src = next(t for t in self.manifest.node_types if t.key == info.src)
+            check_csc(f"{self.url}/{layout.edge_array(part, info.key, '')}".rstrip("/"), arrays[layout.INDPTR],
+                      arrays[layout.INDICES], arrays[layout.EID], arrays.get(layout.PACKED), src.num_nodes,
+                      info.num_edges, {n: self.manifest.arrays[p].chunk_rows for n, p in paths.items()})
+            self._checked.add((part, info.key))
+        return arrays[layout.INDPTR], arrays[layout.INDICES], arrays[layout.EID], arrays.get(layout.PACKED)
+
+    def check_chunk_files(self) -> None:
+        """Raise :class:`CorruptDatasetError` if a local chunk file is missing or short (``os.stat`` only)."""
+        if not self.location.is_local:
+            return
+        problems = chunk_file_problems(self.location, self.manifest.arrays)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise CorruptDatasetError(f"{self.url}: {problems[0]}{more}; run `graphstore verify {self.url}` and "
+                                      "re-ingest the dataset")
 
     def chunk_cache(self) -> ChunkCache:
         """This process's cache of this (remote) dataset's chunks."""
@@ -224,7 +266,7 @@ class Dataset:
 
 def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[str, Any] | None = None, *,
                  cache_dir: str | os.PathLike[str] | None = None, cache_max_bytes: int | str | None = None,
-                 concurrency: int = 16, retry: RetryPolicy | None = None) -> Dataset:
+                 concurrency: int = 16, retry: RetryPolicy | None = None, verify_reads: bool = False) -> Dataset:
     """Open the graphstore dataset at ``url``: a local/NFS path, ``file://``, or any fsspec URL (``s3://``, ...).
 
     Refuses a location without a complete manifest (an interrupted ingest) or with an unknown format
@@ -232,7 +274,9 @@ def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[s
     or, better, in the usual environment variables), chunks are cached under ``cache_dir`` (default
     ``$GRAPHSTORE_CACHE_DIR`` or ``~/.cache/graphstore``) up to ``cache_max_bytes`` (default
     ``$GRAPHSTORE_CACHE_MAX_BYTES`` or unbounded), fetched ``concurrency`` at a time, and transient
-    errors are retried as ``retry`` says.
+    errors are retried as ``retry`` says. Topology is always checked on first use (checksums of local
+    chunks and CSC invariants); ``verify_reads=True`` also checks every other local array's chunk
+    checksums when the array is first read (remote chunks are always checked as they arrive).
 
     Examples
     --------
@@ -246,7 +290,7 @@ def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[s
     cache = CacheConfig(directory=None if cache_dir is None else os.fspath(cache_dir), max_bytes=cache_max_bytes,
                         concurrency=concurrency)
     raw, manifest = _read_manifest(location)
-    dataset = Dataset(location, Manifest.from_json(manifest, location.url), cache)
+    dataset = Dataset(location, Manifest.from_json(manifest, location.url), cache, verify_reads)
     if not location.is_local:
         dataset._stats.add(layout.ROOT_METADATA, requests=1, nbytes=len(raw))
     return dataset

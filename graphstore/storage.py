@@ -182,6 +182,8 @@ class LocalLocation(Location):
     def replace_with(self, staged: LocalLocation) -> None:
         """Move the complete dataset at ``staged`` to this location, replacing what is here."""
         old = None
+        if os.path.lexists(self.root) and not os.path.isdir(self.root):  # never move a user's file aside
+            raise FileExistsError(f"{self.root} is a file, not a dataset directory; refusing to replace it")
         if os.path.exists(self.root):
             old = staged.root.replace(".partial-", ".old-")
             os.rename(self.root, old)

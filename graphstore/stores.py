@@ -185,18 +185,13 @@ class ZarrGraphStore(GraphStore):
 
     def csc_arrays(self, edge_type: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(indptr, indices, eid)`` as numpy arrays (memory-mapped, zero copy) for samplers."""
-        info = self.dataset.manifest.edge_type(edge_type)
-        key = info.key
-        return tuple(np.asarray(self.dataset.array(layout.edge_array(self.part, key, name)))  # type: ignore
-                     for name in (layout.INDPTR, layout.INDICES, layout.EID))
+        return self.dataset.topology(self.part, edge_type)[:3]
 
     def packed_csc(self, edge_type: Any = None) -> np.ndarray | None:
         """The optional int32 ``[m, 2]`` (source ID, edge ID) pairs in CSC order (FORMAT.md), flattened
         to ``[2m]`` (memory-mapped, zero copy); ``None`` when the dataset has none (IDs ≥ 2**31)."""
-        path = layout.edge_array(self.part, self.dataset.manifest.edge_type(edge_type).key, layout.PACKED)
-        if path not in self.dataset.manifest.arrays:
-            return None
-        return np.asarray(self.dataset.array(path)).reshape(-1)
+        packed = self.dataset.topology(self.part, edge_type)[3]
+        return None if packed is None else packed.reshape(-1)
 
     def dst_range(self, edge_type: Any = None) -> tuple[int, int]:
         """The global IDs ``[lo, hi)`` of the destination nodes this partition owns."""

@@ -158,15 +158,29 @@ class PartitionServer:
         if part != self.part:
             raise InvalidInputError(f"rank serving partition {self.part} was asked to sample partition {part}")
         topo = self._topology(options)[edge_type]
+        block = topo.blocks[0]
+        _check_request(np.asarray(nodes), block.lo, block.hi, self.part, seed_time)
         node_time = self._node_time[options[1]].get(topo.src_type, np.zeros(0, np.int64))
         extra = (exclusion,) if exclusion is not None else ()
-        return topo.blocks[0].start(nodes, fanout, replace, node_time, seed_time, strategy, *extra)()
+        return block.start(nodes, fanout, replace, node_time, seed_time, strategy, *extra)()
 
     def gather(self, node_type: Any, names: list[str], ids: torch.Tensor) -> list[torch.Tensor]:
         return [self.feature_store.get_tensor(node_type, name, ids) for name in names]
 
     def edge_attr(self, edge_type: Any, name: str, positions: torch.Tensor) -> torch.Tensor:
         return self.graph_store.edge_attr(name, edge_type, positions)
+
+
+def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np.ndarray) -> None:
+    """A peer's sampling request names only nodes this partition owns (the kernels do not bounds-check)."""
+    if nodes.ndim != 1 or nodes.dtype.kind not in "iu":
+        raise InvalidInputError(f"partition {part} was sent node IDs of dtype {nodes.dtype} and shape {nodes.shape}")
+    if len(nodes) and (int(nodes.min()) < lo or int(nodes.max()) >= hi):
+        bad = nodes[(nodes < lo) | (nodes >= hi)]
+        raise InvalidInputError(f"partition {part} was sent node ID {int(bad[0])} outside its range [{lo}, {hi}) "
+                                f"({len(bad)} such IDs): the sender's data is damaged; run `graphstore verify`")
+    if seed_time is not None and len(seed_time) and len(seed_time) != len(nodes):
+        raise InvalidInputError(f"partition {part} was sent {len(seed_time)} seed times for {len(nodes)} nodes")
 
 
 class DistributedSampler(NeighborSampler):

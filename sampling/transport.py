@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from graphstore.errors import GraphstoreError
@@ -90,12 +92,35 @@ class LoopbackTransport(Transport):
         return future
 
 
+@dataclass(frozen=True)
+class HandlerFailed:
+    """What a handler raised, returned as a value: torch's RPC server would print every raised exception
+    with its traceback on the callee's stderr, burying the caller's one-line error."""
+
+    kind: str
+    message: str
+    traceback: str
+    named: bool = False  # a graphstore error naming its own cause (bad input, damaged data), not an echo
+
+
+class RemoteHandlerError(PeerError):
+    """A peer's handler raised: ``peer`` and what it raised (``failed``) are kept for the launcher's summary."""
+
+    def __init__(self, text: str, peer: int, failed: HandlerFailed) -> None:
+        super().__init__(text)
+        self.peer, self.failed = peer, failed
+
+
 def _dispatch(name: str, args: tuple) -> Any:
     """The one function RPC runs remotely: look the handler up by name in the callee's table."""
     handler = _HANDLERS.get(name)
-    if handler is None:
-        raise KeyError(f"this rank serves no handler {name!r} (registered: {sorted(_HANDLERS)})")
-    return handler(*args)
+    try:
+        if handler is None:
+            raise KeyError(f"this rank serves no handler {name!r} (registered: {sorted(_HANDLERS)})")
+        return handler(*args)
+    except Exception as exc:
+        named = isinstance(exc, GraphstoreError) and not isinstance(exc, PeerError)
+        return HandlerFailed(type(exc).__name__, str(exc), traceback.format_exc(), named)
 
 
 class RpcTransport(Transport):
@@ -128,10 +153,16 @@ class RpcTransport(Transport):
         def done(f: Any) -> None:
             try:
                 result = f.wait()
-                self.wire.add(peer, name, sent, payload_bytes(result))
-                out.set_result(result)
             except Exception as exc:
                 out.set_exception(self._error(peer, name, exc))
+                return
+            self.wire.add(peer, name, sent, payload_bytes(result))
+            if isinstance(result, HandlerFailed):
+                logger.debug("rank %d failed in %r:\n%s", peer, name, result.traceback)
+                out.set_exception(RemoteHandlerError(f"rank {peer} failed in {name!r}: {result.kind}: {result.message}",
+                                                     peer, result))
+            else:
+                out.set_result(result)
 
         fut.add_done_callback(done)
         return out

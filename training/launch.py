@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -15,31 +16,33 @@ import warnings
 from dataclasses import asdict
 from typing import Any
 
+from graphstore.cli_args import Parser, integer, number
 from graphstore.cli_storage import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
+from training import failures, validate
 from training.timing import describe
 from training.trainer import MODELS, TrainConfig, Trainer
 from training.world import World
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="graphstore-train", description="Train a GNN on a graphstore dataset")
+    p = Parser(prog="graphstore-train", description="Train a GNN on a graphstore dataset")
     p.add_argument("dataset", help="dataset URL or path (the same on every machine)")
-    p.add_argument("--nproc", type=int, default=None, help="local ranks to start (default: the partition count)")
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--nproc", type=integer(1, 1024), default=None, help="local ranks to start (default: the partition count)")
+    p.add_argument("--epochs", type=integer(1), default=3)
     p.add_argument("--model", choices=MODELS, default="sage")
     p.add_argument("--fanout", default="15,10", help="neighbours per hop, comma-separated (-1 = all)")
-    p.add_argument("--batch-size", type=int, default=512)
-    p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--lr", type=float, default=0.003)
-    p.add_argument("--dropout", type=float, default=0.5)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=integer(1), default=512)
+    p.add_argument("--hidden", type=integer(1), default=128)
+    p.add_argument("--lr", type=number(0, above=True), default=0.003)
+    p.add_argument("--dropout", type=number(0, 1, below=True), default=0.5, help="in [0, 1) (default 0.5)")
+    p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
     p.add_argument("--checkpoint-dir")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
     p.add_argument("--metrics-out", help="write per-epoch metrics (JSON) here")
-    p.add_argument("--timeout", type=float, default=120.0,
+    p.add_argument("--timeout", type=number(0, above=True), default=120.0,
                    help="seconds before a silent peer or stuck collective ends the job (default 120)")
-    p.add_argument("--cache-rows", type=int, default=0, help="cache up to this many remote feature rows per rank")
+    p.add_argument("--cache-rows", type=integer(0), default=0, help="cache up to this many remote feature rows per rank")
     p.add_argument("--task", choices=("node", "link"), default="node",
                    help="node classification (default) or link prediction (AUC)")
     p.add_argument("--target", help="node type to classify in a heterogeneous dataset (default: the labelled one)")
@@ -53,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="network interface for gloo and RPC across hosts (default: the one on the route to "
                         "MASTER_ADDR; overrides GLOO_SOCKET_IFNAME/TP_SOCKET_IFNAME)")
     add_storage_arguments(p)
+    p.add_argument("--verify-reads", action="store_true",
+                   help="check every local chunk against its manifest checksum when first read (README: cost)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -69,7 +74,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        time_attr=args.time_attr, infer_out=args.infer_out,
                        edge_type=tuple(args.edge_type.split(",")) if args.edge_type else None,
                        neg_sampling=args.neg_sampling, storage_options=parse_storage_options(args.storage_option),
-                       cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes, interface=args.interface)
+                       cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes, interface=args.interface,
+                       verify_reads=args.verify_reads)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:
@@ -77,12 +83,12 @@ def run_rank(config: TrainConfig, world: World) -> int:
     try:
         Trainer(config, world, on_epoch=print_epoch if world.rank == 0 else None).run()
         return 0
-    except GraphstoreError as exc:
-        print(f"graphstore-train rank {world.rank}: error: {exc}", file=sys.stderr, flush=True)
-        return 2
     except Exception as exc:
-        print(f"graphstore-train rank {world.rank}: failed: {exc}", file=sys.stderr, flush=True)
-        return 1
+        code = 2 if isinstance(exc, GraphstoreError) and not failures.is_echo(exc) else 1
+        if not failures.record(world.rank, exc):  # under torchrun/srun: no launcher to summarise
+            word = "error" if isinstance(exc, GraphstoreError) else "failed"
+            print(f"graphstore-train rank {world.rank}: {word}: {exc}", file=sys.stderr, flush=True)
+        return code
 
 
 def print_epoch(r: dict[str, Any], epochs: int) -> None:
@@ -107,19 +113,31 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
         config_file = os.path.join(tmp, "config.json")  # private to this user (mkdtemp is 0700)
         with open(config_file, "w") as fh:
             json.dump(asdict(config), fh)
-        procs = []
+        scratch = os.path.join(tmp, "tmp")  # every rank's temporary files (PyG's generated modules, ...)
+        os.mkdir(scratch)
+        procs, logs = [], []
         for rank in range(nproc):
             env = {**os.environ, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
-                   "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous",
+                   "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous", "TMPDIR": scratch, "TEMP": scratch,
+                   "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
+                   "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
+                   "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, through the relay
                    "GRAPHSTORE_CONFIG_FILE": config_file, "OMP_NUM_THREADS": os.environ.get(
                        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
-            procs.append(subprocess.Popen([sys.executable, "-m", "training.launch", "--rank-from-env"], env=env))
+            # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
+            relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
+            stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")
+            logs.append(relay or stderr)
+            procs.append(subprocess.Popen([sys.executable, "-m", "training.launch", "--rank-from-env"], env=env,
+                                          stderr=stderr))
         previous = signal.signal(signal.SIGTERM, _raise_exit)  # scancel / kill: stop the ranks too
         try:
-            return _supervise(procs, grace)
+            return _supervise(procs, grace, tmp, logs[0])
         finally:
             signal.signal(signal.SIGTERM, previous)
             _stop_all(procs)
+            for fh in logs:
+                fh.close()
 
 
 def _raise_exit(signum: int, frame: Any) -> None:
@@ -140,38 +158,34 @@ def _stop_all(procs: list[subprocess.Popen], wait: float = 10.0) -> None:
             p.wait()
 
 
-def _supervise(procs: list[subprocess.Popen], grace: float) -> int:
+def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay: failures.StderrRelay) -> int:
+    """Wait for the ranks; after the first failure, give peers ``grace`` seconds to report what they saw
+    (1 s when it was bad input: its message is the cause), then stop them. One line sums up a failure."""
     failed: dict[int, int] = {}
+    stopped: set[int] = set()
     deadline = None
     while any(p.poll() is None for p in procs):
         for rank, p in enumerate(procs):
             if p.poll() not in (None, 0) and rank not in failed:
+                relay.failed.set()
                 failed[rank] = p.returncode
-                print(f"graphstore-train: rank {rank} exited with {_describe(p.returncode)}; stopping the others "
-                      f"within {grace:.0f} s", file=sys.stderr, flush=True)
-                deadline = deadline or time.monotonic() + grace
+                wait = 1.0 if p.returncode == 2 else grace
+                deadline = min(deadline or math.inf, time.monotonic() + wait)
         if deadline and time.monotonic() > deadline:
-            for p in procs:
+            for rank, p in enumerate(procs):
                 if p.poll() is None:
+                    stopped.add(rank)
                     p.kill()
         time.sleep(0.2)
-    for rank, p in enumerate(procs):
-        if p.returncode not in (0,) and rank not in failed:
-            failed[rank] = p.returncode
-    if failed:
-        print(f"graphstore-train: failed ranks: " + ", ".join(f"{r} ({_describe(c)})" for r, c in sorted(failed.items())),
-              file=sys.stderr, flush=True)
-        return next(iter(failed.values())) if all(c > 0 for c in failed.values()) else 1
-    return 0
-
-
-def _describe(code: int) -> str:
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
+    codes = {rank: p.returncode for rank, p in enumerate(procs)}
+    if any(c != 0 for c in codes.values()):
+        relay.failed.set()
+    relay.close()  # rank 0's last words: shown after a success, kept in the log after a failure
+    if all(c == 0 for c in codes.values()):
+        return 0
+    line, code = failures.summarize(job_dir, codes, stopped)
+    print(line, file=sys.stderr, flush=True)
+    return code
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,15 +197,17 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING, format=f"rank {world.rank}: %(levelname)s %(message)s")
         warnings.filterwarnings("ignore", message="You are using a Backend")  # torch's own object collectives
         return run_rank(config, world)
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # a bad flag (one line already printed) or --help
+        return exc.code if isinstance(exc.code, int) else 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         config = config_from_args(args)
         world = World.from_env()
         if world is not None:  # under torchrun or srun: this process is one rank
             return run_rank(config, world)
-        nproc = args.nproc or _num_parts(config)
-        _check_nproc(config, nproc)
+        nproc = _check_job(config, args.nproc)
     except GraphstoreError as exc:
         print(f"graphstore-train: error: {exc}", file=sys.stderr)
         return 2
@@ -207,16 +223,17 @@ def _config_env() -> dict[str, Any]:
     return doc
 
 
-def _num_parts(config: TrainConfig) -> int:
+def _check_job(config: TrainConfig, nproc: int | None) -> int:
+    """Everything checkable before ranks start: outputs, the dataset's chunk files and task; the rank count."""
     import graphstore
-
-    return graphstore.open_dataset(config.dataset, config.storage_options or None).num_parts
-
-
-def _check_nproc(config: TrainConfig, nproc: int) -> None:
     from sampling.distributed import RankLayout
 
-    RankLayout(_num_parts(config), nproc)  # raises with the fix when nproc is not a multiple
+    validate.check_outputs(config)
+    ds = graphstore.open_dataset(config.dataset, config.storage_options or None)
+    validate.check_dataset(config, ds)
+    nproc = nproc or ds.num_parts
+    RankLayout(ds.num_parts, nproc)  # raises with the fix when nproc is not a multiple
+    return nproc
 
 
 if __name__ == "__main__":

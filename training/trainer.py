@@ -23,6 +23,7 @@ from training import process
 from training.process import PeerFailure, Watchdog, start, stop
 from training.tasks import make_task
 from training.timing import LEGEND, Timers, timed_allreduce_hook
+from training.validate import check_config
 from training.world import World
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class TrainConfig:
     cache_max_bytes: str | None = None
     interface: str | None = None  # network interface for gloo/TensorPipe (default: the route to MASTER_ADDR)
     storage_options: dict[str, Any] = field(default_factory=dict)
+    verify_reads: bool = False  # check every local chunk's checksum when first read (--verify-reads)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -82,6 +84,7 @@ class TrainConfig:
             raise InvalidInputError(f"--neg-sampling {self.neg_sampling!r} is not binary or triplet")
         if self.timeout <= 0:
             raise InvalidInputError(f"--timeout must be > 0 seconds, got {self.timeout}")
+        check_config(self)
 
 
 def _seed_everything(seed: int) -> None:
@@ -98,9 +101,12 @@ class Trainer:
         """``on_epoch(record, epochs)`` is called on rank 0 after every epoch (the CLI prints a line)."""
         self.config, self.world, self.on_epoch = config, world, on_epoch
         self.dataset = graphstore.open_dataset(config.dataset, config.storage_options or None,
-                                               cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes)
+                                               cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes,
+                                               verify_reads=config.verify_reads)
         self.layout = RankLayout(self.dataset.num_parts, world.world_size)
         self.part = self.layout.part_of(world.rank)
+        for etype in self.dataset.edge_types:  # damaged topology ends this rank before it talks to peers
+            self.dataset.topology(self.part, etype)
         self.timers, self.stats, self.bytes = Timers(), RemoteStats(), Timers()  # bytes: gradient all-reduce
         self.transport = None
         self.watchdog: Watchdog | None = None
@@ -413,7 +419,8 @@ def _bar(enabled: bool, total: int, desc: str) -> Any:
 
     import sys
 
-    return tqdm(total=total, desc=desc, unit="batch", disable=not enabled or not sys.stderr.isatty(), leave=False)
+    tty = sys.stderr.isatty() or os.environ.get("GRAPHSTORE_STDERR_TTY") == "1"  # relayed by the launcher
+    return tqdm(total=total, desc=desc, unit="batch", disable=not enabled or not tty, leave=False)
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:

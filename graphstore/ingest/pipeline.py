@@ -14,17 +14,18 @@ import numpy as np
 
 import graphstore
 from graphstore import layout
-from graphstore.errors import DatasetExistsError, InvalidInputError
+from graphstore.errors import GraphstoreError, InvalidInputError, StorageError
+from graphstore.ingest.dest import check_dest
 from graphstore.ingest.partition import METIS_MAX_EDGES, partition_nodes
 from graphstore.ingest.parts_writer import EdgeStats, PartsWriter
 from graphstore.ingest.relabel import relabel
 from graphstore.ingest.source import ArrayRows, GraphSource
 from graphstore.linksplit import LinkSplit, assign, check_edge_type, check_fractions, counts
 from graphstore.ingest.sources import resolve_source
-from graphstore.ingest.validate import check_finite, validate_source
+from graphstore.ingest.validate import check_finite, check_options, validate_source
 from graphstore.ingest.writer import ArrayWriter
 from graphstore.manifest import AttrSchema, EdgeTypeInfo, Manifest, NodeTypeInfo
-from graphstore.storage import LocalLocation, Location, is_dataset, open_location, redact_url
+from graphstore.storage import LocalLocation, Location, open_location, redact_url
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
@@ -77,8 +78,9 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     """
     started = time.perf_counter()
     rule = _link_split_rule(link_split, link_split_by, link_split_edge_type, link_split_time_attr, seed)
+    check_options(seed=seed, chunk_mb=chunk_mb, metis_max_edges=metis_max_edges)
     location = open_location(dest, storage_options)
-    replacing = _check_dest(location, overwrite)
+    replacing = check_dest(location, overwrite, data)
     source = resolve_source(data, to_undirected=to_undirected)
     options = dict(num_parts=num_parts, method=method, seed=seed, compression=compression,
                    halo_features=halo_features, allow_nan=allow_nan, chunk_bytes=int(chunk_mb * (1 << 20)),
@@ -98,14 +100,25 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
 
 def _ingest_staged(source: GraphSource, location: LocalLocation, options: dict[str, Any]) -> IngestSummary:
     """Write into a hidden sibling directory, then rename it into place: DEST is never half-written."""
-    staged = location.staging()
+    staged = _on_disk(location, "creating a staging directory beside it", location.staging)
     try:
         summary = _write_dataset(source, staged, **options)
-        location.replace_with(staged)
+        _on_disk(location, "renaming the new dataset into place", lambda: location.replace_with(staged))
     except BaseException:
         staged.remove()
         raise
     return summary
+
+
+def _on_disk(location: LocalLocation, action: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, with a file-system error (read-only, full, permissions) named as the DEST's."""
+    try:
+        return fn()
+    except GraphstoreError:
+        raise
+    except OSError as exc:
+        raise StorageError(f"DEST {location.root}: {action} failed ({exc.strerror or exc}); nothing was "
+                           "changed at DEST: choose a writable place with free space") from exc
 
 
 def _ingest_in_place(source: GraphSource, location: Location, replacing: bool,
@@ -186,25 +199,6 @@ def _compact_ids(source: GraphSource) -> None:
         if max(source.nodes[s_type].num_nodes, source.nodes[d_type].num_nodes) < 2**31:
             table.src = np.asarray(table.src).astype(np.int32, copy=False)
             table.dst = np.asarray(table.dst).astype(np.int32, copy=False)
-
-
-def _check_dest(location: Location, overwrite: bool) -> bool:
-    """Refuse a DEST holding anything but a graphstore dataset; return whether there is one to replace."""
-    location.check_container()
-    if not location.exists() or location.is_empty():
-        return False
-    if not is_dataset(location):
-        raise DatasetExistsError(
-            f"{location.url} exists and is not a graphstore dataset; refusing to write there (even with "
-            "--overwrite, so nothing of yours is deleted): choose a new or empty directory"
-        )
-    doc = location.read_json(layout.ROOT_METADATA)
-    if isinstance(doc, dict) and layout.MANIFEST_ATTR not in doc.get("attributes", {}):
-        logger.info("%s holds an interrupted ingest (no manifest); replacing it", location.url)
-        return True
-    if not overwrite:
-        raise DatasetExistsError(f"{location.url} already holds a dataset; pass --overwrite (overwrite=True) to replace it")
-    return True
 
 
 def _halo_attrs(source: GraphSource, spec: tuple[str, ...] | str) -> dict[Any, tuple[str, ...]]:

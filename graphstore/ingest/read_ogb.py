@@ -311,7 +311,10 @@ def _split_files(directory: str, split_scheme: str | None) -> dict[str, str]:
     schemes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d))) if os.path.isdir(root) else []
     if split_scheme is None:
         if len(schemes) > 1:
-            raise InvalidInputError(f"{root!r} holds several split schemes {schemes}; pass split_scheme= one of them")
+            raise InvalidInputError(
+                f"{root!r} holds several split schemes {schemes}; keep only the one to use there (move the "
+                "others away), or from Python: graphstore.ingest(read_ogb(DIR, split_scheme=...), DEST) with "
+                "read_ogb from graphstore.ingest.read_ogb")
         if not schemes:
             logger.warning("%s has no split/<scheme> directory: no train/val/test masks", directory)
             return {}

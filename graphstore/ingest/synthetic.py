@@ -12,6 +12,7 @@ import numpy as np
 
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
+from graphstore.ingest.validate import BYTES_PER_EDGE, check_fits_memory
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +114,11 @@ class SyntheticSpec:
                 raise _bad(key, getattr(self, key), f"out of range, expected {ACCEPTED_KEYS[key]}")
         if self.train + self.val > 1.0 + 1e-9:
             raise _bad("train", self.train, f"train + val = {self.train + self.val:g} exceeds 1")
+        if self.classes > self.nodes:
+            raise _bad("classes", self.classes, f"more classes than nodes ({self.nodes}); every class needs nodes: "
+                       f"give classes <= nodes")
+        check_fits_memory(f"synthetic spec: {self.num_edges:,} edges (nodes x avg_degree)",
+                          self.num_edges * BYTES_PER_EDGE, "lower nodes= or avg_degree=")
 
     @property
     def num_edges(self) -> int:

@@ -120,6 +120,9 @@ class SyntheticMagSpec:
                 raise _bad(key, getattr(self, key), f"out of range, expected {ACCEPTED_KEYS[key]}")
         if self.train + self.val > 1.0 + 1e-9:
             raise _bad("train", self.train, f"train + val = {self.train + self.val:g} exceeds 1")
+        if self.classes > self.papers:
+            raise _bad("classes", self.classes, f"more classes than papers ({self.papers}); every class needs nodes: "
+                       f"give classes <= papers")
 
     @property
     def num_nodes(self) -> dict[str, int]:

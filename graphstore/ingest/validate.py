@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import os
+
 import numpy as np
 
 from graphstore import layout
@@ -9,6 +12,8 @@ from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import SUPPORTED_DTYPES, EdgeType, GraphSource, NodeType
 
 _BLOCK = 1 << 24
+BYTES_PER_NODE = 32  # per-node maps ingest holds (partition, relabelling, degree, isolated-node flags)
+BYTES_PER_EDGE = 40  # per stored edge: endpoints, sort key, permutation, scratch (README, Ingest)
 
 
 def _where_node(ntype: NodeType) -> str:
@@ -24,8 +29,9 @@ def validate_source(source: GraphSource, num_parts: int) -> None:
 
     Self-loops, duplicate edges and isolated nodes are valid (kept, counted in the manifest).
     """
-    if not source.nodes:
-        raise InvalidInputError("the graph has no nodes; give at least one node type with num_nodes > 0")
+    if not source.nodes or sum(t.num_nodes for t in source.nodes.values()) == 0:
+        raise InvalidInputError("the graph has no nodes; give at least one node type with num_nodes > 0 "
+                                "(an edge list, or num_nodes)")
     if (None in source.nodes) != (None in source.edges) or (None in source.nodes and len(source.nodes) > 1):
         raise InvalidInputError("mix of homogeneous (type None) and typed nodes/edges; use one or the other")
     total_nodes = sum(t.num_nodes for t in source.nodes.values())
@@ -38,10 +44,28 @@ def validate_source(source: GraphSource, num_parts: int) -> None:
         )
     for ntype, table in source.nodes.items():
         _check_node_table(ntype, table.num_nodes, table.attrs)
+    check_fits_memory(f"the node ID range ({total_nodes:,} nodes)", total_nodes * BYTES_PER_NODE,
+                      "node IDs must be 0..N-1: remap them to consecutive IDs (np.unique(ids, return_inverse=True)), "
+                      "or give num_nodes if the graph really has that many nodes")
     if sum(t.num_edges for t in source.edges.values()) == 0:
         raise InvalidInputError("the edge list is empty: a graph dataset needs at least one edge")
     for etype, table in source.edges.items():
         _check_edge_table(source, etype)
+
+
+def check_options(*, seed: object, chunk_mb: object, metis_max_edges: object) -> None:
+    """The numeric options of ingest: integers and finite numbers in range, before anything is read."""
+    if not _is_int(seed) or not 0 <= seed < 2**63:  # type: ignore[operator]
+        raise InvalidInputError(f"--seed {seed!r} is invalid: give an integer in [0, 2**63)")
+    if isinstance(chunk_mb, bool) or not isinstance(chunk_mb, (int, float, np.number)) or \
+            not math.isfinite(chunk_mb) or not 0 < chunk_mb <= 1024:
+        raise InvalidInputError(f"--chunk-mb {chunk_mb!r} is invalid: give a finite size in MB in (0, 1024]")
+    if metis_max_edges is not None and (not _is_int(metis_max_edges) or metis_max_edges < 0):  # type: ignore
+        raise InvalidInputError(f"--metis-max-edges {metis_max_edges!r} is invalid: give an integer >= 0 (0 = all)")
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
 def _check_node_table(ntype: NodeType, num_nodes: int, attrs: dict) -> None:
@@ -55,6 +79,40 @@ def _check_node_table(ntype: NodeType, num_nodes: int, attrs: dict) -> None:
         if name == layout.ORIG_ID:
             raise InvalidInputError(f"{where}: attribute name {name!r} is reserved for the input IDs; rename it")
         _check_rows(f"{where}, attribute {name!r}", rows, num_nodes, "num_nodes")
+        check_node_attr(f"{where}, attribute {name!r}", name, rows)
+
+
+def check_node_attr(where: str, name: str, rows: object) -> None:
+    """The meaning of well-known node attributes: ``x`` is 2-D, ``y`` integer labels, ``*_mask`` bool."""
+    shape, dtype = tuple(rows.shape), np.dtype(rows.dtype)  # type: ignore[attr-defined]
+    if name == "x" and len(shape) != 2:
+        raise InvalidInputError(f"{where} has shape {list(shape)}; features must be 2-D [num_nodes, width]: "
+                                "reshape them (x.reshape(len(x), -1))")
+    if name == "y" and (dtype.kind not in "iu" or len(shape) > 2):
+        raise InvalidInputError(f"{where} has dtype {dtype} and shape {list(shape)}; labels must be integer class "
+                                "IDs, 1-D (or 2-D for multi-label): convert them (y.astype(np.int64))")
+    if name.endswith("_mask") and (dtype != np.bool_ or len(shape) != 1):
+        raise InvalidInputError(f"{where} has dtype {dtype} and shape {list(shape)}; masks must be 1-D bool (one "
+                                "flag per node): convert them (mask.astype(bool), or mask == 1)")
+
+
+def available_memory() -> int:
+    """Bytes this machine can still give (``MemAvailable``; physical memory where that is unknown)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_fits_memory(what: str, nbytes: int, fix: str) -> None:
+    """Refuse work whose per-element arrays alone would need more memory than this machine has."""
+    if nbytes > available_memory():
+        raise InvalidInputError(f"{what} would need about {nbytes / 1e9:,.1f} GB of memory at ingest, more than "
+                                f"the {available_memory() / 1e9:,.1f} GB available; {fix}")
 
 
 def _check_rows(where: str, rows: object, expected: int, what: str) -> None:

@@ -38,7 +38,7 @@ def test_errors_exit_2_with_the_message(tmp_path, capsys):
     assert main(["ingest", "bogus:x", str(tmp_path / "d")]) == 2
     assert "unknown SOURCE 'bogus:x'" in capsys.readouterr().err
     assert main(["ingest", SPEC, str(tmp_path / "d"), "--parts", "0"]) == 2
-    assert "--parts 0 is invalid" in capsys.readouterr().err
+    assert "argument --parts: 0 is out of range" in capsys.readouterr().err
     assert main(["info", str(tmp_path / "none")]) == 2
     assert "no graphstore dataset" in capsys.readouterr().err
 

@@ -119,7 +119,7 @@ def test_graph_shape(graph: GraphSource) -> None:
 
 @pytest.mark.parametrize(("nodes", "avg_degree"), [(5000, 8.0), (999, 7.3), (2, 0.4), (3, 1.0)])
 def test_edge_count_ids_and_dtype(nodes: int, avg_degree: float) -> None:
-    edges = _build(f"nodes={nodes},avg_degree={avg_degree},features=0").edges[None]
+    edges = _build(f"nodes={nodes},avg_degree={avg_degree},features=0,classes=2").edges[None]
     assert edges.num_edges % 2 == 0
     assert abs(edges.num_edges - nodes * avg_degree) <= 1
     assert edges.src.dtype == np.int64 and edges.dst.dtype == np.int64

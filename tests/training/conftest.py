@@ -79,3 +79,9 @@ def synthetic1(tmp_path_factory):
     dest = tmp_path_factory.mktemp("synthetic") / "syn1"
     graphstore.ingest(synthetic_source(), dest, num_parts=1)
     return dest
+
+
+@pytest.fixture(autouse=True)
+def _job_logs_in_tmp(monkeypatch, tmp_path_factory) -> None:
+    """A failed job keeps its log (GRAPHSTORE_LOG_DIR): under the test's temporary directory, never /tmp."""
+    monkeypatch.setenv("GRAPHSTORE_LOG_DIR", str(tmp_path_factory.mktemp("job-logs")))

@@ -1,0 +1,87 @@
+"""Where ingest may write: a dataset, an empty or missing directory, or nothing at all (refused)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from graphstore import layout
+from graphstore.errors import DatasetExistsError, StoragePermissionError
+from graphstore.storage import LocalLocation, Location, is_dataset
+
+logger = logging.getLogger(__name__)
+_PATH_SCHEMES = ("npz", "planetoid", "ogb")
+
+
+def check_dest(location: Location, overwrite: bool, data: Any = None) -> bool:
+    """Refuse a DEST holding anything but a graphstore dataset; return whether there is one to replace.
+
+    A file at DEST (above all the SOURCE itself), a DEST inside the SOURCE or holding it, and a DEST
+    whose parent cannot be written are refused before anything is read or written.
+    """
+    if isinstance(location, LocalLocation):
+        _check_local(location, data)
+    location.check_container()
+    if not location.exists() or location.is_empty():
+        return False
+    if not is_dataset(location):
+        raise DatasetExistsError(
+            f"{location.url} exists and is not a graphstore dataset; refusing to write there (even with "
+            "--overwrite, so nothing of yours is deleted): choose a new or empty directory"
+        )
+    doc = location.read_json(layout.ROOT_METADATA)
+    if isinstance(doc, dict) and layout.MANIFEST_ATTR not in doc.get("attributes", {}):
+        logger.info("%s holds an interrupted ingest (no manifest); replacing it", location.url)
+        return True
+    if not overwrite:
+        raise DatasetExistsError(f"{location.url} already holds a dataset; pass --overwrite (overwrite=True) to replace it")
+    return True
+
+
+def source_path(data: Any) -> str | None:
+    """The local file or directory a SOURCE string reads (``npz:PATH`` ...), or ``None``."""
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    scheme, sep, rest = os.fspath(data).partition(":")
+    if not sep or scheme not in _PATH_SCHEMES or not rest:
+        return None
+    return os.path.realpath(os.path.expanduser(rest))
+
+
+def _check_local(location: LocalLocation, data: Any) -> None:
+    root = location.root
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise DatasetExistsError(
+            f"DEST {root} is a file, not a directory; refusing to write there (nothing of yours is moved or "
+            "replaced): give a new or empty directory as DEST"
+        )
+    src = source_path(data)
+    if src is not None:
+        real = os.path.realpath(root)
+        if real == src or _inside(real, src) or _inside(src, real):
+            raise DatasetExistsError(
+                f"DEST {root} overlaps the SOURCE {src} (the same path, or one inside the other); the dataset "
+                "must go elsewhere: give a DEST outside the source"
+            )
+    _check_writable(root)
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def _check_writable(root: str) -> None:
+    """Ingest writes beside DEST (a hidden sibling, renamed into place): its parent must be writable."""
+    parent = os.path.dirname(root.rstrip(os.sep)) or os.sep
+    existing = parent
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise DatasetExistsError(f"DEST {root}: {existing} is a file, so no directory can be made there; "
+                                 "choose another DEST")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise StoragePermissionError(
+            f"DEST {root}: cannot write in {existing} (permission denied; ingest writes beside DEST and renames "
+            "into place); choose a DEST in a directory you can write, or fix its permissions"
+        )

@@ -1,0 +1,173 @@
+"""graphstore-train on bad flags and damaged data, one row each: exit code, one line naming it, nothing left.
+
+``FLAG_CASES`` rows are (arguments after the dataset, exit code, a word the line must contain); they run
+in-process (the checks all happen before any rank starts). ``{t}`` is the row's own empty directory,
+which must still be empty afterwards. The rows of ``JOB_CASES`` need real ranks and run as a user would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import graphstore
+from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
+from tests.training.conftest import ROOT, train_cmd
+from training.launch import main
+
+SPEC = "synthetic:nodes=1500,avg_degree=5,features=8,classes=3,seed=4"
+
+FLAG_CASES = [
+    (["--dropout", "2"], 2, "--dropout"),
+    (["--dropout", "nan"], 2, "--dropout"),
+    (["--lr", "-1"], 2, "--lr"),
+    (["--lr", "0"], 2, "--lr"),
+    (["--lr", "inf"], 2, "--lr"),
+    (["--nproc", "0"], 2, "--nproc"),
+    (["--nproc", "-3"], 2, "--nproc"),
+    (["--epochs", "0"], 2, "--epochs"),
+    (["--batch-size", "0"], 2, "--batch-size"),
+    (["--timeout", "nan"], 2, "--timeout"),
+    (["--cache-rows", "-1"], 2, "--cache-rows"),
+    (["--seed", "-1"], 2, "--seed"),
+    (["--fanout", "5,x"], 2, "--fanout"),
+    (["--fanout", "0,5"], 2, "--fanout"),
+    (["--nproc", "3"], 2, "multiple of the partition count"),
+    (["--checkpoint-dir", "{t}/file"], 2, "is a file"),
+    (["--checkpoint-dir", "{t}/file/sub"], 2, "is a file"),
+    (["--metrics-out", "{t}/missing/m.json"], 2, "does not exist"),
+    (["--metrics-out", "{t}"], 2, "is a directory"),
+    (["--resume"], 2, "--checkpoint-dir"),
+    (["--task", "link", "--edge-type", "x,y,z"], 2, "edge type"),
+    (["--target", "nope"], 2, "--target"),
+    (["--task", "link", "--target", "nope"], 2, "--target"),
+    (["--edge-type", "a,b,c"], 2, "--edge-type"),
+]
+
+
+@pytest.fixture(scope="module")
+def ds(tmp_path_factory) -> str:
+    dest = tmp_path_factory.mktemp("train") / "ds"
+    graphstore.ingest(SPEC, dest, num_parts=2)
+    return str(dest)
+
+
+@pytest.mark.parametrize("args,code,word", FLAG_CASES, ids=[" ".join(c[0]) for c in FLAG_CASES])
+def test_bad_flags_refused_before_ranks_start(ds, tmp_path, capsys, monkeypatch, args, code, word):
+    monkeypatch.setattr("training.launch.launch_local", _no_ranks)
+    prepared = set()
+    if any("{t}/file" in a for a in args):
+        (tmp_path / "file").write_text("mine")
+        prepared.add("file")
+    argv = [ds, "--no-progress", *(a.format(t=tmp_path) for a in args)]
+    assert main(argv) == code
+    err = capsys.readouterr().err.strip()
+    assert word in err and len(err.splitlines()) == 1, err
+    assert set(os.listdir(tmp_path)) == prepared, "something was written"
+    if prepared:
+        assert (tmp_path / "file").read_text() == "mine"
+
+
+def _no_ranks(*args, **kwargs):
+    raise AssertionError("ranks were started: the check must come before")
+
+
+def test_link_task_on_an_edge_type_without_edges(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("training.launch.launch_local", _no_ranks)
+    nodes = {"a": NodeTable(4, {}), "b": NodeTable(3, {})}
+    edges = {("a", "to", "a"): EdgeTable(np.array([0, 1, 2]), np.array([1, 2, 3])),
+             ("a", "to", "b"): EdgeTable(np.zeros(0, np.int64), np.zeros(0, np.int64))}
+    graphstore.ingest(GraphSource(nodes, edges), tmp_path / "h")
+    assert main([str(tmp_path / "h"), "--task", "link", "--edge-type", "a,to,b"]) == 2
+    err = capsys.readouterr().err
+    assert "has no edges" in err and "('a', 'to', 'a')" in err, err
+
+
+def test_missing_chunk_found_before_ranks_start(ds, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("training.launch.launch_local", _no_ranks)
+    copy = tmp_path / "ds"
+    shutil.copytree(ds, copy)
+    os.remove(copy / "part_00001" / "nodes" / "_N" / "x" / "c" / "0" / "0")
+    assert main([str(copy), "--no-progress"]) == 2
+    assert "chunk 0 of part_00001/nodes/_N/x is missing" in capsys.readouterr().err
+
+
+def _flip(path) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[64] ^= 0xFF
+    path.write_bytes(raw)
+
+
+# (damaged chunk, extra flags, words of the one line): real ranks, exit 2, traceback kept in the log
+JOB_CASES = [
+    ("part_00001/edges/_N/indices/c/0", [], ["rank 1:", "part_00001/edges/_N/indices", "fails its checksum"]),
+    ("part_00001/nodes/_N/x/c/0/0", ["--verify-reads"], ["rank 1:", "part_00001/nodes/_N/x", "fails its checksum"]),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("chunk,flags,words", JOB_CASES, ids=[c[0].split("/")[3] for c in JOB_CASES])
+def test_damaged_data_stops_the_job_in_one_line(ds, tmp_path, chunk, flags, words):
+    copy = tmp_path / "ds"
+    shutil.copytree(ds, copy)
+    _flip(copy / chunk)
+    (tmp_path / "sys").mkdir()
+    (tmp_path / "logs").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "sys"),
+           "GRAPHSTORE_LOG_DIR": str(tmp_path / "logs")}
+    out = subprocess.run(train_cmd(copy, "--epochs", 1, "--fanout", "5,5", *flags), capture_output=True, text=True,
+                         timeout=300, env=env, cwd=ROOT)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert all(w in lines[0] for w in words), lines[0]
+    logs = os.listdir(tmp_path / "logs")
+    assert len(logs) == 1 and logs[0] in lines[0]
+    assert "Traceback" in (tmp_path / "logs" / logs[0]).read_text()
+    assert os.listdir(tmp_path / "sys") == [], "the job left temporary files behind"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_a_run_leaves_no_temporary_files(ds, tmp_path):
+    """PyG writes a generated module per process into the temp directory; the launcher's goes with it."""
+    (tmp_path / "sys").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path / "sys")}
+    out = subprocess.run(train_cmd(ds, "--epochs", 1, "--fanout", "5,5"), capture_output=True, text=True,
+                         timeout=300, env=env, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert os.listdir(tmp_path / "sys") == [], "the run left temporary files behind"
+
+
+# the launcher's one line from what the ranks recorded: (records, exit codes, stopped ranks, words, exit code)
+SUMMARY_CASES = [
+    ([dict(rank=1, time=2.0, message="rank 1: peer gone", echo=True, input=False),
+      dict(rank=0, time=1.0, message="x chunk 3 fails its checksum", echo=False, input=True)],
+     {0: 2, 1: 1}, set(), ["error: rank 0: x chunk 3 fails its checksum"], 2),
+    ([dict(rank=0, time=1.0, message="rank 0: rank(s) [1] died", echo=True, input=False)],
+     {0: 1, 1: -9}, set(), ["rank 1 exited with signal SIGKILL; rank 0: rank 0: rank(s) [1] died"], 1),
+    ([dict(rank=0, time=1.0, message="boom", echo=False, input=False)],
+     {0: 1, 1: -9}, {1}, ["rank 0: boom"], 1),
+    ([], {0: 0, 1: 3}, set(), ["rank 1 exited with exit code 3"], 1),
+]
+
+
+@pytest.mark.parametrize("records,codes,stopped,words,code", SUMMARY_CASES)
+def test_one_line_names_the_first_cause(tmp_path, monkeypatch, records, codes, stopped, words, code):
+    import json
+
+    from training import failures
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in records:
+        (job / f"rank{r['rank']}.error.json").write_text(json.dumps({**r, "traceback": "Traceback: here\n"}))
+    monkeypatch.setenv(failures.LOG_DIR_ENV, str(tmp_path))
+    line, got = failures.summarize(str(job), codes, stopped)
+    assert got == code and all(w in line for w in words) and "\n" not in line, line
+    log = line.rsplit("rank output: ", 1)[1].rstrip(")")
+    assert os.path.dirname(log) == str(tmp_path) and ("Traceback" in open(log).read() or not records)
