@@ -130,7 +130,7 @@ def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | 
     parts, scheme, moved = _best_metis(xadj, adjncy, weights, names, num_parts, seed)
     after = imbalance(part_loads(parts, weights, num_parts))
     if moved:
-        logger.warning("METIS (%s) missed balance %.2f; moved %d boundary nodes, now %s", scheme, TARGET, moved,
+        logger.info("METIS (%s) missed balance %.2f; moved %d boundary nodes, now %s", scheme, TARGET, moved,
                        _describe(names, after))
     if after.max() > TARGET:
         logger.warning("partition still unbalanced after repair: %s", _describe(names, after))
