@@ -74,7 +74,11 @@ def _repair(parts: np.ndarray, weights: np.ndarray, xadj: np.ndarray, adjncy: np
         worst = imbalance(loads)
         if worst.max() <= target:
             break
-        step = _round(parts, weights, xadj, adjncy, loads, int(worst.argmax()), targeted, swap)
+        step = 0
+        for c in np.argsort(-worst)[: int(np.count_nonzero(worst > target))]:  # worst first; next if stuck
+            step = _round(parts, weights, xadj, adjncy, loads, int(c), targeted, swap)
+            if step:
+                break
         if step == 0 and targeted:
             break
         targeted |= step == 0
@@ -108,6 +112,12 @@ def _round(parts: np.ndarray, weights: np.ndarray, xadj: np.ndarray, adjncy: np.
     return _apply(parts, weights, loads, (heavy, there, take), (light, back, take_back))
 
 
+def _score(loads: np.ndarray) -> tuple[float, float]:
+    """What a move must lower: the worst imbalance, then the squared overloads of every part (ties)."""
+    ratio = loads / np.maximum(loads.mean(axis=0), 1e-12)
+    return float(ratio.max()), float(np.square(np.clip(ratio - 1.0, 0.0, None)).sum())
+
+
 def _prefix(weights: np.ndarray, amount: float) -> int:
     """How many of ``weights``, in order, first reach ``amount`` (all of them at most)."""
     return min(int(np.searchsorted(np.cumsum(weights), amount, side="right")) + 1, len(weights))
@@ -115,15 +125,15 @@ def _prefix(weights: np.ndarray, amount: float) -> int:
 
 def _apply(parts: np.ndarray, weights: np.ndarray, loads: np.ndarray, out: tuple, back: tuple) -> int:
     """Move the first ``take`` of ``out``'s nodes to ``back``'s part and vice versa, halving both until
-    the worst imbalance drops; the count moved (0: none helped)."""
+    the score drops (the worst imbalance, then the overloads); the count moved (0: none helped)."""
     (a, nodes_a, take_a), (b, nodes_b, take_b) = out, back
-    before = imbalance(loads).max()
+    before = _score(loads)
     while take_a > 0:
         delta = weights[nodes_a[:take_a]].sum(axis=0) - weights[nodes_b[:take_b]].sum(axis=0)
         trial = loads.copy()
         trial[a] -= delta
         trial[b] += delta
-        if imbalance(trial).max() < before:
+        if _score(trial) < before:
             parts[nodes_a[:take_a]] = b
             parts[nodes_b[:take_b]] = a
             loads[:] = trial
