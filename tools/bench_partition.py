@@ -11,6 +11,7 @@ in-degree as the edge weight, recursive bisection when k-way misses 1.05, then t
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import platform
 import time
@@ -90,28 +91,40 @@ def main() -> None:
     ap.add_argument("--graphs", nargs="+", choices=sorted(GRAPHS), default=["random", "powerlaw"])
     ap.add_argument("--parts", nargs="+", type=int, default=[2, 4, 8, 16])
     ap.add_argument("--no-before", action="store_true", help="skip the old weights (halves the run time)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    print(f"# {platform.node()} {platform.processor() or platform.machine()}, numpy {np.__version__}")
-    print("| graph | parts | run | nodes | train nodes | edges | edge cut | METIS scheme | moved | seconds |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    if not args.json:
+        print(f"# {platform.node()} {platform.processor() or platform.machine()}, numpy {np.__version__}")
+        print("| graph | parts | run | nodes | train nodes | edges | edge cut | METIS scheme | moved | seconds |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for name in args.graphs:
         source = GRAPHS[name]()
         for k in args.parts:
-            if not args.no_before:
-                t = time.perf_counter()
-                m = measure(source, old_partition(source, k), k)
-                _row(name, k, "before", m, "kway", "-", time.perf_counter() - t)
-            t = time.perf_counter()
-            assign, details = partition_nodes(source, k, "metis")
-            m = measure(source, assign[None], k)
-            _row(name, k, "after", m, details["metis_scheme"], str(details["rebalanced_nodes"]),
-                 time.perf_counter() - t)
+            for run in (("after",) if args.no_before else ("before", "after")):
+                rows.append(_measure_run(source, name, k, run))
+                if not args.json:
+                    _print_row(rows[-1])
+    if args.json:
+        print(json.dumps({"machine": platform.node(), "rows": rows}, indent=1))
 
 
-def _row(name: str, k: int, run: str, m: dict[str, float], scheme: str, moved: str, seconds: float) -> None:
-    print(f"| {name} | {k} | {run} | {m['nodes']:.3f} | {m['train']:.3f} | {m['edges']:.3f} | {m['cut']:.3f} "
-          f"| {scheme} | {moved} | {seconds:.1f} |", flush=True)
+def _measure_run(source: GraphSource, name: str, k: int, run: str) -> dict:
+    start = time.perf_counter()
+    if run == "before":
+        parts, scheme, moved = old_partition(source, k), "kway", None
+    else:
+        assign, details = partition_nodes(source, k, "metis")
+        parts, scheme, moved = assign[None], details["metis_scheme"], details["rebalanced_nodes"]
+    return {"graph": name, "parts": k, "run": run, **measure(source, parts, k), "scheme": scheme, "moved": moved,
+            "seconds": round(time.perf_counter() - start, 2)}
+
+
+def _print_row(r: dict) -> None:
+    moved = "-" if r["moved"] is None else r["moved"]
+    print(f"| {r['graph']} | {r['parts']} | {r['run']} | {r['nodes']:.3f} | {r['train']:.3f} | {r['edges']:.3f} "
+          f"| {r['cut']:.3f} | {r['scheme']} | {moved} | {r['seconds']:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ then runs the same batches untrimmed and trimmed, alternating, and the median st
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -46,15 +47,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=512)
     ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = ap.parse_args()
     torch.manual_seed(0)
     data = graph(args.nodes, 64)
     loader = NeighborLoader(data, [15, 10, 5], batch_size=args.batch_size, shuffle=True, seed=0)
     batches = [b for _, b in zip(range(args.steps), loader)]
-    print(f"# {platform.node()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"{args.nodes} nodes, fanout [15,10,5], batch {args.batch_size}, hidden {args.hidden}, {args.steps} steps")
-    print("| model | untrimmed ms/step | trimmed ms/step | speed-up |")
-    print("|---|---|---|---|")
+    rows = []
+    header = (f"# {platform.node()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+              f"{args.nodes} nodes, fanout [15,10,5], batch {args.batch_size}, hidden {args.hidden}, {args.steps} steps")
+    if not args.json:
+        print(header + "\n| model | untrimmed ms/step | trimmed ms/step | speed-up |\n|---|---|---|---|")
     for name in TRIMMED_MODELS:
         model = build_model(name, 64, args.hidden, 8, 3, 0.0)
         times: dict[bool, list[float]] = {False: [], True: []}
@@ -63,7 +66,11 @@ def main() -> None:
             for trimmed in (False, True):
                 times[trimmed].append(step_seconds(model, batch, trim_arguments(name, batch) if trimmed else {}))
         full, trim = statistics.median(times[False]), statistics.median(times[True])
-        print(f"| {name} | {1e3 * full:.1f} | {1e3 * trim:.1f} | {full / trim:.2f}x |", flush=True)
+        rows.append({"model": name, "untrimmed_ms": round(1e3 * full, 2), "trimmed_ms": round(1e3 * trim, 2)})
+        if not args.json:
+            print(f"| {name} | {1e3 * full:.1f} | {1e3 * trim:.1f} | {full / trim:.2f}x |", flush=True)
+    if args.json:
+        print(json.dumps({"setup": header[2:], "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

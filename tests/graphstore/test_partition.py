@@ -96,7 +96,8 @@ SOURCES = {
     "cora": _cora_source,
     "facebook": _facebook_source,
 }
-BALANCE_CASES = [(g, k) for g in ("random", "powerlaw", "facebook") for k in (2, 4, 8, 16)] + [("cora", k) for k in (2, 4, 8)]
+BALANCE_CASES = ([(g, k) for g in ("random", "powerlaw", "facebook") for k in (2, 4, 8, 16)]
+                 + [("cora", k) for k in (2, 4, 8)])
 
 
 def _balances(source, parts: np.ndarray, k: int) -> dict[str, float]:

@@ -56,3 +56,22 @@ def test_bench_train_runs_one_and_two_ranks(tmp_path):
     assert set(runs) == {1, 2} and runs[1]["speedup_vs_first"] == 1.0
     assert runs[1]["remote_requests"] == 0 and runs[2]["remote_requests"] > 0  # one partition: no RPC at all
     assert all(r["steps"] > 0 and 0.0 <= r["test_acc"] <= 1.0 for r in runs.values())
+
+
+@pytest.mark.slow
+def test_bench_partition_reports_every_constraint_before_and_after():
+    out = _run("bench_partition", "--graphs", "cora", "--parts", "2", "4")
+    rows = {(r["parts"], r["run"]): r for r in out["rows"]}
+    assert set(rows) == {(2, "before"), (2, "after"), (4, "before"), (4, "after")}
+    for (k, run), r in rows.items():
+        assert {"nodes", "train", "edges", "cut", "scheme", "moved"} <= set(r)
+        if run == "after":
+            assert max(r["nodes"], r["train"], r["edges"]) <= 1.05 and r["scheme"] in ("kway", "recursive")
+    assert rows[(2, "before")]["edges"] > 1.05  # the old weights miss on Cora: the table compares something
+
+
+@pytest.mark.slow
+def test_bench_trim_times_every_trimmed_model():
+    out = _run("bench_trim", "--nodes", "2000", "--steps", "2", "--batch-size", "64", "--hidden", "16")
+    assert [r["model"] for r in out["rows"]] == ["sage", "gat", "gin"]
+    assert all(r["untrimmed_ms"] > 0 and r["trimmed_ms"] > 0 for r in out["rows"])
