@@ -155,3 +155,17 @@ def test_summary_and_manifest_report_every_constraint(tmp_path):
     assert q["node_type_balance"] == {"_N": q["node_balance"]} == summary.node_type_balance
     assert max(q["node_balance"], q["edge_balance"], q["train_node_balance"]) <= 1.05
     assert q["rebalanced_nodes"] == summary.rebalanced_nodes and q["metis_scheme"] in ("kway", "recursive")
+
+
+def test_heterogeneous_balance_per_node_type(tmp_path):
+    from tests.conftest import small_hetero
+    data, expected = small_hetero()
+    summary = graphstore.ingest(data, tmp_path / "h", num_parts=2)
+    manifest = graphstore.open_dataset(tmp_path / "h").manifest
+    q = manifest.partitioning
+    for info in manifest.node_types:
+        sizes = np.diff(info.offsets)
+        assert q["node_type_balance"][info.key] == round(sizes.max() / sizes.mean(), 4) <= 1.05
+    train = expected.node_attrs["paper"]["train_mask"]
+    assert sum(q["train_nodes_per_part"]) == train.sum() and q["train_node_balance"] <= 1.05
+    assert max(q["edge_balance"], q["node_balance"]) <= 1.05 and summary.node_type_balance == q["node_type_balance"]
