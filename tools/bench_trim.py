@@ -54,8 +54,9 @@ def main() -> None:
     loader = NeighborLoader(data, [15, 10, 5], batch_size=args.batch_size, shuffle=True, seed=0)
     batches = [b for _, b in zip(range(args.steps), loader)]
     rows = []
-    header = (f"# {platform.node()}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-              f"{args.nodes} nodes, fanout [15,10,5], batch {args.batch_size}, hidden {args.hidden}, {args.steps} steps")
+    header = (f"# {platform.node()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+              f"{torch.get_num_threads()} threads; {args.nodes} nodes, fanout [15,10,5], batch {args.batch_size}, "
+              f"hidden {args.hidden}, {args.steps} steps")
     if not args.json:
         print(header + "\n| model | untrimmed ms/step | trimmed ms/step | speed-up |\n|---|---|---|---|")
     for name in TRIMMED_MODELS:
