@@ -169,3 +169,13 @@ def test_heterogeneous_balance_per_node_type(tmp_path):
     train = expected.node_attrs["paper"]["train_mask"]
     assert sum(q["train_nodes_per_part"]) == train.sum() and q["train_node_balance"] <= 1.05
     assert max(q["edge_balance"], q["node_balance"]) <= 1.05 and summary.node_type_balance == q["node_type_balance"]
+
+
+def test_a_repaired_split_says_so_in_the_log_and_details(caplog):
+    import logging
+    source = _cora_source()
+    with caplog.at_level(logging.INFO, logger="graphstore.ingest.partition"):
+        assign, details = partition_nodes(source, 4, "metis")
+    assert details["rebalanced_nodes"] > 0  # Cora at 4 parts needs the repair (see README's table)
+    assert any(f"moved {details['rebalanced_nodes']} boundary nodes" in r.getMessage() for r in caplog.records)
+    assert max(_balances(source, assign[None], 4).values()) <= 1.05
