@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from graphstore.errors import InvalidInputError
-from graphstore.ingest.rebalance import TARGET, imbalance, part_loads, rebalance
+from graphstore.ingest.rebalance import TARGET, edge_cut, imbalance, part_loads, rebalance
 from graphstore.ingest.source import GraphSource, NodeType
 
 logger = logging.getLogger(__name__)
@@ -130,8 +130,8 @@ def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | 
     parts, scheme, moved = _best_metis(xadj, adjncy, weights, names, num_parts, seed)
     after = imbalance(part_loads(parts, weights, num_parts))
     if moved:
-        logger.info("METIS (%s) missed balance %.2f; moved %d boundary nodes, now %s", scheme, TARGET, moved,
-                       _describe(names, after))
+        logger.info("METIS (%s) missed balance %.2f; the repair moved %d nodes (boundary first), now %s", scheme,
+                    TARGET, moved, _describe(names, after))
     if after.max() > TARGET:
         logger.warning("partition still unbalanced after repair: %s", _describe(names, after))
     if progress:
@@ -157,8 +157,7 @@ def _best_metis(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, names
     for scheme, got in (("kway", parts), ("recursive", _run_metis(xadj, adjncy, weights, num_parts, seed, True))):
         moved = rebalance(got, weights, xadj, adjncy, num_parts)
         worst = imbalance(part_loads(got, weights, num_parts)).max()
-        cut = int(np.count_nonzero(got[np.repeat(np.arange(len(got)), np.diff(xadj))] != got[adjncy]))
-        runs.append((max(worst, TARGET), cut, scheme, got, moved))
+        runs.append((max(worst, TARGET), edge_cut(got, xadj, adjncy), scheme, got, moved))
     best = min(runs, key=lambda r: r[:2])
     return best[3], best[2], best[4]
 
