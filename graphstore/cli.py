@@ -113,7 +113,9 @@ def _ingest(args: argparse.Namespace) -> int:
     for p, (n, e) in enumerate(zip(summary.nodes_per_part, summary.edges_per_part)):
         print(f"  partition {p}: {n:,} nodes, {e:,} edges")
     print(f"  edge cut {100 * summary.edge_cut_fraction:.2f}% ({summary.edge_cut:,} edges), "
-          f"balance nodes {summary.node_balance:.3f} edges {summary.edge_balance:.3f}")
+          f"balance nodes {summary.node_balance:.3f} edges {summary.edge_balance:.3f}"
+          + (f" train nodes {summary.train_node_balance:.3f}" if summary.train_node_balance is not None else "")
+          + (f" ({summary.rebalanced_nodes:,} nodes moved after METIS)" if summary.rebalanced_nodes else ""))
     for key, rec in summary.link_splits.items():
         print(f"  link split of {key} by {rec['by']}: train {rec['train']:,} val {rec['val']:,} test {rec['test']:,}")
     return 0
@@ -132,7 +134,7 @@ def _info_text(meta: dict[str, Any], url: str) -> str:
                      f"  attrs: {', '.join(et['attrs']) or '-'}")
     q = meta["partitioning"]
     lines.append(f"  partitioning: {q['method']}, edge cut {100 * q['edge_cut_fraction']:.2f}%, balance nodes "
-                 f"{q['node_balance']} edges {q['edge_balance']}")
+                 f"{q['node_balance']} edges {q['edge_balance']} train nodes {q.get('train_node_balance')}")
     lines.append(f"  splits: {meta['splits']}  stats: {meta['stats']}")
     for key, rec in meta.get("link_splits", {}).items():
         lines.append(f"  link split of {key}: by {rec['by']} {rec['fractions']}: train {rec['train']:,} "

@@ -115,8 +115,8 @@ class _Cli:
         self.record.append(("ingest", repr(args), shown))
         return SimpleNamespace(dest=args[1], num_parts=1, method="m", seconds=0.0, bytes_written=0,
                                nodes_per_part=[1], edges_per_part=[0], edge_cut_fraction=0.0, edge_cut=0,
-                               node_balance=1.0, edge_balance=1.0, link_splits={},
-                               to_json=lambda: {"kwargs": repr(kwargs)})
+                               node_balance=1.0, edge_balance=1.0, link_splits={}, train_node_balance=None,
+                               rebalanced_nodes=0, to_json=lambda: {"kwargs": repr(kwargs)})
 
     def run(self, argv: list[str]) -> tuple:
         self.record.clear()

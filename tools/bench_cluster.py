@@ -40,6 +40,9 @@ from graphstore.errors import DatasetNotFoundError  # noqa: E402
 from tests.cluster import Cluster, rig_unavailable  # noqa: E402
 from tests.training.multihost import clean_env, torchrun, wait_all  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "tools"))
+import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+
 DEMO = "synthetic:nodes=50000,avg_degree=12,features=32,classes=6,seed=0"
 
 
@@ -55,7 +58,7 @@ def _dataset(root: Path, spec: str, parts: int) -> Path:
 
 def _train_args(args: argparse.Namespace, metrics: Path) -> list[str]:
     return ["--epochs", str(args.epochs), "--fanout", args.fanout, "--batch-size", str(args.batch_size),
-            "--timeout", "120", "--metrics-out", str(metrics)]
+            "--timeout", "120", "--seed", str(args.seed % 2**31), "--metrics-out", str(metrics)]
 
 
 def _row(last: dict, hosts: int, link: str) -> dict:
@@ -108,7 +111,8 @@ def minimum(dest: Path, args: argparse.Namespace) -> dict:
         lo, hi = int(offsets[rank]), int(offsets[rank + 1])
         mask = ds.partition(rank)[0][None, "train_mask", None].numpy().astype(bool)
         seeds = torch.from_numpy(lo + np.flatnonzero(mask))
-        loader = DistributedNeighborLoader(ds, fanout, transport, seeds, batch_size=args.batch_size, prefetch=0)
+        loader = DistributedNeighborLoader(ds, fanout, transport, seeds, batch_size=args.batch_size, prefetch=0,
+                                           seed=args.seed + rank)
         for batch in loader:
             n_id, dst = batch.n_id.numpy(), batch.edge_index[1].numpy()
             remote = (n_id < lo) | (n_id >= hi)
@@ -131,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--limit", type=float, default=1800, help="seconds a rig run may take before it is killed")
     p.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench-cluster")
+    benchinfo.add_seed_argument(p)
     args = p.parse_args(argv)
+    info = benchinfo.start(args, args.json)
     reason = rig_unavailable()
     if reason:
         print(f"bench_cluster: {reason}", file=sys.stderr)
@@ -146,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             for rate in args.rates.split(","):
                 row = on_rig(dest, hosts, rate, args, Path(tmp))
                 rows.append({**row, "speed_vs_loopback": round(base["train_seconds"] / max(row["train_seconds"], 1e-9), 2)})
-    out = {"spec": args.spec, "machine": {"cpus": os.cpu_count()}, "rows": rows, "minimum": minima}
+    out = {**info, "spec": args.spec, "rows": rows, "minimum": minima}
     print(json.dumps(out, indent=2) if args.json else _table(out))
     return 0
 

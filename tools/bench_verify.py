@@ -11,9 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
 
 def _best(fn, repeats: int) -> float:
     times = []
@@ -68,24 +72,22 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=400_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    benchinfo.add_seed_argument(parser)
     args = parser.parse_args()
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-    if not args.json:
-        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}")
+    result = benchinfo.start(args, args.json)  # the checks read every byte: no random draws (seed: the graph's)
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         path = args.data
         if path is None:
             import graphstore
 
             path = os.path.join(tmp, "ds")
-            spec = f"synthetic:nodes={args.nodes},avg_degree=20,features=64,classes=8"
+            spec = f"synthetic:nodes={args.nodes},avg_degree=20,features=64,classes=8,seed={args.seed}"
             graphstore.ingest(spec, path, num_parts=2)
             if not args.json:
                 print(f"dataset: {spec}, 2 partitions")
         rows = measure(path, args.repeats)
         if args.json:
-            print(json.dumps({"machine": machine, "rows": [{"check": what, "seconds": seconds, "bytes": nbytes}
+            print(json.dumps({**result, "rows": [{"check": what, "seconds": seconds, "bytes": nbytes}
                                                            for what, seconds, nbytes in rows]}))
             return
         for what, seconds, nbytes in rows:

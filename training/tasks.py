@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from training.trainer import Trainer
 
 TASKS = ("node", "link")
+# models whose layers are trimmed to the nodes and edges the next layer still uses (PyG's trim_to_layer);
+# not GCN: its normalisation reads the degree of every source node, which trimming changes
+TRIMMED_MODELS = ("sage", "gat", "gin")
 
 
 def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, dropout: float) -> torch.nn.Module:
@@ -25,6 +28,19 @@ def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, 
 
     cls = {"sage": GraphSAGE, "gcn": GCN, "gat": GAT, "gin": GIN}[name]
     return cls(in_dim, hidden, num_layers=layers, out_channels=out_dim, dropout=dropout)
+
+
+def trim_arguments(model: str, batch: Any) -> dict[str, Any]:
+    """Keyword arguments making a built-in homogeneous ``model`` trim each layer (PyG's ``trim_to_layer``).
+
+    Layer i drops the nodes and edges of the outermost i hops, which no later layer reads, so the
+    seeds' outputs stay the same. Needs the batch's per-hop counts (``num_sampled_nodes``/``_edges``);
+    empty for GCN, heterogeneous batches (``to_hetero`` models cannot trim in PyG 2.8) or batches without them.
+    """
+    nodes, edges = getattr(batch, "num_sampled_nodes", None), getattr(batch, "num_sampled_edges", None)
+    if model not in TRIMMED_MODELS or not isinstance(nodes, list) or not isinstance(edges, list):
+        return {}
+    return {"num_sampled_nodes_per_hop": nodes, "num_sampled_edges_per_hop": edges}
 
 
 def _loader_options(trainer: Trainer, split: str) -> dict[str, Any]:
@@ -91,7 +107,8 @@ class NodeTask:
         return (x, batch.edge_index_dict)
 
     def step(self, model: torch.nn.Module, batch: Any) -> tuple[torch.Tensor, float, int]:
-        out = model(*self.inputs(batch))
+        trim = {} if self.hetero else trim_arguments(self.t.config.model, batch)
+        out = model(*self.inputs(batch), **trim)
         store = batch[self.target] if self.hetero else batch
         out = (out[self.target] if self.hetero else out)[: store.batch_size]
         y = store.y[: store.batch_size]

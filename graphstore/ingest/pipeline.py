@@ -48,6 +48,10 @@ class IngestSummary:
     seconds: float
     checksums_read_back: int = 0  # chunks whose checksum was read back from storage (normally 0)
     link_splits: dict[str, dict[str, Any]] = field(default_factory=dict)  # as in the manifest
+    train_nodes_per_part: list[int] = field(default_factory=list)  # empty when no node type has a train_mask
+    train_node_balance: float | None = None  # max / mean of train_nodes_per_part; None without train nodes
+    node_type_balance: dict[str, float] = field(default_factory=dict)  # per node type key: max / mean nodes
+    rebalanced_nodes: int = 0  # nodes the boundary repair moved after METIS (0: METIS balanced alone)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -246,7 +250,8 @@ def _write_dataset(source: GraphSource, staged: Location, *, num_parts: int, met
     q = manifest.partitioning
     return IngestSummary(staged.url, num_parts, method, q["nodes_per_part"], q["edges_per_part"], q["edge_cut"],
                          q["edge_cut_fraction"], q["node_balance"], q["edge_balance"], writer.bytes_written, 0.0,
-                         writer.read_back, manifest.link_splits)
+                         writer.read_back, manifest.link_splits, q["train_nodes_per_part"], q["train_node_balance"],
+                         q["node_type_balance"], q.get("rebalanced_nodes", 0))
 
 
 def _type_keys(source: GraphSource) -> dict[Any, str]:
@@ -278,7 +283,8 @@ def _manifest(source: GraphSource, books: dict, keys: dict, parts: PartsWriter, 
         for etype, table in source.edges.items()
     )
     return Manifest(source.name, opts["num_parts"], ntypes, etypes, dict(parts.arrays),
-                    partitioning=_quality(books, edge_stats, opts), splits=splits, link_splits=opts["link_splits"],
+                    partitioning=_quality(source, books, keys, edge_stats, opts), splits=splits,
+                    link_splits=opts["link_splits"],
                     stats=_stats(source, edge_stats),
                     storage={"compression": opts["compression"], "chunk_bytes": opts["chunk_bytes"]},
                     provenance={"source": redact_url(source.origin), "tool": "graphstore",
@@ -287,14 +293,33 @@ def _manifest(source: GraphSource, books: dict, keys: dict, parts: PartsWriter, 
                                 "seconds": round(time.perf_counter() - opts["started"], 3)})
 
 
-def _quality(books: dict, edge_stats: dict[Any, EdgeStats], opts: dict[str, Any]) -> dict[str, Any]:
+def _train_per_part(source: GraphSource, books: dict) -> list[int]:
+    """Training nodes (``train_mask``, all node types) each partition owns; empty without any mask."""
+    counts, found = np.zeros(len(next(iter(books.values())).offsets) - 1, np.int64), False
+    for ntype, table in source.nodes.items():
+        if "train_mask" in table.attrs:
+            found = True
+            book = books[ntype]
+            prefix = np.zeros(book.num_nodes + 1, np.int64)
+            np.cumsum(table.attrs["train_mask"].take(book.order).astype(bool), out=prefix[1:])
+            counts += np.diff(prefix[np.asarray(book.offsets)])
+    return [int(c) for c in counts] if found else []
+
+
+def _quality(source: GraphSource, books: dict, keys: dict, edge_stats: dict[Any, EdgeStats],
+             opts: dict[str, Any]) -> dict[str, Any]:
     num_parts = opts["num_parts"]
+    train = _train_per_part(source, books)
     nodes = [int(sum(b.offsets[p + 1] - b.offsets[p] for b in books.values())) for p in range(num_parts)]
     edges = [sum(s.per_part[p] for s in edge_stats.values()) for p in range(num_parts)]
     cut = sum(s.cut for s in edge_stats.values())
     return {"method": opts["method"], "seed": opts["seed"], "nodes_per_part": nodes, "edges_per_part": edges,
             "edge_cut": cut, "edge_cut_fraction": round(cut / max(sum(edges), 1), 6),
             "node_balance": round(_balance(nodes), 4), "edge_balance": round(_balance(edges), 4),
+            "train_nodes_per_part": train, "train_node_balance": round(_balance(train), 4) if sum(train) else None,
+            "node_type_balance": {keys[t]: round(_balance([int(b.offsets[p + 1] - b.offsets[p])
+                                                           for p in range(num_parts)]), 4)
+                                  for t, b in books.items()},
             **opts["details"]}
 
 

@@ -1,0 +1,59 @@
+"""Trimmed built-in models (PyG's trim_to_layer on our batches) give the untrimmed seed outputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from sampling import NeighborLoader
+from training.tasks import TRIMMED_MODELS, build_model, trim_arguments
+
+
+def _batch(seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    n = 600
+    data = Data(x=torch.randn(n, 8, generator=gen), edge_index=torch.randint(0, n, (2, 5000), generator=gen))
+    loader = NeighborLoader(data, [5, 4, 3], batch_size=32, input_nodes=torch.arange(64), seed=seed)
+    return next(iter(loader))
+
+
+@pytest.mark.parametrize("name", TRIMMED_MODELS)
+def test_trimmed_model_gives_the_untrimmed_seed_outputs(name):
+    torch.manual_seed(0)
+    batch = _batch()
+    model = build_model(name, 8, 16, 3, 3, 0.0).eval()
+    trim = trim_arguments(name, batch)
+    assert len(trim["num_sampled_nodes_per_hop"]) == 4 and len(trim["num_sampled_edges_per_hop"]) == 3
+    assert trim["num_sampled_nodes_per_hop"][-1] > 0  # the outer hop exists, so trimming drops something
+    seeds = batch.batch_size
+    full = model(batch.x, batch.edge_index)
+    trimmed = model(batch.x, batch.edge_index, **trim)
+    assert trimmed.size(0) < full.size(0)  # the last layer ran over fewer nodes
+    torch.testing.assert_close(trimmed[:seeds], full[:seeds], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", TRIMMED_MODELS)
+def test_trimmed_gradients_match(name):
+    torch.manual_seed(1)
+    batch = _batch(seed=1)
+    model = build_model(name, 8, 16, 3, 3, 0.0)
+    grads = []
+    for trim in ({}, trim_arguments(name, batch)):
+        model.zero_grad()
+        model(batch.x, batch.edge_index, **trim)[: batch.batch_size].square().sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters() if p.grad is not None])
+    assert len(grads[0]) == len(grads[1]) > 0
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_gcn_and_unsampled_batches_are_not_trimmed():
+    batch = _batch()
+    assert trim_arguments("gcn", batch) == {}  # GCN's normalisation reads source degrees: trimming changes it
+    assert trim_arguments("sage", Data(x=batch.x, edge_index=batch.edge_index)) == {}
+    model = build_model("gcn", 8, 16, 3, 3, 0.0).eval()
+    full = model(batch.x, batch.edge_index)[: batch.batch_size]
+    naive = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                  num_sampled_edges_per_hop=batch.num_sampled_edges)[: batch.batch_size]
+    assert not torch.allclose(full, naive, atol=1e-4)  # why GCN is left out
