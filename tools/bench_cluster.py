@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import graphstore  # noqa: E402
-from graphstore.errors import DatasetNotFoundError  # noqa: E402
 from tests.cluster import Cluster, rig_unavailable  # noqa: E402
 from tests.training.multihost import clean_env, torchrun, wait_all  # noqa: E402
 
@@ -44,16 +42,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
 
 DEMO = "synthetic:nodes=50000,avg_degree=12,features=32,classes=6,seed=0"
-
-
-def _dataset(root: Path, spec: str, parts: int) -> Path:
-    dest = root / f"parts{parts}"
-    try:
-        graphstore.open_dataset(dest)
-    except DatasetNotFoundError:
-        print(f"ingesting {spec} into {parts} partitions at {dest}", file=sys.stderr)
-        graphstore.ingest(spec, dest, num_parts=parts)
-    return dest
 
 
 def _train_args(args: argparse.Namespace, metrics: Path) -> list[str]:
@@ -98,7 +86,7 @@ def on_rig(dest: Path, hosts: int, rate: str, args: argparse.Namespace, work: Pa
 def minimum(dest: Path, args: argparse.Namespace) -> dict:
     """One epoch of every rank's loader over the loopback transport: counted payload vs needed bytes."""
     from sampling.dist_loader import DistributedNeighborLoader
-    from sampling.distributed import PartitionServer, RankLayout
+    from sampling.distributed import PartitionServer
     from sampling.transport import LoopbackTransport
 
     ds = graphstore.open_dataset(dest)
@@ -145,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, minima = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         for hosts in (int(h) for h in args.hosts.split(",")):
-            dest = _dataset(args.data, args.spec, hosts)
+            dest = benchinfo.ingested(args.data, args.spec, hosts)
             minima[hosts] = minimum(dest, args)
             base = loopback(dest, hosts, args, Path(tmp))
             rows.append({**base, "speed_vs_loopback": 1.0})

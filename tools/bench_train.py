@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import graphstore
-from graphstore.errors import DatasetNotFoundError
 from training.timing import describe
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,19 +35,9 @@ SPEC = "synthetic:nodes=200000,avg_degree=15,features=64,classes=10,train=0.2,va
 HETERO_SPEC = "synthetic-mag:papers=50000,classes=32,features=64,seed=0"
 
 
-def _dataset(root: Path, spec: str, parts: int) -> Path:
-    dest = root / f"parts{parts}"
-    try:
-        graphstore.open_dataset(dest)
-    except DatasetNotFoundError:
-        print(f"ingesting {spec} into {parts} partition(s) at {dest}", file=sys.stderr)
-        graphstore.ingest(spec, dest, num_parts=parts)
-    return dest
-
-
 def bench(ranks: int, args: argparse.Namespace) -> dict:
     spec = HETERO_SPEC if args.case == "hetero" else args.spec
-    dest = _dataset(args.data / args.case, spec, 1 if args.case == "onepart" else ranks)
+    dest = benchinfo.ingested(args.data / args.case, spec, 1 if args.case == "onepart" else ranks)
     metrics = args.data / f"metrics-{args.case}-{ranks}.json"
     cmd = [sys.executable, "-m", "training.launch", str(dest), "--nproc", str(ranks), "--epochs", str(args.epochs),
            "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--no-progress", "--metrics-out", str(metrics),

@@ -1,4 +1,4 @@
-"""What every benchmark reports first: the machine it ran on, and the seed its random draws come from."""
+"""What the benchmarks share: the machine they ran on and the seed of their draws (printed first), and their input datasets."""
 
 from __future__ import annotations
 
@@ -66,3 +66,20 @@ def rng(seed: int, *keys: int) -> np.random.Generator:
     """An independent generator per (seed, repeat, ...): every repeat draws fresh IDs, and every
     variant measured within a repeat can be given the same ones (a paired comparison)."""
     return np.random.default_rng([seed, *keys])
+
+
+def ingested(root: Any, spec: str, parts: int) -> Any:
+    """The dataset ``spec`` in ``parts`` partitions under ``root/parts<parts>``, ingested on first use and
+    reused by later runs (a benchmark times training, not the ingest)."""
+    from pathlib import Path
+
+    import graphstore
+    from graphstore.errors import DatasetNotFoundError
+
+    dest = Path(root) / f"parts{parts}"
+    try:
+        graphstore.open_dataset(dest)
+    except DatasetNotFoundError:
+        print(f"ingesting {spec} into {parts} partition(s) at {dest}", file=sys.stderr)
+        graphstore.ingest(spec, dest, num_parts=parts)
+    return dest
