@@ -238,9 +238,11 @@ def _read_num_nodes(path: str) -> int | None:
 
 def _read_labels(path: str) -> np.ndarray:
     """Labels as int64 (``nan`` → -1), 1-d for one column, ``(N, k)`` for multi-label data."""
-    parts = []
-    for chunk in _iter_csv(path, np.float64, max(1, _CHUNK_ELEMENTS // max(1, _first_line_width(path)))):
+    parts, nan_rows, width = [], [], _first_line_width(path)
+    for chunk in _iter_csv(path, np.float64, max(1, _CHUNK_ELEMENTS // max(1, width))):
+        _note_nan_rows(chunk, sum(len(p) for p in parts), nan_rows)
         parts.append(np.where(np.isnan(chunk), -1, chunk).astype(np.int64))
+    _check_short_rows(path, nan_rows, width)  # a short line is not "no label"
     labels = np.concatenate(parts) if parts else np.empty((0, 1), dtype=np.int64)
     return labels[:, 0] if labels.shape[1] == 1 else labels
 
@@ -265,7 +267,7 @@ def _csv_to_npy(path: str, npy_path: str, rows: int | None, what: str) -> np.nda
     if rows == 0 or width == 0:
         return np.zeros((0, width), dtype=np.float32)
     out = np.lib.format.open_memmap(npy_path, mode="w+", dtype=np.float32, shape=(rows, width))
-    filled = 0
+    filled, nan_rows = 0, []
     for chunk in _iter_csv(path, np.float32, max(1, _CHUNK_ELEMENTS // width)):
         if chunk.shape[1] != width:
             raise InvalidInputError(
@@ -274,12 +276,51 @@ def _csv_to_npy(path: str, npy_path: str, rows: int | None, what: str) -> np.nda
         if filled + len(chunk) > rows:
             raise InvalidInputError(f"{path!r} has more than {rows} rows, the number of {what}; fix the file")
         out[filled : filled + len(chunk)] = chunk
+        _note_nan_rows(chunk, filled, nan_rows)
         filled += len(chunk)
     out.flush()
     del out
+    _check_short_rows(path, nan_rows, width)
     logger.info("spilled %d x %d features of %s to %s", filled, width, path, npy_path)
     array = np.load(npy_path, mmap_mode="r")
     return array if filled == rows else array[:filled]
+
+
+_MAX_NAN_ROWS = 1 << 20  # rows with NaN whose width is checked (a bound on the memory of the check)
+
+
+def _note_nan_rows(chunk: np.ndarray, first_row: int, nan_rows: list[np.ndarray]) -> None:
+    """Remember the rows of ``chunk`` that hold NaN: pandas fills a short line's missing fields with NaN,
+    so only those rows can be short lines (files without NaN cost nothing more)."""
+    if sum(len(r) for r in nan_rows) < _MAX_NAN_ROWS:
+        rows = np.flatnonzero(np.isnan(chunk).any(axis=1))
+        if len(rows):
+            nan_rows.append(rows + first_row)
+
+
+def _check_short_rows(path: str, nan_rows: list[np.ndarray], width: int) -> None:
+    """Count the values on the lines whose rows parsed with NaN (one pass, up to the last such line) and
+    name the first short one: its NaN came from missing values, not from the data (a real ``nan`` is kept)."""
+    if not nan_rows:
+        return
+    wanted = np.unique(np.concatenate(nan_rows))
+    row, k = -1, 0
+    with gzip.open(path, "rt") as fh:
+        for number, line in enumerate(fh, start=1):
+            text = line.strip()
+            if not text:
+                continue  # pandas skips blank lines: they are not rows
+            row += 1
+            if row == wanted[k]:
+                values = text.count(",") + 1
+                if values != width:
+                    raise InvalidInputError(
+                        f"{path!r} line {number} has {values} values; the first line has {width}: every line needs "
+                        "the same number of comma-separated values (fix the file or re-extract the dataset)"
+                    )
+                k += 1
+                if k == len(wanted):
+                    return
 
 
 def _first_line_width(path: str) -> int:

@@ -18,7 +18,7 @@ import graphstore
 from graphstore.cli import main
 from graphstore.errors import CorruptDatasetError, DatasetExistsError
 from graphstore.integrity import check_csc
-from tests.graphstore.test_readers import _fake_ogb
+from tests.graphstore.test_readers import FEATS, _fake_ogb, _rows_text, _write_csv_gz
 
 EI = np.array([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
 
@@ -50,6 +50,10 @@ CLI_CASES = [
     (["ingest", "npz:{d}/g.npz", "{t}/o", "--metis-max-edges", "-5"], 2, "--metis-max-edges"),
     (["ingest", "npz:{d}/g.npz", "{t}/o", "--parts", "7"], 2, "--parts 6 or fewer"),
     (["ingest", "ogb:{d}/ogb", "{t}/o"], 2, "keep only the one to use"),  # names no missing flag
+    # a short line in an OGB CSV is named as such (pandas would fill it with NaN: "NaN features", or label -1)
+    (["ingest", "ogb:{d}/ogb_short_feat", "{t}/o"], 2, "node-feat.csv.gz' line 3 has 2 values; the first line has 3"),
+    (["ingest", "ogb:{d}/ogb_short_label", "{t}/o"], 2, "node-label.csv.gz' line 4 has 1 values; the first line has 2"),
+    (["ingest", "ogb:{d}/ogb_nan_feat", "{t}/o"], 2, "NaN"),  # a real nan in a full line: the NaN refusal
     (["info", "{t}/missing"], 2, "no graphstore dataset"),
     (["verify", "{d}/npy"], 2, "no graphstore dataset"),
 ]
@@ -79,7 +83,23 @@ def inputs(tmp_path_factory) -> str:
     (d / "npy").mkdir()
     np.save(d / "npy" / "edge_index.npy", EI)
     _fake_ogb(d / "ogb", schemes=("time", "random"))
+    for name, file, lines in _ogb_variants():
+        _write_csv_gz(_fake_ogb(d / name) / "raw" / file, lines)
     return str(d)
+
+
+def _ogb_variants() -> list[tuple[str, str, list[str]]]:
+    """OGB directories with one CSV changed: a short feature line, a short label line, a real nan."""
+    feats = _rows_text(FEATS)
+    return [("ogb_short_feat", "node-feat.csv.gz", feats[:2] + ["1.0,2.0"] + feats[3:]),
+            ("ogb_short_label", "node-label.csv.gz", ["3,1", "nan,nan", "0,1", "1", "2,0"]),
+            ("ogb_nan_feat", "node-feat.csv.gz", feats[:2] + ["1.0,nan,2.0"] + feats[3:])]
+
+
+def test_a_real_nan_in_a_full_ogb_line_is_data_not_a_short_line(inputs, tmp_path):
+    summary = graphstore.ingest(f"ogb:{inputs}/ogb_nan_feat", tmp_path / "o", allow_nan=True)
+    x = graphstore.open_dataset(summary.dest).partition(0)[0][None, "x", None].numpy()
+    assert np.isnan(x).sum() == 1
 
 
 @pytest.mark.parametrize("argv,code,word", CLI_CASES, ids=[" ".join(c[0])[:60] for c in CLI_CASES])
