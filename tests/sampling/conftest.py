@@ -75,3 +75,27 @@ def graphs(tmp_path_factory):
         if parts == 1:
             out["pair"] = _from_dataset(ds, raw, ds.partition(0))
     return out
+
+
+def serve_and_run(rank: int, world_size: int, rdzv: str, url: str, out_dir: str, body, *args) -> None:
+    """One spawned rank: RPC up, its partition served, ``body(ds, transport, rank, world_size, *args)`` run
+    between two barriers, RPC down; the body's result (or this rank's traceback) goes to ``out_dir/rank<r>.json``."""
+    import json
+    import traceback
+
+    try:
+        from sampling.distributed import PartitionServer
+        from training.process import start, stop
+        from training.world import World
+
+        transport = start(World(rank, world_size, rank, rdzv), timeout=60, use_rpc=True)
+        ds = graphstore.open_dataset(url)
+        PartitionServer(ds, rank).register(transport)
+        torch.distributed.barrier()
+        result = body(ds, transport, rank, world_size, *args)
+        torch.distributed.barrier()
+        stop(transport, graceful=True)
+    except Exception:
+        result = {"error": traceback.format_exc()}
+    with open(f"{out_dir}/rank{rank}.json", "w") as fh:
+        json.dump(result, fh)

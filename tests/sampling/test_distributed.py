@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import traceback
 
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
 from tests.conftest import join_spawned
+from tests.sampling.conftest import serve_and_run
 from sampling.dist_loader import DistributedNeighborLoader
 from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
 from sampling.transport import LoopbackTransport, PeerError
@@ -111,30 +111,16 @@ def test_prefetch_overlaps_and_reraises(ds):
             pass
 
 
-def _rpc_worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> None:
-    try:
-        from training.process import start, stop
-        from training.world import World
-
-        world = World(rank, world_size, rank, rdzv)
-        transport = start(world, timeout=60, use_rpc=True)
-        ds = graphstore.open_dataset(url)
-        PartitionServer(ds, rank).register(transport)
-        torch.distributed.barrier()
-        lo = int(ds.node_offsets()[rank])
-        seeds = torch.arange(lo, lo + 12)
-        sampler = DistributedSampler(ds, [-1, -1], transport, RankLayout(ds.num_parts, world_size))
-        out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds))
-        bounds = np.cumsum([0, *out.num_sampled_edges])  # per hop, as sampled (a duplicate would show)
-        hops = [out.edge.numpy()[bounds[i]: bounds[i + 1]] for i in range(len(bounds) - 1)]
-        result = {"nodes": sorted(out.node.tolist()), "edges": [sorted(map(int, e)) for e in hops],
-                  "requests": sampler.stats.snapshot()["requests"]}
-        torch.distributed.barrier()
-        stop(transport, graceful=True)
-    except Exception:
-        result = {"error": traceback.format_exc()}
-    with open(f"{out_dir}/rank{rank}.json", "w") as fh:
-        json.dump(result, fh)
+def _rpc_worker(ds, transport, rank: int, world_size: int) -> dict:
+    """Full-fanout sampling of 12 own seeds over RPC (``serve_and_run``'s body)."""
+    lo = int(ds.node_offsets()[rank])
+    seeds = torch.arange(lo, lo + 12)
+    sampler = DistributedSampler(ds, [-1, -1], transport, RankLayout(ds.num_parts, world_size))
+    out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds))
+    bounds = np.cumsum([0, *out.num_sampled_edges])  # per hop, as sampled (a duplicate would show)
+    hops = [out.edge.numpy()[bounds[i]: bounds[i + 1]] for i in range(len(bounds) - 1)]
+    return {"nodes": sorted(out.node.tolist()), "edges": [sorted(map(int, e)) for e in hops],
+            "requests": sampler.stats.snapshot()["requests"]}
 
 
 @pytest.mark.distributed
@@ -152,7 +138,7 @@ def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
     to_global = np.empty_like(order)
     to_global[order] = np.arange(len(order))
     src, dst = (to_global[a] for a in expected.edges[None])  # the raw edge list, in global IDs
-    ctx = mp.spawn(_rpc_worker, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path)),
+    ctx = mp.spawn(serve_and_run, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path), _rpc_worker),
                    nprocs=2, join=False)
     join_spawned(ctx, 120)
     for rank in range(2):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import traceback
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ import graphstore
 from graphstore.linksplit import LinkSplit, assign
 from sampling import LinkNeighborLoader, MessageEdges, NeighborSampler
 from tests.conftest import join_spawned
+from tests.sampling.conftest import serve_and_run
 
 
 def _raw(n: int = 400, pairs: int = 3000, seed: int = 0) -> dict[str, np.ndarray]:
@@ -157,41 +157,28 @@ def test_a_node_loader_refuses_exclude_seed_edges(linked):
         DistributedNeighborLoader(ds, [2], transport, torch.arange(3), exclude_seed_edges=True)
 
 
-def _rank(rank: int, world_size: int, rdzv: str, url: str, raw_path: str, out_dir: str) -> None:
-    try:
-        from sampling.dist_loader import DistributedLinkNeighborLoader
-        from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
-        from training.process import start, stop
-        from training.world import World
+def _rank(ds, transport, rank: int, world_size: int, raw_path: str) -> dict:
+    """Training batches of one rank over RPC, checked against the raw edge list (``serve_and_run``'s body)."""
+    from sampling.dist_loader import DistributedLinkNeighborLoader
 
-        world = World(rank, world_size, rank, rdzv)
-        transport = start(world, timeout=60, use_rpc=True)
-        ds = graphstore.open_dataset(url)
-        PartitionServer(ds, rank).register(transport)
-        torch.distributed.barrier()
-        raw = dict(np.load(raw_path))
-        oracle = Oracle(raw, ds)
-        result = {"full_fanout_exact": _full_fanout_exact(ds, transport, oracle, rank, world_size)}
-        own = (oracle.split == 0) & (ds.owner(oracle.dst, None) == rank)
-        for mode in ("binary", "triplet"):
-            for temporal in (False, True):
-                extra = dict(time_attr="time", edge_label_time=torch.from_numpy(oracle.time[own])) if temporal else {}
-                loader = DistributedLinkNeighborLoader(
-                    ds, [10, 10], transport, torch.from_numpy(np.stack([oracle.src[own], oracle.dst[own]])),
-                    batch_size=64, neg_sampling=dict(mode=mode, amount=1 if mode == "binary" else 3), seed=rank,
-                    message_edges=MessageEdges(allowed=(0,)), exclude_seed_edges=True, **extra)
-                totals: dict[str, int] = {}
-                for batch in loader:
-                    for k, v in oracle.violations(batch, (0,), mode == "triplet", temporal).items():
-                        totals[k] = totals.get(k, 0) + v
-                totals["requests"] = loader.stats.snapshot()["requests"]
-                result[f"{mode}-{'temporal' if temporal else 'static'}"] = totals
-        torch.distributed.barrier()
-        stop(transport, graceful=True)
-    except Exception:
-        result = {"error": traceback.format_exc()}
-    with open(f"{out_dir}/rank{rank}.json", "w") as fh:
-        json.dump(result, fh)
+    raw = dict(np.load(raw_path))
+    oracle = Oracle(raw, ds)
+    result = {"full_fanout_exact": _full_fanout_exact(ds, transport, oracle, rank, world_size)}
+    own = (oracle.split == 0) & (ds.owner(oracle.dst, None) == rank)
+    for mode in ("binary", "triplet"):
+        for temporal in (False, True):
+            extra = dict(time_attr="time", edge_label_time=torch.from_numpy(oracle.time[own])) if temporal else {}
+            loader = DistributedLinkNeighborLoader(
+                ds, [10, 10], transport, torch.from_numpy(np.stack([oracle.src[own], oracle.dst[own]])),
+                batch_size=64, neg_sampling=dict(mode=mode, amount=1 if mode == "binary" else 3), seed=rank,
+                message_edges=MessageEdges(allowed=(0,)), exclude_seed_edges=True, **extra)
+            totals: dict[str, int] = {}
+            for batch in loader:
+                for k, v in oracle.violations(batch, (0,), mode == "triplet", temporal).items():
+                    totals[k] = totals.get(k, 0) + v
+            totals["requests"] = loader.stats.snapshot()["requests"]
+            result[f"{mode}-{'temporal' if temporal else 'static'}"] = totals
+    return result
 
 
 def _full_fanout_exact(ds, transport, oracle: Oracle, rank: int, world_size: int) -> bool:
@@ -216,8 +203,8 @@ def test_two_ranks_over_rpc_hold_no_scored_and_no_held_out_link(tmp_path):
     raw = _raw(n=300, pairs=1500, seed=2)
     np.savez(tmp_path / "raw.npz", **raw)
     _ingest(raw, tmp_path / "ds", parts=2)
-    ctx = mp.spawn(_rank, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path / "raw.npz"),
-                                str(tmp_path)), nprocs=2, join=False)
+    ctx = mp.spawn(serve_and_run, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path), _rank,
+                                       str(tmp_path / "raw.npz")), nprocs=2, join=False)
     join_spawned(ctx, 240)
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
