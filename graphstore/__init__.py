@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from graphstore.dataset import Dataset, open_dataset  # noqa: E402
-from graphstore.ingest import ingest  # noqa: E402
-from graphstore.linksplit import LinkSplit  # noqa: E402
-from graphstore.outputs import OutputWriter  # noqa: E402
-from graphstore.retry import RetryPolicy  # noqa: E402
+from graphstore.dataset import Dataset, open_dataset
+from graphstore.ingest import ingest
+from graphstore.linksplit import LinkSplit
+from graphstore.outputs import OutputWriter
+from graphstore.retry import RetryPolicy
+from graphstore.version import __version__
 
 __all__ = ["Dataset", "LinkSplit", "OutputWriter", "RetryPolicy", "__version__", "ingest", "open_dataset"]

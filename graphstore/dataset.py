@@ -7,7 +7,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -22,10 +22,8 @@ from graphstore.lazy import LazyRows
 from graphstore.manifest import Manifest
 from graphstore.retry import RetryPolicy
 from graphstore.storage import Location, open_location
+from graphstore.stores import ZarrFeatureStore, ZarrGraphStore
 from graphstore.types import EdgeType, NodeType
-
-if TYPE_CHECKING:
-    from graphstore.stores import ZarrFeatureStore, ZarrGraphStore
 
 Progress = Callable[[int, int], None]
 _TOPOLOGY = layout.TOPOLOGY | {layout.HALO_IDS}
@@ -209,8 +207,6 @@ class Dataset:
         --------
         >>> fs, gs = ds.partition(0, prefetch=["x"])  # doctest: +SKIP
         """
-        from graphstore.stores import ZarrFeatureStore, ZarrGraphStore
-
         part = self.check_part(part)
         if prefetch is not False and prefetch is not None:
             self.prefetch(part, prefetch, progress)

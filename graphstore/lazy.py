@@ -12,6 +12,7 @@ from graphstore.cache import ChunkCache, ChunkRef
 from graphstore.errors import RowIndexError
 from graphstore.manifest import ArrayInfo
 from graphstore.mapped import SlotMap, can_map_slots
+from graphstore.zarrrows import zarr_rows_from_chunks
 
 
 class LazyRows:
@@ -148,6 +149,4 @@ class LazyRows:
             self._full = flat[: self.shape[0] * self.dtype.itemsize * int(np.prod(self.shape[1:]))].view(
                 self.dtype).reshape(self.shape)
         else:
-            from graphstore.arrays import zarr_rows_from_chunks
-
             self._full = zarr_rows_from_chunks(self.path, self.info, blobs)

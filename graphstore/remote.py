@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from graphstore.errors import (GraphstoreError, MissingBackendError, StorageError, StorageNotFoundError,
                                StoragePermissionError, UnsupportedLocationError)
 from graphstore.retry import RetryPolicy, call_with_retry, causes, error_code, is_transient
-from graphstore.storage import Location, OnRetry, redact_url
+from graphstore.location import Location, OnRetry, redact_url
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -1,102 +1,23 @@
-"""Where a dataset lives: the location interface, local disk, and the one function turning a URL into a location."""
+"""Where a dataset lives: local disk, wrappers, and the one function turning a URL into a location."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 import uuid
 import zlib
-from abc import ABC, abstractmethod
-from collections.abc import Callable
 from typing import Any
 
 from graphstore import layout
 from graphstore.errors import UnsupportedLocationError
+from graphstore.location import Location, OnRetry, redact_url
+from graphstore.remote import RemoteLocation
 from graphstore.retry import RetryPolicy
 
-__all__ = ["Location", "LocalLocation", "LocationWrapper", "UnsupportedLocationError", "is_dataset",
-           "open_location", "redact_url"]
+__all__ = ["Location", "LocalLocation", "LocationWrapper", "OnRetry", "RemoteLocation", "UnsupportedLocationError",
+           "is_dataset", "open_location", "redact_url"]
 
 _BLOCK = 1 << 22
-_USERINFO = re.compile(r"(?<=://)[^/@?#\s]*@")
-_QUERY = re.compile(r"(://[^\s?]*)\?[^\s]*")
-OnRetry = Callable[[BaseException], None]
-
-
-def redact_url(url: str) -> str:
-    """``url`` without credentials: userinfo (``user:secret@``) and query strings (signed URLs) removed.
-
-    Examples
-    --------
-    >>> redact_url("https://me:hunter2@example.com/data?sig=abc")
-    'https://example.com/data?<redacted>'
-    """
-    return _QUERY.sub(r"\1?<redacted>", _USERINFO.sub("", url))
-
-
-class Location(ABC):
-    """Where the keys of one dataset live (``zarr.json``, ``part_00000/.../c/0``); duck-typed by readers.
-
-    ``is_local`` says whether chunks have files that can be memory-mapped in place; other locations
-    are read through the local chunk cache. ``url`` never holds credentials.
-    """
-
-    url: str
-    is_local: bool = False
-
-    @abstractmethod
-    def read_bytes(self, key: str) -> bytes | None:
-        """The stored bytes of ``key``, or ``None`` if there is no such key."""
-
-    def read_json(self, key: str) -> Any:
-        raw = self.read_bytes(key)
-        return None if raw is None else json.loads(raw)
-
-    def checksum(self, key: str) -> str | None:
-        """``crc32:<hex>`` of the stored bytes of ``key``; ``None`` if absent."""
-        raw = self.read_bytes(key)
-        return None if raw is None else f"crc32:{zlib.crc32(raw):08x}"
-
-    @abstractmethod
-    def download(self, key: str, dest: str, on_retry: OnRetry | None = None) -> int | None:
-        """Copy ``key`` into the local file ``dest``; return its size, or ``None`` if there is no such key."""
-
-    @abstractmethod
-    def exists(self) -> bool:
-        """Whether anything is stored at the root."""
-
-    @abstractmethod
-    def is_empty(self) -> bool:
-        """Whether nothing is stored at the root."""
-
-    @abstractmethod
-    def has(self, key: str) -> bool:
-        """Whether ``key`` is stored, or any key below it."""
-
-    @abstractmethod
-    def zarr_store(self, read_only: bool = True) -> Any:
-        """A ``zarr.abc.store.Store`` over the root."""
-
-    @abstractmethod
-    def remove_key(self, key: str) -> None:
-        """Delete one key (absent is fine)."""
-
-    @abstractmethod
-    def remove(self) -> None:
-        """Delete everything under the root (absent is fine)."""
-
-    def local_file(self, key: str) -> str | None:
-        """The local file holding ``key`` (memory-mappable), or ``None``."""
-        return None
-
-    def check_container(self) -> None:
-        """Raise if the root cannot be written at all (e.g. its bucket does not exist)."""
-
-    def storage_error(self, exc: BaseException, action: str) -> BaseException:
-        """``exc`` (raised while ``action``) as the graphstore error users should see."""
-        return exc
 
 
 class LocalLocation(Location):
@@ -292,8 +213,6 @@ def open_location(url: str | os.PathLike[str] | Location, storage_options: dict[
             raise UnsupportedLocationError(f"{' and '.join(unused)} {keys or ''} do nothing for the local path "
                                            f"{rest!r}; remove them")
         return LocalLocation(rest)
-    from graphstore.remote import RemoteLocation
-
     return RemoteLocation(url, storage_options, retry=retry)
 
 

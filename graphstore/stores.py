@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -14,8 +14,10 @@ from torch_geometric.data.graph_store import EdgeLayout
 
 from graphstore import layout
 from graphstore.allocator import keep_freed_memory
-from graphstore.dataset import Dataset
 from graphstore.errors import GraphstoreError, NotOwnedError, UnknownAttributeError
+
+if TYPE_CHECKING:  # a store serves a dataset; the dataset builds its stores (Dataset.partition)
+    from graphstore.dataset import Dataset
 
 
 class ReadOnlyError(GraphstoreError, PermissionError):

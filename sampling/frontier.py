@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -11,10 +11,19 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from sampling import kernels
 
-if TYPE_CHECKING:
-    from sampling.sampler import NeighborSampler
-
 _EMPTY_I = np.zeros(0, np.int64)
+
+
+class HopSource(Protocol):
+    """What a :class:`Frontier` reads from the sampler driving it (``NeighborSampler`` is one)."""
+
+    config: Any
+    disjoint: bool
+    edge_types: list[Any]
+    topology: dict[Any, Any]
+    node_time: dict[Any, np.ndarray]
+
+    def node_tables(self) -> dict[Any, NodeTable]: ...
 
 
 class NodeTable:
@@ -77,7 +86,7 @@ class NodeTable:
 class Frontier:
     """Runs the hops of one batch; ``output`` turns the result into PyG's sampler output."""
 
-    def __init__(self, sampler: NeighborSampler, seeds: dict[Any, Any], times: dict[Any, Any] | None,
+    def __init__(self, sampler: HopSource, seeds: dict[Any, Any], times: dict[Any, Any] | None,
                  excluded: dict[Any, tuple] | None = None, strict: bool = False) -> None:
         """``excluded``: per edge type, links the kernels drop (see ``sampling.edgemask.exclusion``);
         ``strict``: neighbours must be strictly earlier than the seed time (not equal)."""

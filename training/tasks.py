@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -15,9 +15,23 @@ from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeigh
 from sampling.edgemask import MessageEdges, dataset_split
 
 if TYPE_CHECKING:
-    from training.trainer import Trainer
+    from graphstore.dataset import Dataset
+    from sampling.distributed import RankLayout, RemoteStats
+    from training.config import TrainConfig
+    from training.world import World
 
 TASKS = ("node", "link")
+
+
+class TaskHost(Protocol):
+    """What a task reads from the rank running it (``training.trainer.Trainer`` is one)."""
+
+    config: TrainConfig
+    dataset: Dataset
+    world: World
+    layout: RankLayout
+    part: int
+    stats: RemoteStats
 # models whose layers are trimmed to the nodes and edges the next layer still uses (PyG's trim_to_layer);
 # not GCN: its normalisation reads the degree of every source node, which trimming changes
 TRIMMED_MODELS = ("sage", "gat", "gin")
@@ -43,7 +57,7 @@ def trim_arguments(model: str, batch: Any) -> dict[str, Any]:
     return {"num_sampled_nodes_per_hop": nodes, "num_sampled_edges_per_hop": edges}
 
 
-def _loader_options(trainer: Trainer, split: str) -> dict[str, Any]:
+def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
     c = trainer.config
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
@@ -55,7 +69,7 @@ class NodeTask:
 
     metric = "acc"
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: TaskHost) -> None:
         self.t = trainer
         manifest = trainer.dataset.manifest
         labelled = [n.name for n in manifest.node_types if {"y", "train_mask"} <= set(n.attrs)]
@@ -141,7 +155,7 @@ class LinkTask:
 
     MESSAGES = {"train": (0,), "val": (0,), "test": (0, 1)}  # split values messages pass over
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: TaskHost) -> None:
         self.t = trainer
         ds, c = trainer.dataset, trainer.config
         self.hetero = ds.is_hetero
@@ -285,12 +299,12 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def _max_label(trainer: Trainer, target: Any) -> int:
+def _max_label(trainer: TaskHost, target: Any) -> int:
     y = trainer.dataset.partition(trainer.part)[0][target, "y", None]
     return int(y.max()) if y.numel() else 0
 
 
-def make_task(trainer: Trainer) -> NodeTask | LinkTask:
+def make_task(trainer: TaskHost) -> NodeTask | LinkTask:
     if trainer.config.task not in TASKS:
         raise InvalidInputError(f"--task {trainer.config.task!r} is not one of {TASKS}")
     return NodeTask(trainer) if trainer.config.task == "node" else LinkTask(trainer)

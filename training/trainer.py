@@ -7,7 +7,7 @@ import logging
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any, Callable
 
 import numpy as np
@@ -20,14 +20,13 @@ from sampling import wire
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from training import checkpoint
 from training import process
+from training.config import MODELS, TrainConfig
 from training.process import PeerFailure, Watchdog, start, stop
 from training.tasks import make_task
 from training.timing import LEGEND, Timers, timed_allreduce_hook
-from training.validate import check_config
 from training.world import World
 
 logger = logging.getLogger(__name__)
-MODELS = ("sage", "gcn", "gat", "gin")
 _HANDLER_STAGES = {"sample": "sampling", "gather": "feature fetch", "edge_attr": "edge-attribute fetch"}
 
 
@@ -35,56 +34,6 @@ def _is_collective(exc: BaseException) -> bool:
     """Whether ``exc`` came out of a gloo collective (DDP's gradient all-reduce, a metrics all-reduce)."""
     text = str(exc).lower()
     return any(w in text for w in ("gloo", "allreduce", "all_reduce", "collective", "barrier"))
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything ``graphstore-train`` is told; validated before any process starts."""
-
-    dataset: str
-    epochs: int = 3
-    model: str = "sage"
-    fanout: tuple[int, ...] = (15, 10)
-    batch_size: int = 512
-    hidden: int = 128
-    lr: float = 0.003
-    dropout: float = 0.5
-    seed: int = 0
-    checkpoint_dir: str | None = None
-    resume: bool = False
-    metrics_out: str | None = None
-    timeout: float = 120.0
-    cache_rows: int = 0
-    progress: bool = True
-    task: str = "node"
-    target: str | None = None  # node type to classify (heterogeneous datasets); default: the labelled one
-    time_attr: str | None = None  # temporal sampling (and, for links, a split in time) on this attribute
-    infer_out: str | None = None  # after training, write every node's output as this new node attribute
-    edge_type: tuple[str, ...] | None = None  # link task on a heterogeneous dataset (default: the first type)
-    neg_sampling: str = "binary"  # link task: binary (AUC) or triplet (MRR)
-    cache_dir: str | None = None  # chunk cache of a remote dataset (default $GRAPHSTORE_CACHE_DIR)
-    cache_max_bytes: str | None = None
-    interface: str | None = None  # network interface for gloo/TensorPipe (default: the route to MASTER_ADDR)
-    storage_options: dict[str, Any] = field(default_factory=dict)
-    verify_reads: bool = False  # check every local chunk's checksum when first read (--verify-reads)
-
-    def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise InvalidInputError(f"--model {self.model!r} is not one of {MODELS}")
-        for name in ("epochs", "batch_size", "hidden"):
-            if getattr(self, name) < 1:
-                raise InvalidInputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
-        if not self.fanout or any(k == 0 or k < -1 for k in self.fanout):
-            raise InvalidInputError(f"--fanout {self.fanout} must be positive per hop (or -1 for all), e.g. 15,10")
-        if self.resume and not self.checkpoint_dir:
-            raise InvalidInputError("--resume needs --checkpoint-dir")
-        if self.task not in ("node", "link"):
-            raise InvalidInputError(f"--task {self.task!r} is not one of ('node', 'link')")
-        if self.neg_sampling not in ("binary", "triplet"):
-            raise InvalidInputError(f"--neg-sampling {self.neg_sampling!r} is not binary or triplet")
-        if self.timeout <= 0:
-            raise InvalidInputError(f"--timeout must be > 0 seconds, got {self.timeout}")
-        check_config(self)
 
 
 def _seed_everything(seed: int) -> None:

@@ -2,45 +2,18 @@
 
 from __future__ import annotations
 
-import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from graphstore.errors import InvalidInputError
+from training.config import TrainConfig, check_config
 
 if TYPE_CHECKING:
     from graphstore.dataset import Dataset
-    from training.trainer import TrainConfig
 
-
-def check_config(c: TrainConfig) -> None:
-    """Numbers finite and in range (the Python API's twin of the CLI's argparse types)."""
-    _number("--lr", c.lr, low=0.0, above=True)
-    _number("--dropout", c.dropout, low=0.0, high=1.0, below_high=True)
-    _number("--timeout", c.timeout, low=0.0, above=True)
-    if not isinstance(c.cache_rows, (int, np.integer)) or c.cache_rows < 0:
-        raise InvalidInputError(f"--cache-rows must be an integer >= 0, got {c.cache_rows!r}")
-    if not isinstance(c.seed, (int, np.integer)) or not 0 <= c.seed < 2**63:
-        raise InvalidInputError(f"--seed must be an integer in [0, 2**63), got {c.seed!r}")
-    if c.task == "link" and c.target is not None:
-        raise InvalidInputError("--target names the node type to classify (--task node); for --task link give "
-                                "--edge-type instead")
-    if c.task == "node" and c.edge_type is not None:
-        raise InvalidInputError("--edge-type names the links to predict (--task link); --task node classifies "
-                                "the node type given by --target")
-
-
-def _number(flag: str, value: Any, low: float, high: float | None = None, *, above: bool = False,
-            below_high: bool = False) -> None:
-    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
-    ok = ok and (value > low if above else value >= low)
-    ok = ok and (high is None or (value < high if below_high else value <= high))
-    if not ok:
-        bounds = f"{'(' if above else '['}{low:g}, {'' if high is None else f'{high:g}'}" + \
-                 (")" if below_high or high is None else "]")
-        raise InvalidInputError(f"{flag} {value!r} is out of range: give a finite number in {bounds}")
+__all__ = ["check_config", "check_dataset", "check_outputs"]
 
 
 def check_outputs(c: TrainConfig) -> None:

@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-import graphstore
 from graphstore import layout
 from graphstore.errors import GraphstoreError, InvalidInputError, StorageError
 from graphstore.ingest.dest import check_dest
@@ -26,6 +25,7 @@ from graphstore.ingest.validate import check_finite, check_options, validate_sou
 from graphstore.ingest.writer import ArrayWriter
 from graphstore.manifest import AttrSchema, EdgeTypeInfo, Manifest, NodeTypeInfo
 from graphstore.storage import LocalLocation, Location, open_location, redact_url
+from graphstore.version import __version__
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
@@ -288,7 +288,7 @@ def _manifest(source: GraphSource, books: dict, keys: dict, parts: PartsWriter, 
                     stats=_stats(source, edge_stats),
                     storage={"compression": opts["compression"], "chunk_bytes": opts["chunk_bytes"]},
                     provenance={"source": redact_url(source.origin), "tool": "graphstore",
-                                "tool_version": graphstore.__version__,
+                                "tool_version": __version__,
                                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                 "seconds": round(time.perf_counter() - opts["started"], 3)})
 

@@ -1,0 +1,91 @@
+"""What a training job is told (``TrainConfig``), and the checks that need nothing but the values."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graphstore.errors import InvalidInputError
+
+MODELS = ("sage", "gcn", "gat", "gin")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything ``graphstore-train`` is told; validated before any process starts."""
+
+    dataset: str
+    epochs: int = 3
+    model: str = "sage"
+    fanout: tuple[int, ...] = (15, 10)
+    batch_size: int = 512
+    hidden: int = 128
+    lr: float = 0.003
+    dropout: float = 0.5
+    seed: int = 0
+    checkpoint_dir: str | None = None
+    resume: bool = False
+    metrics_out: str | None = None
+    timeout: float = 120.0
+    cache_rows: int = 0
+    progress: bool = True
+    task: str = "node"
+    target: str | None = None  # node type to classify (heterogeneous datasets); default: the labelled one
+    time_attr: str | None = None  # temporal sampling (and, for links, a split in time) on this attribute
+    infer_out: str | None = None  # after training, write every node's output as this new node attribute
+    edge_type: tuple[str, ...] | None = None  # link task on a heterogeneous dataset (default: the first type)
+    neg_sampling: str = "binary"  # link task: binary (AUC) or triplet (MRR)
+    cache_dir: str | None = None  # chunk cache of a remote dataset (default $GRAPHSTORE_CACHE_DIR)
+    cache_max_bytes: str | None = None
+    interface: str | None = None  # network interface for gloo/TensorPipe (default: the route to MASTER_ADDR)
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    verify_reads: bool = False  # check every local chunk's checksum when first read (--verify-reads)
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise InvalidInputError(f"--model {self.model!r} is not one of {MODELS}")
+        for name in ("epochs", "batch_size", "hidden"):
+            if getattr(self, name) < 1:
+                raise InvalidInputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if not self.fanout or any(k == 0 or k < -1 for k in self.fanout):
+            raise InvalidInputError(f"--fanout {self.fanout} must be positive per hop (or -1 for all), e.g. 15,10")
+        if self.resume and not self.checkpoint_dir:
+            raise InvalidInputError("--resume needs --checkpoint-dir")
+        if self.task not in ("node", "link"):
+            raise InvalidInputError(f"--task {self.task!r} is not one of ('node', 'link')")
+        if self.neg_sampling not in ("binary", "triplet"):
+            raise InvalidInputError(f"--neg-sampling {self.neg_sampling!r} is not binary or triplet")
+        if self.timeout <= 0:
+            raise InvalidInputError(f"--timeout must be > 0 seconds, got {self.timeout}")
+        check_config(self)
+
+
+def check_config(c: TrainConfig) -> None:
+    """Numbers finite and in range (the Python API's twin of the CLI's argparse types)."""
+    _number("--lr", c.lr, low=0.0, above=True)
+    _number("--dropout", c.dropout, low=0.0, high=1.0, below_high=True)
+    _number("--timeout", c.timeout, low=0.0, above=True)
+    if not isinstance(c.cache_rows, (int, np.integer)) or c.cache_rows < 0:
+        raise InvalidInputError(f"--cache-rows must be an integer >= 0, got {c.cache_rows!r}")
+    if not isinstance(c.seed, (int, np.integer)) or not 0 <= c.seed < 2**63:
+        raise InvalidInputError(f"--seed must be an integer in [0, 2**63), got {c.seed!r}")
+    if c.task == "link" and c.target is not None:
+        raise InvalidInputError("--target names the node type to classify (--task node); for --task link give "
+                                "--edge-type instead")
+    if c.task == "node" and c.edge_type is not None:
+        raise InvalidInputError("--edge-type names the links to predict (--task link); --task node classifies "
+                                "the node type given by --target")
+
+
+def _number(flag: str, value: Any, low: float, high: float | None = None, *, above: bool = False,
+            below_high: bool = False) -> None:
+    ok = isinstance(value, (int, float, np.number)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if above else value >= low)
+    ok = ok and (high is None or (value < high if below_high else value <= high))
+    if not ok:
+        bounds = f"{'(' if above else '['}{low:g}, {'' if high is None else f'{high:g}'}" + \
+                 (")" if below_high or high is None else "]")
+        raise InvalidInputError(f"{flag} {value!r} is out of range: give a finite number in {bounds}")
