@@ -110,6 +110,11 @@ class DatasetGraphStore(GraphStore):
         super().__init__()
         self.dataset = dataset
 
+    @property
+    def dataset_parts(self) -> tuple[Dataset, list[int]]:
+        """The dataset and the partitions this store serves (all): samplers memory-map their topology."""
+        return self.dataset, list(range(self.dataset.num_parts))
+
     def __repr__(self) -> str:
         return f"DatasetGraphStore({self.dataset.url!r})"
 

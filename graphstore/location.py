@@ -30,12 +30,16 @@ def redact_url(url: str) -> str:
 class Location(ABC):
     """Where the keys of one dataset live (``zarr.json``, ``part_00000/.../c/0``); duck-typed by readers.
 
-    ``is_local`` says whether chunks have files that can be memory-mapped in place; other locations
-    are read through the local chunk cache. ``url`` never holds credentials.
+    Readers and writers choose their path by capability, never by class: ``is_local`` says whether
+    chunks have files that can be memory-mapped in place (other locations are read through the local
+    chunk cache); ``local_root`` is the directory whose files are the keys, where a writer can replace
+    a file atomically by renaming (``None``: write through :meth:`zarr_store`). ``url`` never holds
+    credentials.
     """
 
     url: str
     is_local: bool = False
+    local_root: str | None = None
 
     @abstractmethod
     def read_bytes(self, key: str) -> bytes | None:

@@ -22,7 +22,7 @@ from graphstore.errors import (CorruptDatasetError, DatasetExistsError, InvalidI
 from graphstore.ingest.source import SUPPORTED_DTYPES
 from graphstore.ingest.writer import ArrayWriter, ChecksumStore, chunk_rows_for
 from graphstore.manifest import ArrayInfo, AttrSchema, Manifest, NodeTypeInfo, OutputInfo
-from graphstore.storage import LocalLocation, Location, open_location
+from graphstore.storage import Location, open_location
 from graphstore.types import NodeType
 
 __all__ = ["OutputSpec", "OutputWriter"]
@@ -170,8 +170,8 @@ class OutputWriter:
         self._check_infos(infos)
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
         manifest = _with_output(current, self.ntype, self.spec, infos, created)
-        if isinstance(self.location, LocalLocation):
-            _replace_root_metadata(self.location, manifest.to_json())
+        if self.location.local_root is not None:  # a rename is atomic there; elsewhere one PUT is
+            _replace_root_metadata(self.location, self.location.local_root, manifest.to_json())
         else:
             self._part_writer().commit(manifest.to_json())
         logger.info("committed output %r of %r to %s", self.spec.name, self.ntype.name, self.location.url)
@@ -277,11 +277,11 @@ def _with_output(current: Manifest, ntype: NodeTypeInfo, spec: OutputSpec, infos
     return replace(current, node_types=ntypes, arrays=arrays, outputs=outputs)
 
 
-def _replace_root_metadata(location: LocalLocation, manifest_json: dict[str, Any]) -> None:
-    """Put ``manifest_json`` into the root ``zarr.json`` by renaming a complete new file over it."""
+def _replace_root_metadata(location: Location, root: str, manifest_json: dict[str, Any]) -> None:
+    """Put ``manifest_json`` into the root ``zarr.json`` (a file under ``root``) by renaming a complete new file over it."""
     doc = location.read_json(layout.ROOT_METADATA)
     doc.setdefault("attributes", {})[layout.MANIFEST_ATTR] = manifest_json
-    final = location.path(layout.ROOT_METADATA)
+    final = os.path.join(root, *layout.ROOT_METADATA.split("/"))
     tmp = f"{final}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
     try:
         with open(tmp, "w", encoding="utf-8") as fh:

@@ -32,6 +32,10 @@ class LocalLocation(Location):
         self.root = os.path.abspath(os.path.expanduser(root))
         self.url = self.root
 
+    @property
+    def local_root(self) -> str:  # type: ignore[override]
+        return self.root
+
     def __repr__(self) -> str:
         return f"LocalLocation({self.root!r})"
 

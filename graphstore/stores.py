@@ -182,6 +182,11 @@ class ZarrGraphStore(GraphStore):
         super().__init__()
         self.dataset, self.part = dataset, dataset.check_part(part)
 
+    @property
+    def dataset_parts(self) -> tuple[Dataset, list[int]]:
+        """The dataset and the partitions this store serves: samplers memory-map their topology."""
+        return self.dataset, [self.part]
+
     def __repr__(self) -> str:
         return f"ZarrGraphStore({self.dataset.url!r}, part={self.part})"
 

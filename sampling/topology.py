@@ -229,19 +229,17 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
 
 def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str | None, disjoint: bool = False,
                      mask: Any = None) -> dict[Any, EdgeTopology]:
-    """Topology of a generic PyG ``GraphStore``, one partition's ``ZarrGraphStore`` or a whole dataset's
-    ``DatasetGraphStore`` (the latter two memory-mapped per partition, with the input edge IDs)."""
-    from graphstore.dataset_stores import DatasetGraphStore
-    from graphstore.stores import ZarrGraphStore
+    """Topology of a generic PyG ``GraphStore``, or of any store over graphstore partitions.
 
-    if isinstance(graph_store, ZarrGraphStore):
-        return from_dataset(graph_store.dataset, [graph_store.part], weight_attr, time_attr, disjoint, mask)
-    if isinstance(graph_store, DatasetGraphStore):
-        dataset = graph_store.dataset
-        return from_dataset(dataset, list(range(dataset.num_parts)), weight_attr, time_attr, disjoint, mask)
+    A store saying which partitions it serves (``dataset_parts``: ``(dataset, [part, ...])``, as
+    ``ZarrGraphStore`` and ``DatasetGraphStore`` do) is read memory-mapped per partition, with the
+    input edge IDs; any other store through PyG's ``_edge_to_layout``.
+    """
+    served = getattr(graph_store, "dataset_parts", None)
+    if served is not None:
+        dataset, parts = served
+        return from_dataset(dataset, list(parts), weight_attr, time_attr, disjoint, mask)
     if mask is not None:
-        from graphstore.errors import InvalidInputError
-
         raise InvalidInputError("message_edges needs a graphstore dataset, its stores, or a PyG Data/HeteroData; "
                                 f"{type(graph_store).__name__} has no link split the sampler can read")
     out = {}

@@ -8,7 +8,7 @@ from typing import Any
 
 from graphstore import layout
 from graphstore.errors import DatasetExistsError, StoragePermissionError
-from graphstore.storage import LocalLocation, Location, is_dataset
+from graphstore.storage import Location, is_dataset
 
 logger = logging.getLogger(__name__)
 _PATH_SCHEMES = ("npz", "planetoid", "ogb")
@@ -20,8 +20,8 @@ def check_dest(location: Location, overwrite: bool, data: Any = None) -> bool:
     A file at DEST (above all the SOURCE itself), a DEST inside the SOURCE or holding it, and a DEST
     whose parent cannot be written are refused before anything is read or written.
     """
-    if isinstance(location, LocalLocation):
-        _check_local(location, data)
+    if location.local_root is not None:
+        _check_local(location.local_root, data)
     location.check_container()
     if not location.exists() or location.is_empty():
         return False
@@ -49,8 +49,7 @@ def source_path(data: Any) -> str | None:
     return os.path.realpath(os.path.expanduser(rest))
 
 
-def _check_local(location: LocalLocation, data: Any) -> None:
-    root = location.root
+def _check_local(root: str, data: Any) -> None:
     if os.path.lexists(root) and not os.path.isdir(root):
         raise DatasetExistsError(
             f"DEST {root} is a file, not a directory; refusing to write there (nothing of yours is moved or "
