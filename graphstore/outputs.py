@@ -278,7 +278,7 @@ def _with_output(current: Manifest, ntype: NodeTypeInfo, spec: OutputSpec, infos
 
 
 def _replace_root_metadata(location: Location, root: str, manifest_json: dict[str, Any]) -> None:
-    """Put ``manifest_json`` into the root ``zarr.json`` (a file under ``root``) by renaming a complete new file over it."""
+    """Put ``manifest_json`` into the root ``zarr.json`` under ``root`` by renaming a complete new file over it."""
     doc = location.read_json(layout.ROOT_METADATA)
     doc.setdefault("attributes", {})[layout.MANIFEST_ATTR] = manifest_json
     final = os.path.join(root, *layout.ROOT_METADATA.split("/"))

@@ -1,4 +1,4 @@
-"""The import graph: imports only go down (training → sampling → graphstore, nothing imports tools/) and has no cycles."""
+"""The import graph: imports only go down (training → sampling → graphstore; nothing imports tools/); no cycles."""
 
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ def test_imports_only_go_down(package):
 def test_the_checker_catches_upward_imports(tmp_path):
     (tmp_path / "sampling").mkdir()
     (tmp_path / "sampling" / "probe.py").write_text("import graphstore\nfrom training.loop import fit\nimport tools\n")
-    assert _violations("sampling", tmp_path) == ["sampling/probe.py imports tools", "sampling/probe.py imports training"]
+    assert _violations("sampling", tmp_path) == ["sampling/probe.py imports tools",
+                                                 "sampling/probe.py imports training"]
 
 
 def test_no_import_cycles():
@@ -171,13 +172,14 @@ def test_the_checker_catches_a_deferred_cycle(tmp_path):
 
 def test_the_checker_catches_relative_and_type_checking_cycles(tmp_path):
     root = _package(tmp_path, {"__init__.py": "", "sub/__init__.py": "from .x import X\n",
-                               "sub/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..y import Y\n",
+                               "sub/x.py": "import typing\nif typing.TYPE_CHECKING:\n    from ..y import Y\n",
                                "y.py": "from pkg.sub import X\n"})
     assert _cycles(_graph(root, ["pkg"])) == ["pkg.sub:1 -> pkg.sub.x:3 -> pkg.y:1 -> pkg.sub"]
 
 
 def test_the_checker_passes_an_acyclic_package(tmp_path):
-    root = _package(tmp_path, {"__init__.py": "from pkg.a import f\n", "a.py": "from . import b\n", "b.py": "import os\n"})
+    root = _package(tmp_path, {"__init__.py": "from pkg.a import f\n", "a.py": "from . import b\n",
+                               "b.py": "import os\n"})
     graph = _graph(root, ["pkg"])
     assert graph["pkg"] == {"pkg.a": (1, False)} and graph["pkg.a"] == {"pkg.b": (1, False)}
     assert _cycles(graph) == []

@@ -93,8 +93,8 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
         validate_source(source, num_parts)
         options["link_splits"] = add_link_split(source, rule) if rule is not None else {}
         _compact_ids(source)
-        if isinstance(location, LocalLocation):
-            summary = _ingest_staged(source, location, options)
+        if location.local_root is not None:  # a directory here: stage beside it, then rename
+            summary = _ingest_staged(source, LocalLocation(location.local_root), options)
         else:
             summary = _ingest_in_place(source, location, replacing, options)
     finally:

@@ -68,3 +68,22 @@ def test_ingest_destination_checks_follow_local_root(tmp_path):
         check_dest(DirLocation(str(file)), overwrite=True)
     assert check_dest(LocationWrapper(LocalLocation(str(file))), overwrite=True) is False  # no local checks
     assert file.read_text() == "mine"
+
+
+def test_ingest_into_a_new_location_with_a_local_root_is_staged(tmp_path, monkeypatch):
+    from graphstore.ingest import pipeline
+
+    staged: list[str] = []
+    real = pipeline._ingest_staged
+
+    def spy(source, location, options):
+        staged.append(location.root)
+        return real(source, location, options)
+
+    monkeypatch.setattr(pipeline, "_ingest_staged", spy)
+    graphstore.ingest(small_graph(n=100, e=300)[0], DirLocation(str(tmp_path / "ds")), num_parts=2)
+    graphstore.ingest(small_graph(n=100, e=300)[0], LocationWrapper(LocalLocation(str(tmp_path / "in_place"))),
+                      num_parts=2)
+    assert staged == [str(tmp_path / "ds")]  # the wrapper without local_root was written in place
+    for name in ("ds", "in_place"):
+        assert graphstore.open_dataset(tmp_path / name).num_nodes() == 100
