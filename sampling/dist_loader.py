@@ -17,7 +17,7 @@ from sampling.loader import LinkNeighborLoader, NeighborLoader
 from sampling.transport import Transport
 
 _SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "seed", "subgraph_type",
-                    "is_sorted", "message_edges", "exclude_seed_edges")
+                    "is_sorted", "message_edges", "exclude_seed_edges", "edge_ids")
 
 
 class Prefetcher:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 # handler name -> the kind of traffic it carries (the names users read in the epoch breakdown)
 KINDS = {"sample": "neighbours", "gather": "rows", "edge_attr": "edge_attrs"}  # last part of the name
@@ -22,6 +24,8 @@ def payload_bytes(obj: Any) -> int:
     >>> payload_bytes((np.zeros(4, np.int64), "ab", 3))
     42
     """
+    if isinstance(obj, Packed):
+        return _SCALAR + int(obj.values.nbytes) + 1  # base, the offsets, one byte naming the dtype
     if isinstance(obj, np.ndarray):
         return int(obj.nbytes)
     if hasattr(obj, "element_size") and hasattr(obj, "numel"):  # torch.Tensor
@@ -35,6 +39,54 @@ def payload_bytes(obj: Any) -> int:
     if isinstance(obj, dict):
         return sum(payload_bytes(k) + payload_bytes(v) for k, v in obj.items())
     return _SCALAR
+
+
+_WIDTHS = (np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Integers on the wire: offsets from ``base`` in the narrowest unsigned dtype that holds them all;
+    ``dtype`` and ``tensor`` restore the sender's array exactly (:func:`unpack`)."""
+
+    base: int
+    values: np.ndarray
+    dtype: str
+    tensor: bool = False
+
+
+def pack(values: Any) -> Any:
+    """An integer array or tensor as :class:`Packed` (lossless); any other value unchanged.
+
+    Examples
+    --------
+    >>> p = pack(np.array([1000, 1003, 1001]))
+    >>> p.values.dtype.name, unpack(p).tolist()
+    ('uint8', [1000, 1003, 1001])
+    """
+    is_tensor = isinstance(values, torch.Tensor)
+    array = values.numpy() if is_tensor else values
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "iu" or array.dtype.itemsize == 1 \
+            or array.dtype == np.uint64:  # bytes are already narrow; uint64 may not fit the int64 arithmetic
+        return values
+    if not array.size:
+        return Packed(0, array.astype(np.uint8), array.dtype.str, is_tensor)
+    base, top = int(array.min()), int(array.max())
+    width = next(w for w in _WIDTHS if top - base <= np.iinfo(w).max)
+    with np.errstate(over="ignore"):  # a range wider than int64 wraps, and unwraps exactly in unpack
+        offsets = (array.astype(np.int64, copy=False) - np.int64(base)).astype(width)
+    return Packed(base, offsets, array.dtype.str, is_tensor)
+
+
+def unpack(value: Any) -> Any:
+    """The array or tensor :func:`pack` was given (exact dtype and shape); any other value unchanged."""
+    if not isinstance(value, Packed):
+        return value
+    out = value.values.astype(np.dtype(value.dtype))
+    if value.base:
+        with np.errstate(over="ignore"):
+            out += np.asarray(value.base).astype(out.dtype)
+    return torch.from_numpy(out) if value.tensor else out
 
 
 class WireStats:
