@@ -136,7 +136,8 @@ class DistributedNeighborLoader(_Distributed, NeighborLoader):
     """``NeighborLoader`` for one rank of a distributed job over a partitioned dataset.
 
     ``input_nodes``: global IDs (this rank's seeds), or a mask name (this rank's partition's nodes
-    with the mask set). Batches hold every node attribute and edge attribute, fetched from owners.
+    with the mask set). Batches hold every node attribute and edge attribute, fetched from owners, and
+    ``e_id`` unless ``edge_ids=False`` (then remote partitions send no edge IDs: fewer bytes).
 
     Examples
     --------
