@@ -189,8 +189,9 @@ class PartitionServer:
         ids = unpack(ids)
         return [pack(self.feature_store.get_tensor(node_type, name, ids)) for name in names]
 
-    def edge_attr(self, edge_type: Any, name: str, positions: torch.Tensor) -> torch.Tensor:
-        return self.graph_store.edge_attr(name, edge_type, positions)
+    def edge_attr(self, edge_type: Any, name: str, positions: Any) -> Any:
+        """Edge attribute ``name`` at CSC ``positions`` (packed or not); integer values answer packed."""
+        return pack(self.graph_store.edge_attr(name, edge_type, unpack(positions)))
 
 
 def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np.ndarray) -> None:

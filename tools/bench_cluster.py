@@ -18,8 +18,10 @@ loopback transport (the same sampling and encoding code and byte counters as RPC
 batches actually needed from other partitions are the ``x`` rows of the nodes this partition could not
 serve itself plus, per edge sampled on another partition, its source ID in the fewest whole bytes that
 name any node of the graph (2 below 65,536 nodes, 3 below 16.7M). Not counted as needed, though a real
-protocol must send them: the IDs of the requested nodes and the per-node neighbour counts. ``ratio``
-is the counted RPC payload (neighbours and rows, both ways) over that minimum.
+protocol must send them: the IDs of the requested nodes and the per-node neighbour counts. A row needed
+by several batches counts once per batch (no row cache, as the trainer's default). Packed answers can
+beat the per-edge term (sources within 256 IDs of each other take one byte), never the ``x`` rows.
+``ratio`` is the counted RPC payload (neighbours and rows, both ways) over that minimum.
 """
 
 from __future__ import annotations

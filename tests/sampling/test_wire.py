@@ -139,3 +139,15 @@ def test_remote_edge_ids_unpack_to_the_input_edges(plain):
         assert (src[e_id] == orig[row]).all() and (dst[e_id] == orig[col]).all()
         remote += int((col >= ds.node_offsets()[1]).sum())
     assert remote, "some edges were sampled on other partitions"
+
+
+def test_edge_attributes_come_without_e_id_and_equal_those_with_it(ds):
+    """dataset3 has edge attributes: positions (and edge IDs, to locate them) still travel, packed."""
+    with_ids, _ = _run(ds)
+    without, wire = _run(ds, edge_ids=False)
+    assert not any("e_id" in b for b in without)
+    for a, b in zip(with_ids, without, strict=True):
+        assert torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.edge_time, b.edge_time) and torch.equal(a.weight, b.weight)
+        assert a.edge_time.dtype == torch.int64
+    assert sum(k["edge_attrs"]["calls"] for k in wire.values() if "edge_attrs" in k) > 0
