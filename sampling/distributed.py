@@ -23,11 +23,9 @@ from graphstore.stores import ReadOnlyError, _ids
 from sampling.sampler import NeighborSampler
 from sampling.topology import CSCBlock, EdgeTopology, from_dataset
 from sampling.transport import Transport
-from sampling.wire import pack, unpack
+from sampling.wire import EDGE_IDS, POSITIONS, pack, pack_sample, unpack, unpack_sample
 
 SAMPLE, GATHER, EDGE_ATTR = "graphstore.sample", "graphstore.gather", "graphstore.edge_attr"
-# what a sampling answer carries besides counts and source IDs (bits of ``returns``)
-EDGE_IDS, POSITIONS = 1, 2
 
 
 @dataclass(frozen=True)
@@ -125,21 +123,7 @@ class RemoteBlock:
         future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, pack(nodes), fanout, replace,
                                      pack(seed_time), strategy, self.options, exclusion, self.returns)
         self.stats.add(requests=1)
-        return lambda: _unpack_sample(_waited(self.stats, future))
-
-
-def _pack_sample(result: tuple[np.ndarray, ...], returns: int) -> tuple[Any, ...]:
-    """A sampling answer on the wire: counts and source IDs always, edge IDs and positions if asked."""
-    counts, nbrs, eids, pos = result
-    return (pack(counts), pack(nbrs), pack(eids) if returns & EDGE_IDS else None,
-            pack(pos) if returns & POSITIONS else None)
-
-
-def _unpack_sample(answer: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
-    """``(counts, neighbours, edge IDs, positions)``; what was not sent is -1 (never read: not asked for)."""
-    counts, nbrs = unpack(answer[0]), unpack(answer[1])
-    missing = np.full(len(nbrs), -1, np.int64)
-    return (counts, nbrs, *(missing if a is None else unpack(a) for a in answer[2:]))
+        return lambda: unpack_sample(_waited(self.stats, future))
 
 
 class PartitionServer:
@@ -182,7 +166,7 @@ class PartitionServer:
         _check_request(np.asarray(nodes), block.lo, block.hi, self.part, seed_time)
         node_time = self._node_time[options[1]].get(topo.src_type, np.zeros(0, np.int64))
         extra = (exclusion,) if exclusion is not None else ()
-        return _pack_sample(block.start(nodes, fanout, replace, node_time, seed_time, strategy, *extra)(), returns)
+        return pack_sample(block.start(nodes, fanout, replace, node_time, seed_time, strategy, *extra)(), returns)
 
     def gather(self, node_type: Any, names: list[str], ids: Any) -> list[Any]:
         """Rows of ``ids`` (packed or not); integer attributes (labels, IDs, times) answer packed."""

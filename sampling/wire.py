@@ -1,4 +1,4 @@
-"""Bytes on the wire of remote calls, per peer and per kind (neighbours, rows), counted at the caller."""
+"""What remote calls put on the wire: integers packed narrow, lean sampling answers, bytes per peer and kind."""
 
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ def payload_bytes(obj: Any) -> int:
 
 
 _WIDTHS = (np.uint8, np.uint16, np.uint32, np.uint64)
+# what a sampling answer carries besides counts and source IDs (bits of its request's ``returns``)
+EDGE_IDS, POSITIONS = 1, 2
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,20 @@ def unpack(value: Any) -> Any:
         with np.errstate(over="ignore"):
             out += np.asarray(value.base).astype(out.dtype)
     return torch.from_numpy(out) if value.tensor else out
+
+
+def pack_sample(result: tuple[np.ndarray, ...], returns: int) -> tuple[Any, ...]:
+    """A sampling answer on the wire: counts and source IDs always, edge IDs and positions if asked."""
+    counts, nbrs, eids, pos = result
+    return (pack(counts), pack(nbrs), pack(eids) if returns & EDGE_IDS else None,
+            pack(pos) if returns & POSITIONS else None)
+
+
+def unpack_sample(answer: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
+    """``(counts, neighbours, edge IDs, positions)``; what was not sent is -1 (never read: not asked for)."""
+    counts, nbrs = unpack(answer[0]), unpack(answer[1])
+    missing = np.full(len(nbrs), -1, np.int64)
+    return (counts, nbrs, *(missing if a is None else unpack(a) for a in answer[2:]))
 
 
 class WireStats:

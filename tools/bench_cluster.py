@@ -7,9 +7,9 @@ Usage (root; iproute2 with tc)::
 
 For each host count H the graph (default: the demo graph, ``tools/demo.py``'s synthetic spec at 50,000
 nodes; pass ``--spec synthetic:nodes=1000000,...`` for the 1M-node one) is ingested into H partitions
-(cached under --data, one folder per spec). The same H ranks first train on loopback (``graphstore-train --nproc H``), then
-on H rig hosts with every link shaped by ``tc tbf`` to each rate (torchrun per host, as the README
-says). Per run, from the last epoch (the first includes numba compilation): epoch and training
+(cached under --data, one folder per spec). The same H ranks first train on loopback
+(``graphstore-train --nproc H``), then on H rig hosts with every link shaped by ``tc tbf`` to each rate
+(torchrun per host, as the README says). Per run, from the last epoch (the first includes numba compilation): epoch and training
 seconds, bytes on the wire per host (RPC payload sent plus received, gradient all-reduce), sampling /
 features / forward-backward seconds, and training speed relative to loopback.
 
