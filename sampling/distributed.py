@@ -204,7 +204,8 @@ class DistributedSampler(NeighborSampler):
     def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, layout: RankLayout,
                  stats: RemoteStats | None = None, edge_ids: bool = True, **options: Any) -> None:
         if not isinstance(edge_ids, bool):
-            raise InvalidInputError(f"edge_ids must be True or False, got {edge_ids!r}")
+            raise InvalidInputError(f"edge_ids={edge_ids!r} given to the distributed sampler/loader: pass True "
+                                    "(batches carry e_id) or False (no e_id, fewer bytes on the wire)")
         self.transport, self.layout, self.edge_ids = transport, layout, edge_ids
         self.part = layout.part_of(transport.rank)
         self.stats = stats or RemoteStats()

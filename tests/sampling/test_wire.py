@@ -151,3 +151,10 @@ def test_edge_attributes_come_without_e_id_and_equal_those_with_it(ds):
         assert torch.equal(a.edge_time, b.edge_time) and torch.equal(a.weight, b.weight)
         assert a.edge_time.dtype == torch.int64
     assert sum(k["edge_attrs"]["calls"] for k in wire.values() if "edge_attrs" in k) > 0
+
+
+def test_edge_ids_must_be_a_bool(plain):
+    from graphstore.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="edge_ids='no' given to the distributed sampler"):
+        _run(plain[0], edge_ids="no")
