@@ -15,9 +15,10 @@ from sampling.distributed import (EDGE_ATTR, DistributedFeatureStore, Distribute
                                   _waited)
 from sampling.loader import LinkNeighborLoader, NeighborLoader
 from sampling.transport import Transport
+from sampling.wire import pack, unpack
 
 _SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "seed", "subgraph_type",
-                    "is_sorted", "message_edges", "exclude_seed_edges")
+                    "is_sorted", "message_edges", "exclude_seed_edges", "edge_ids")
 
 
 class Prefetcher:
@@ -121,10 +122,10 @@ class _Distributed:
                 out[sel] = self._graph_dataset.partition(int(p))[1].edge_attr(name, etype, positions)
             else:
                 peer = self.layout.server(int(p), self.transport.rank)
-                pending.append((sel, self.transport.call(peer, EDGE_ATTR, etype, name, positions)))
+                pending.append((sel, self.transport.call(peer, EDGE_ATTR, etype, name, pack(positions))))
                 self.stats.add(requests=1)
         for sel, future in pending:
-            out[sel] = _waited(self.stats, future)
+            out[sel] = unpack(_waited(self.stats, future))
         return out
 
     def __iter__(self) -> Iterator:
@@ -136,7 +137,8 @@ class DistributedNeighborLoader(_Distributed, NeighborLoader):
     """``NeighborLoader`` for one rank of a distributed job over a partitioned dataset.
 
     ``input_nodes``: global IDs (this rank's seeds), or a mask name (this rank's partition's nodes
-    with the mask set). Batches hold every node attribute and edge attribute, fetched from owners.
+    with the mask set). Batches hold every node attribute and edge attribute, fetched from owners, and
+    ``e_id`` unless ``edge_ids=False`` (then remote partitions send no edge IDs: fewer bytes).
 
     Examples
     --------

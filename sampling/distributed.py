@@ -23,6 +23,7 @@ from graphstore.stores import ReadOnlyError, _ids
 from sampling.sampler import NeighborSampler
 from sampling.topology import CSCBlock, EdgeTopology, from_dataset
 from sampling.transport import Transport
+from sampling.wire import EDGE_IDS, POSITIONS, pack, pack_sample, unpack, unpack_sample
 
 SAMPLE, GATHER, EDGE_ATTR = "graphstore.sample", "graphstore.gather", "graphstore.edge_attr"
 
@@ -113,15 +114,16 @@ class RemoteBlock:
     layout: RankLayout
     stats: RemoteStats
     options: tuple  # (weight_attr, time_attr, message_edges) the server samples with
+    returns: int = EDGE_IDS | POSITIONS  # edge IDs / CSC positions the batch needs (else -1 here, unsent)
     is_remote = True
 
     def start(self, nodes: np.ndarray, fanout: int, replace: bool, node_time: np.ndarray, seed_time: np.ndarray,
               strategy: int, exclusion: tuple | None = None) -> Callable[[], tuple[np.ndarray, ...]]:
         peer = self.layout.server(self.part, self.transport.rank)
-        future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, nodes, fanout, replace, seed_time,
-                                     strategy, self.options, exclusion)
+        future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, pack(nodes), fanout, replace,
+                                     pack(seed_time), strategy, self.options, exclusion, self.returns)
         self.stats.add(requests=1)
-        return lambda: _waited(self.stats, future)
+        return lambda: unpack_sample(_waited(self.stats, future))
 
 
 class PartitionServer:
@@ -149,12 +151,14 @@ class PartitionServer:
                 self._node_time[options[1]] = _node_times(self.dataset, options[1])
             return self._topologies[options]
 
-    def sample(self, edge_type: Any, part: int, nodes: np.ndarray, fanout: int, replace: bool,
-               seed_time: np.ndarray, strategy: int, options: tuple, exclusion: tuple | None = None
-               ) -> tuple[np.ndarray, ...]:
+    def sample(self, edge_type: Any, part: int, nodes: Any, fanout: int, replace: bool, seed_time: Any,
+               strategy: int, options: tuple, exclusion: tuple | None = None, returns: int = EDGE_IDS | POSITIONS
+               ) -> tuple[Any, ...]:
         """One hop for ``nodes`` of this partition, by the caller's options: its link split mask
         (``options[2]``) and the links of its batch to leave out (``exclusion``) are applied here, by
-        the kernel, so the fanout counts admitted edges only."""
+        the kernel, so the fanout counts admitted edges only. Integers come and go packed
+        (:func:`sampling.wire.pack`); edge IDs and positions only when ``returns`` asks for them."""
+        nodes, seed_time = unpack(nodes), unpack(seed_time)
         if part != self.part:
             raise InvalidInputError(f"rank serving partition {self.part} was asked to sample partition {part}")
         topo = self._topology(options)[edge_type]
@@ -162,13 +166,16 @@ class PartitionServer:
         _check_request(np.asarray(nodes), block.lo, block.hi, self.part, seed_time)
         node_time = self._node_time[options[1]].get(topo.src_type, np.zeros(0, np.int64))
         extra = (exclusion,) if exclusion is not None else ()
-        return block.start(nodes, fanout, replace, node_time, seed_time, strategy, *extra)()
+        return pack_sample(block.start(nodes, fanout, replace, node_time, seed_time, strategy, *extra)(), returns)
 
-    def gather(self, node_type: Any, names: list[str], ids: torch.Tensor) -> list[torch.Tensor]:
-        return [self.feature_store.get_tensor(node_type, name, ids) for name in names]
+    def gather(self, node_type: Any, names: list[str], ids: Any) -> list[Any]:
+        """Rows of ``ids`` (packed or not); integer attributes (labels, IDs, times) answer packed."""
+        ids = unpack(ids)
+        return [pack(self.feature_store.get_tensor(node_type, name, ids)) for name in names]
 
-    def edge_attr(self, edge_type: Any, name: str, positions: torch.Tensor) -> torch.Tensor:
-        return self.graph_store.edge_attr(name, edge_type, positions)
+    def edge_attr(self, edge_type: Any, name: str, positions: Any) -> Any:
+        """Edge attribute ``name`` at CSC ``positions`` (packed or not); integer values answer packed."""
+        return pack(self.graph_store.edge_attr(name, edge_type, unpack(positions)))
 
 
 def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np.ndarray) -> None:
@@ -186,17 +193,35 @@ def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np
 class DistributedSampler(NeighborSampler):
     """``NeighborSampler`` over a partitioned dataset: own partition local, the others over ``transport``.
 
+    ``edge_ids=False`` leaves edge IDs out of the outputs (no ``e_id`` in batches), and so out of the
+    sampling answers of remote partitions, unless an edge type's attributes need them.
+
     Examples
     --------
     >>> sampler = DistributedSampler(ds, [15, 10], transport, RankLayout(2, 2))  # doctest: +SKIP
     """
 
     def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, layout: RankLayout,
-                 stats: RemoteStats | None = None, **options: Any) -> None:
-        self.transport, self.layout = transport, layout
+                 stats: RemoteStats | None = None, edge_ids: bool = True, **options: Any) -> None:
+        if not isinstance(edge_ids, bool):
+            raise InvalidInputError(f"edge_ids={edge_ids!r} given to the distributed sampler/loader: pass True "
+                                    "(batches carry e_id) or False (no e_id, fewer bytes on the wire)")
+        self.transport, self.layout, self.edge_ids = transport, layout, edge_ids
         self.part = layout.part_of(transport.rank)
         self.stats = stats or RemoteStats()
         super().__init__(dataset, num_neighbors, **options)
+
+    def _subgraph(self, out: Any) -> Any:
+        out = super()._subgraph(out)
+        if not self.edge_ids:
+            out.edge = None if isinstance(out.row, torch.Tensor) else {}
+        return out
+
+    def _returns(self, edge_type: Any) -> int:
+        """What remote answers for ``edge_type`` must carry: positions for its attributes (edge IDs
+        too: a bidirectional batch locates them by ID), edge IDs for the outputs."""
+        has_attrs = bool(self._data.manifest.edge_type(edge_type).attrs)
+        return (EDGE_IDS if self.edge_ids or has_attrs else 0) | (POSITIONS if has_attrs else 0)
 
     @property
     def topology(self) -> dict[Any, EdgeTopology]:
@@ -210,7 +235,7 @@ class DistributedSampler(NeighborSampler):
                 for p in range(self._data.num_parts):
                     blocks.append(topo.blocks[0] if p == self.part else RemoteBlock(
                         int(dst[p]), int(dst[p + 1]), p, etype, self.transport, self.layout, self.stats,
-                        (c.weight_attr, c.time_attr, c.message_edges)))
+                        (c.weight_attr, c.time_attr, c.message_edges), self._returns(etype)))
                 out[etype] = EdgeTopology(etype, topo.src_type, topo.dst_type, blocks, topo.num_src, topo.num_dst)
             self._topology = out
         return self._topology
@@ -315,7 +340,7 @@ class DistributedFeatureStore(FeatureStore):
             if len(sel) == 0:
                 continue
             peer = self.layout.server(int(part), self.transport.rank)
-            future = self.transport.call(peer, GATHER, group, names, ids[sel])
+            future = self.transport.call(peer, GATHER, group, names, pack(ids[sel]))
             self.stats.add(requests=1)
             pending.append((sel, _CachingFuture(self, group, names, ids[sel], future)))
         return pending
@@ -366,7 +391,7 @@ class _CachingFuture:
         self.store, self.group, self.names, self.ids, self.future = store, group, names, ids, future
 
     def result(self) -> list[torch.Tensor]:
-        rows = self.future.result()
+        rows = [unpack(r) for r in self.future.result()]
         if self.store.cache_rows:
             for n, r in zip(self.names, rows):
                 self.store._cache(self.group, n, r).insert(self.ids, r)

@@ -1,12 +1,14 @@
-"""Bytes on the wire of remote calls, per peer and per kind (neighbours, rows), counted at the caller."""
+"""What remote calls put on the wire: integers packed narrow, lean sampling answers, bytes per peer and kind."""
 
 from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 # handler name -> the kind of traffic it carries (the names users read in the epoch breakdown)
 KINDS = {"sample": "neighbours", "gather": "rows", "edge_attr": "edge_attrs"}  # last part of the name
@@ -22,6 +24,8 @@ def payload_bytes(obj: Any) -> int:
     >>> payload_bytes((np.zeros(4, np.int64), "ab", 3))
     42
     """
+    if isinstance(obj, Packed):
+        return _SCALAR + int(obj.values.nbytes) + 1  # base, the offsets, one byte naming the dtype
     if isinstance(obj, np.ndarray):
         return int(obj.nbytes)
     if hasattr(obj, "element_size") and hasattr(obj, "numel"):  # torch.Tensor
@@ -35,6 +39,70 @@ def payload_bytes(obj: Any) -> int:
     if isinstance(obj, dict):
         return sum(payload_bytes(k) + payload_bytes(v) for k, v in obj.items())
     return _SCALAR
+
+
+_WIDTHS = (np.uint8, np.uint16, np.uint32, np.uint64)
+# what a sampling answer carries besides counts and source IDs (bits of its request's ``returns``)
+EDGE_IDS, POSITIONS = 1, 2
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Integers on the wire: offsets from ``base`` in the narrowest unsigned dtype that holds them all;
+    ``dtype`` and ``tensor`` restore the sender's array exactly (:func:`unpack`)."""
+
+    base: int
+    values: np.ndarray
+    dtype: str
+    tensor: bool = False
+
+
+def pack(values: Any) -> Any:
+    """An integer array or tensor as :class:`Packed` (lossless); any other value unchanged.
+
+    Examples
+    --------
+    >>> p = pack(np.array([1000, 1003, 1001]))
+    >>> p.values.dtype.name, unpack(p).tolist()
+    ('uint8', [1000, 1003, 1001])
+    """
+    is_tensor = isinstance(values, torch.Tensor)
+    array = values.numpy() if is_tensor else values
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "iu" or array.dtype.itemsize == 1 \
+            or array.dtype == np.uint64:  # bytes are already narrow; uint64 may not fit the int64 arithmetic
+        return values
+    if not array.size:
+        return Packed(0, array.astype(np.uint8), array.dtype.str, is_tensor)
+    base, top = int(array.min()), int(array.max())
+    width = next(w for w in _WIDTHS if top - base <= np.iinfo(w).max)
+    with np.errstate(over="ignore"):  # a range wider than int64 wraps, and unwraps exactly in unpack
+        offsets = (array.astype(np.int64, copy=False) - np.int64(base)).astype(width)
+    return Packed(base, offsets, array.dtype.str, is_tensor)
+
+
+def unpack(value: Any) -> Any:
+    """The array or tensor :func:`pack` was given (exact dtype and shape); any other value unchanged."""
+    if not isinstance(value, Packed):
+        return value
+    out = value.values.astype(np.dtype(value.dtype))
+    if value.base:
+        with np.errstate(over="ignore"):
+            out += np.asarray(value.base).astype(out.dtype)
+    return torch.from_numpy(out) if value.tensor else out
+
+
+def pack_sample(result: tuple[np.ndarray, ...], returns: int) -> tuple[Any, ...]:
+    """A sampling answer on the wire: counts and source IDs always, edge IDs and positions if asked."""
+    counts, nbrs, eids, pos = result
+    return (pack(counts), pack(nbrs), pack(eids) if returns & EDGE_IDS else None,
+            pack(pos) if returns & POSITIONS else None)
+
+
+def unpack_sample(answer: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
+    """``(counts, neighbours, edge IDs, positions)``; what was not sent is -1 (never read: not asked for)."""
+    counts, nbrs = unpack(answer[0]), unpack(answer[1])
+    missing = np.full(len(nbrs), -1, np.int64)
+    return (counts, nbrs, *(missing if a is None else unpack(a) for a in answer[2:]))
 
 
 class WireStats:

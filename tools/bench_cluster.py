@@ -7,21 +7,27 @@ Usage (root; iproute2 with tc)::
 
 For each host count H the graph (default: the demo graph, ``tools/demo.py``'s synthetic spec at 50,000
 nodes; pass ``--spec synthetic:nodes=1000000,...`` for the 1M-node one) is ingested into H partitions
-(cached under --data). The same H ranks first train on loopback (``graphstore-train --nproc H``), then
-on H rig hosts with every link shaped by ``tc tbf`` to each rate (torchrun per host, as the README
-says). Per run, from the last epoch (the first includes numba compilation): epoch and training
+(cached under --data, one folder per spec). The same H ranks first train on loopback
+(``graphstore-train --nproc H``), then on H rig hosts with every link shaped by ``tc tbf`` to each rate
+(torchrun per host, as the README says). Per run, from the last epoch (the first includes numba compilation): epoch and training
 seconds, bytes on the wire per host (RPC payload sent plus received, gradient all-reduce), sampling /
 features / forward-backward seconds, and training speed relative to loopback.
 
-The minimum: one epoch of the same loaders runs in this process over the loopback transport (the same
-sampling code and byte counters as RPC); the bytes the sampled batches actually needed from other
-partitions are the remote nodes' ``x`` rows plus one int64 source ID per sampled edge into a remote
-node. ``ratio`` is the counted RPC payload over that minimum.
+The minimum: one epoch of the same loaders (the trainer's options) runs in this process over the
+loopback transport (the same sampling and encoding code and byte counters as RPC); the bytes the sampled
+batches actually needed from other partitions are the ``x`` rows of the nodes this partition could not
+serve itself plus, per edge sampled on another partition, its source ID in the fewest whole bytes that
+name any node of the graph (2 below 65,536 nodes, 3 below 16.7M). Not counted as needed, though a real
+protocol must send them: the IDs of the requested nodes and the per-node neighbour counts. A row needed
+by several batches counts once per batch (no row cache, as the trainer's default). Packed answers can
+beat the per-edge term (sources within 256 IDs of each other take one byte), never the ``x`` rows.
+``ratio`` is the counted RPC payload (neighbours and rows, both ways) over that minimum.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import subprocess
 import sys
@@ -94,18 +100,21 @@ def minimum(dest: Path, args: argparse.Namespace) -> dict:
     for rank, t in enumerate(transports):
         PartitionServer(ds, rank).register(t)
     offsets, fanout = ds.node_offsets(), [int(k) for k in args.fanout.split(",")]
+    id_bytes = max(1, -(-(ds.num_nodes() - 1).bit_length() // 8))
     needed = counted = 0
     for rank, transport in enumerate(transports):
         lo, hi = int(offsets[rank]), int(offsets[rank + 1])
         mask = ds.partition(rank)[0][None, "train_mask", None].numpy().astype(bool)
         seeds = torch.from_numpy(lo + np.flatnonzero(mask))
         loader = DistributedNeighborLoader(ds, fanout, transport, seeds, batch_size=args.batch_size, prefetch=0,
-                                           seed=args.seed + rank)
+                                           seed=args.seed + rank, edge_ids=False)
+        store = loader.data[0]
+        info = store.local._node_info(None)
         for batch in loader:
             n_id, dst = batch.n_id.numpy(), batch.edge_index[1].numpy()
-            remote = (n_id < lo) | (n_id >= hi)
-            needed += int(remote.sum()) * batch.x[0].numel() * batch.x.element_size()
-            needed += int(remote[dst].sum()) * 8  # a source ID per sampled edge into a remote node
+            fetched = ~store._servable_here(info, n_id, ["x"])  # neither owned nor a replicated halo row
+            needed += int(fetched.sum()) * batch.x[0].numel() * batch.x.element_size()
+            needed += int(((n_id < lo) | (n_id >= hi))[dst].sum()) * id_bytes  # edges sampled elsewhere
         snap = transport.wire.snapshot(reset=True)
         counted += sum(k["sent"] + k["received"] for kinds in snap.values() for name, k in kinds.items()
                        if name in ("neighbours", "rows"))
@@ -133,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, minima = [], {}
     with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
         for hosts in (int(h) for h in args.hosts.split(",")):
-            dest = benchinfo.ingested(args.data, args.spec, hosts)
+            dest = benchinfo.ingested(args.data / hashlib.sha1(args.spec.encode()).hexdigest()[:12], args.spec, hosts)
             minima[hosts] = minimum(dest, args)
             base = loopback(dest, hosts, args, Path(tmp))
             rows.append({**base, "speed_vs_loopback": 1.0})

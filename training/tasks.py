@@ -61,6 +61,7 @@ def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
     c = trainer.config
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
+                edge_ids=False,  # no task reads e_id: remote sampling answers leave edge IDs out
                 **({"time_attr": c.time_attr} if c.time_attr else {}))
 
 

@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+import graphstore
+
 from sampling.dist_loader import DistributedNeighborLoader
 from sampling.distributed import PartitionServer
 from sampling.transport import LoopbackTransport
-from sampling.wire import WireStats, payload_bytes, totals
+from sampling.wire import Packed, WireStats, pack, payload_bytes, totals, unpack
 
 
 def test_payload_bytes_counts_arrays_tensors_strings_and_scalars():
@@ -17,6 +19,29 @@ def test_payload_bytes_counts_arrays_tensors_strings_and_scalars():
     assert payload_bytes(torch.zeros(7, dtype=torch.int64)) == 56
     assert payload_bytes(("abc", None, [torch.ones(2), {"k": 1}])) == 3 + 8 + 8 + 1 + 8
     assert payload_bytes(b"\x00" * 9) == 9
+    assert payload_bytes(Packed(5, np.zeros(10, np.uint16), "<i8")) == 8 + 20 + 1
+
+
+@pytest.mark.parametrize("values, width", [
+    (np.array([1000, 1003, 1001]), np.uint8),  # offsets from the minimum: one byte each
+    (np.arange(70_000) + 10**9, np.uint32),
+    (np.array([-5, 60_000]), np.uint16),
+    (np.array([-2**63, 2**63 - 1]), np.uint64),  # the full int64 range wraps and unwraps exactly
+    (np.arange(6, dtype=np.int32).reshape(2, 3), np.uint8),
+    (np.zeros(0, np.int64), np.uint8),
+])
+def test_pack_is_lossless_and_narrow(values, width):
+    for given in (values, torch.from_numpy(values)):
+        packed = pack(given)
+        assert packed.values.dtype == width
+        back = unpack(packed)
+        assert type(back) is type(given) and back.dtype == given.dtype and back.shape == given.shape
+        assert (np.asarray(back) == values).all()
+
+
+def test_pack_leaves_floats_bytes_and_uint64_alone():
+    for value in (np.ones(3, np.float32), torch.ones(2), np.zeros(4, np.uint8), np.array([2**64 - 1], np.uint64), 7):
+        assert pack(value) is value and unpack(value) is value
 
 
 def test_counters_are_per_peer_and_kind_and_reset():
@@ -44,22 +69,92 @@ def ds(graphs):
     return graphs["dataset3"].data
 
 
-def test_row_bytes_received_equal_the_remote_rows_of_the_batches(ds, graphs):
+def test_row_bytes_are_the_packed_remote_rows_of_the_batches(ds, graphs):
     transports = LoopbackTransport.group(ds.num_parts)
     for rank, t in enumerate(transports):
         PartitionServer(ds, rank).register(t)
     loader = DistributedNeighborLoader(ds, [4, 4], transports[0], torch.arange(0, 60), batch_size=30, prefetch=0)
-    lo, hi = ds.node_offsets()[0:2]
-    remote_rows, row_bytes = 0, set()
-    for batch in loader:
-        n_id = batch.n_id.numpy()
-        remote_rows += int(((n_id < lo) | (n_id >= hi)).sum())
-        row_bytes.add(sum(batch[k][0].numel() * batch[k].element_size() for k in ("x", "y", "time", "orig_id")))
-    (row_bytes,) = row_bytes  # x (4 float32), y, time and orig_id (int64): 40 bytes a node
+    want_ids = want_rows = int64_rows = 0
+    for batch in loader:  # one request per remote owner per batch, in n_id order (no cache, no halo replicas)
+        owners = ds.owner(batch.n_id.numpy())
+        for part in set(owners.tolist()) - {0}:
+            sel = torch.from_numpy(owners == part)
+            want_ids += payload_bytes(pack(batch.n_id[sel]))
+            want_rows += sum(payload_bytes(pack(batch[k][sel])) for k in ("x", "y", "time", "orig_id"))
+            int64_rows += int(sel.sum()) * 40  # x (4 float32), y, time and orig_id as int64
     snap = transports[0].wire.snapshot()
     assert set(snap) == {"1", "2"} and all("neighbours" in k and "rows" in k for k in snap.values())
-    received_rows = sum(k["rows"]["received"] for k in snap.values())
-    sent_ids = sum(k["rows"]["sent"] for k in snap.values())
-    # rows requested by ID (int64) and answered with the node's attributes (no halo replicas in this dataset)
-    assert received_rows == remote_rows * row_bytes, (received_rows, remote_rows, row_bytes)
-    assert sent_ids >= remote_rows * 8
+    assert sum(k["rows"]["received"] for k in snap.values()) == want_rows
+    calls = sum(k["rows"]["calls"] for k in snap.values())
+    # a request: the node type (None), the attribute names, the packed IDs
+    assert sum(k["rows"]["sent"] for k in snap.values()) == want_ids + calls * (8 + len("xytimeorig_id"))
+    assert want_rows < 0.8 * int64_rows, "labels, times and IDs travel narrower than int64"
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    """3 partitions, no edge attributes: sampling answers need no positions."""
+    from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
+
+    rng = np.random.default_rng(1)
+    src, dst = rng.integers(0, 300, 2400), rng.integers(0, 300, 2400)
+    source = GraphSource({None: NodeTable(300, {"x": ArrayRows(rng.standard_normal((300, 2)).astype(np.float32))})},
+                         {None: EdgeTable(src, dst, {})})
+    dest = tmp_path_factory.mktemp("plain") / "ds"
+    graphstore.ingest(source, dest, num_parts=3)
+    return graphstore.open_dataset(dest), src, dst
+
+
+def _run(ds, **options):
+    transports = LoopbackTransport.group(ds.num_parts)
+    for rank, t in enumerate(transports):
+        PartitionServer(ds, rank).register(t)
+    loader = DistributedNeighborLoader(ds, [5, 5], transports[0], torch.arange(0, 60), batch_size=20, prefetch=0,
+                                       seed=3, **options)
+    return list(loader), transports[0].wire.snapshot()
+
+
+def test_edge_ids_are_sent_only_when_the_batch_carries_them(plain):
+    plain = plain[0]
+    with_ids, wire_with = _run(plain)
+    without, wire_without = _run(plain, edge_ids=False)
+    assert all("e_id" in b for b in with_ids) and not any("e_id" in b for b in without)
+    for a, b in zip(with_ids, without, strict=True):  # same samples: only the edge IDs are left out
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index)
+    edges = sum(int(((b.n_id[b.edge_index[1]] >= plain.node_offsets()[1])).sum()) for b in with_ids)
+    got = sum(k["neighbours"]["received"] for k in wire_with.values())
+    lean = sum(k["neighbours"]["received"] for k in wire_without.values())
+    # a packed edge ID per remote edge (2 bytes: < 65,536 edges), its header (9) instead of None (8) per answer
+    calls = sum(k["neighbours"]["calls"] for k in wire_with.values())
+    assert edges and got - lean == 2 * edges + calls, (got, lean, edges, calls)
+
+
+def test_remote_edge_ids_unpack_to_the_input_edges(plain):
+    ds, src, dst = plain
+    batches, _ = _run(ds)
+    orig = torch.cat([ds.partition(p)[0][None, "orig_id", None] for p in range(ds.num_parts)]).numpy()
+    remote = 0
+    for batch in batches:
+        e_id, (row, col) = batch.e_id.numpy(), batch.n_id[batch.edge_index].numpy()
+        assert (src[e_id] == orig[row]).all() and (dst[e_id] == orig[col]).all()
+        remote += int((col >= ds.node_offsets()[1]).sum())
+    assert remote, "some edges were sampled on other partitions"
+
+
+def test_edge_attributes_come_without_e_id_and_equal_those_with_it(ds):
+    """dataset3 has edge attributes: positions (and edge IDs, to locate them) still travel, packed."""
+    with_ids, _ = _run(ds)
+    without, wire = _run(ds, edge_ids=False)
+    assert not any("e_id" in b for b in without)
+    for a, b in zip(with_ids, without, strict=True):
+        assert torch.equal(a.edge_index, b.edge_index)
+        assert torch.equal(a.edge_time, b.edge_time) and torch.equal(a.weight, b.weight)
+        assert a.edge_time.dtype == torch.int64
+    assert sum(k["edge_attrs"]["calls"] for k in wire.values() if "edge_attrs" in k) > 0
+
+
+def test_edge_ids_must_be_a_bool(plain):
+    from graphstore.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="edge_ids='no' given to the distributed sampler"):
+        _run(plain[0], edge_ids="no")

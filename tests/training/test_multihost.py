@@ -130,3 +130,22 @@ def test_rendezvous_faults_are_bounded_and_named(rig, cora_shared, fault):
         assert f"rank 1 at {h1.addr} (" in outcomes[1].stderr, outcomes[1].stderr[-3000:]
         assert f"rendezvous: cannot reach rank 0's rendezvous at {master}:{rank1_port}" in outcomes[1].stderr
     _no_process_left(cluster)
+
+
+@pytest.mark.parametrize("fault", ["wrong MASTER_ADDR", "closed port"])
+def test_torchrun_rendezvous_faults_end_both_hosts_within_the_agent_timeout(rig, cora_shared, fault):
+    """torchrun as the README says, with its advice ``--rdzv-conf timeout=T``: torchrun's own agents
+    rendezvous before our code runs, so they fail (both hosts) within T, naming what they waited for."""
+    cluster = rig(2)
+    h0, h1 = cluster.hosts
+    timeout = 15
+    master, port = (f"{cluster.subnet}.99", 29500) if fault == "wrong MASTER_ADDR" else (h0.addr, 29501)
+    agent = ("--rdzv-conf", f"timeout={timeout}")
+    args = (cora_shared, "--epochs", 1, *TRAIN, "--timeout", timeout)
+    runs = [torchrun(cluster, h0, 2, h0.addr, *args, agent=agent),
+            torchrun(cluster, h1, 2, master, *args, agent=agent, port=port)]
+    first, second = wait_all(runs, timeout + 60)  # a code of None: still running at the bound, then killed
+    assert first.code not in (None, 0) and second.code not in (None, 0), (first, second)
+    assert "waiting for clients. 1/2 clients joined" in first.stderr, first.stderr[-3000:]
+    assert f"({master}, {port})" in second.stderr, second.stderr[-3000:]  # the agent names what it tried
+    _no_process_left(cluster)
