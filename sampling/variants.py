@@ -192,22 +192,23 @@ def _candidates(indices, times, node_time, split, allowed, start, deg, limit, ca
     """Offsets of the edges the time limit and the split mask admit, into ``cand`` (their times into
     ``tkeys`` when temporal); returns how many."""
     c = 0
-    for j in range(deg):
+    for j in range(deg):  # branch-free: each edge is written, and kept by advancing the count
         p = start + j
-        if split is not None and not (allowed >> split[p]) & 1:
-            continue
+        keep = True
         t = 0
+        if split is not None:
+            keep = ((allowed >> split[p]) & 1) == 1
         if times is not None:
             t = times[p]
-            if t > limit:
-                continue
+            keep &= t <= limit
         if node_time is not None:
-            t = node_time[indices[p]]
-            if t > limit:
-                continue
+            tn = node_time[indices[p]]
+            keep &= tn <= limit
+            if times is None:
+                t = tn  # 'last' orders by the edge time when there is one, else by the node's
         cand[c] = j
         tkeys[c] = t
-        c += 1
+        c += 1 if keep else 0
     return c
 
 
