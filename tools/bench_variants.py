@@ -3,19 +3,25 @@
 Usage::
 
     python tools/bench_variants.py [--json] [--nodes 200000] [--edges 4000000] [--batches 4] [--repeats 3]
+                                   [--mag-papers 20000] [--variants plain,weighted,...]
 
 A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6))
 in memory, fanout [15, 10, 5], batch 1,024, one thread: sampled edges per second of the plain,
-weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5) and disjoint variants,
-each also as a ratio of the plain path measured in the same run. The median of ``--repeats`` passes
-over the same ``--batches`` seed batches; a warm-up batch (numba compilation) is never measured.
+weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5) and disjoint variants;
+``hetero``: every edge type of a ``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another
+graph: its ratio compares engines, not graphs); ``distributed``: rank 0 of 2 over the same random graph
+ingested into 2 partitions, the other partition served over a loopback transport (in process). Each
+also as a ratio of the plain path measured in the same run. The median of ``--repeats`` passes over
+the same ``--batches`` seed batches; a warm-up batch (numba compilation) is never measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,6 +31,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.sampler import NodeSamplerInput
 
+import graphstore
 from sampling import NeighborSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,6 +45,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "temporal_uniform": {"time_attr": "time"},
     "temporal_last": {"time_attr": "time", "temporal_strategy": "last"},
     "disjoint": {"disjoint": True},
+    "hetero": {},
+    "distributed": {},
 }
 
 
@@ -62,10 +71,46 @@ def _rate(sample: Callable[[torch.Tensor], int], batches: list[torch.Tensor], re
     return sorted(runs)[len(runs) // 2]
 
 
+def _edges(out: Any) -> int:
+    return int(sum(r.numel() for r in out.row.values())) if isinstance(out.row, dict) else int(out.row.numel())
+
+
+def hetero_rate(papers: int, batches: int, batch_size: int, repeats: int, seed: int, tmp: Path) -> float:
+    """Sampled edges/s over every edge type of a synthetic-mag graph, from paper seeds."""
+    dest = tmp / "mag"
+    graphstore.ingest(f"synthetic-mag:papers={papers},classes=16,features=8,seed=0", dest)
+    ds = graphstore.open_dataset(dest)
+    sampler = NeighborSampler(ds, FANOUT, seed=0)
+    rng = np.random.default_rng(seed)
+    n = ds.num_nodes("paper")
+    seeds = [torch.from_numpy(rng.choice(n, min(batch_size, n), replace=False)) for _ in range(batches)]
+    return _rate(lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s, input_type="paper"))),
+                 seeds, repeats)
+
+
+def distributed_rate(data: Data, batches: list[torch.Tensor], repeats: int, tmp: Path) -> float:
+    """Sampled edges/s of rank 0 of 2 (own partition local, the other over a loopback transport)."""
+    from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
+    from sampling.transport import LoopbackTransport
+
+    dest = tmp / "parts2"
+    graphstore.ingest(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), dest, num_parts=2, method="random")
+    ds = graphstore.open_dataset(dest)
+    transports = LoopbackTransport.group(2)
+    for rank, transport in enumerate(transports):
+        PartitionServer(ds, rank).register(transport)
+    sampler = DistributedSampler(ds, FANOUT, transports[0], RankLayout(2, 2), seed=0)
+    lo, hi = (int(v) for v in ds.node_offsets()[:2])
+    owned = [s % (hi - lo) + lo for s in batches]  # rank 0's seeds are its own nodes (as in training)
+    return _rate(lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s))), owned, repeats)
+
+
 def measure(data: Data, batches: list[torch.Tensor], repeats: int, names: list[str]) -> dict[str, float]:
-    """Sampled edges/s of each variant in ``names`` on ``data`` over the same seed batches."""
+    """Sampled edges/s of each homogeneous variant in ``names`` on ``data`` over the same seed batches."""
     out = {}
     for name in names:
+        if name in ("hetero", "distributed"):
+            continue
         options = VARIANTS[name]
         sampler = NeighborSampler(data, FANOUT, seed=0, **options)
         timed = "time_attr" in options
@@ -84,6 +129,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = benchinfo.rng(args.seed, 1)
     batches = [torch.from_numpy(rng.choice(args.nodes, args.batch_size, replace=False)) for _ in range(args.batches)]
     rates = measure(data, batches, args.repeats, args.variants)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-variants-"))
+    try:
+        if "hetero" in args.variants:
+            rates["hetero"] = hetero_rate(args.mag_papers, args.batches, args.batch_size, args.repeats, args.seed, tmp)
+        if "distributed" in args.variants:
+            rates["distributed"] = distributed_rate(data, batches, args.repeats, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     plain = rates.get("plain")
     return {"graph": {"nodes": args.nodes, "edges": args.edges}, "fanout": FANOUT, "batch_size": args.batch_size,
             "threads": 1, "edges_per_s": rates,
@@ -98,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--mag-papers", type=int, default=20_000, help="papers of the synthetic-mag graph (hetero)")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
                         help=f"comma-separated, among {','.join(VARIANTS)}")
     benchinfo.add_seed_argument(parser)
