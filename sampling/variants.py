@@ -29,6 +29,7 @@ from sampling.multihop import _below, _by_block, _by_id, _gather, _gather_packed
 from sampling.prefetch import prefetch
 
 _DOUBLE = 1.0 / 9007199254740992.0  # 2**-53
+_SCAN_MAX = 48  # up to this degree a weighted pick counts the cumulative weights below its draw
 _AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
 
 
@@ -51,16 +52,21 @@ def _uniform01(s0, s1, s2, s3):
     return np.float64(r >> np.uint64(11)) * _DOUBLE, s0, s1, s2, s3
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _search(cum, base, count, u):
-    """The first offset ``j < count`` with ``cum[base + j] > u`` (the last one if none is)."""
-    lo, hi = 0, count - 1
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if cum[base + mid] > u:
-            hi = mid
-        else:
-            lo = mid + 1
+    """The first offset ``j < count`` with ``cum[base + j] > u`` (the last one if none is); branch-free
+    halving (a select, not a jump: the comparisons are unpredictable); a short segment is counted
+    instead (independent compares the CPU vectorises, no chain of dependent loads)."""
+    if count <= _SCAN_MAX:
+        below = 0
+        for i in range(count):
+            below += 1 if cum[base + i] <= u else 0
+        return below if below < count else count - 1
+    lo, n = 0, count
+    while n > 1:
+        half = n >> 1
+        lo = lo + half if cum[base + lo + half - 1] <= u else lo  # the answer stays in [lo, lo + n)
+        n -= half
     return lo
 
 
