@@ -40,6 +40,16 @@ def test_bench_sampler_reports_every_row(tmp_path):
 
 
 @pytest.mark.slow
+def test_bench_variants_reports_every_variant_and_its_ratio():
+    out = _run("bench_variants", "--nodes", "3000", "--edges", "30000", "--batches", "2", "--repeats", "1",
+               "--batch-size", "64", "--mag-papers", "2000")
+    names = {"plain", "weighted", "temporal_uniform", "temporal_last", "disjoint", "hetero", "distributed"}
+    assert set(out["edges_per_s"]) == names and all(v > 0 for v in out["edges_per_s"].values())
+    plain = out["edges_per_s"]["plain"]
+    assert out["ratio_to_plain"] == pytest.approx({k: v / plain for k, v in out["edges_per_s"].items()})
+
+
+@pytest.mark.slow
 def test_bench_store_and_bench_remote_report_ratios(tmp_path):
     store = _run("bench_store", "--nodes", "5000", "--features", "8", "--repeats", "1", "--parts", "2",
                  "--data", str(tmp_path / "g"))
