@@ -84,8 +84,9 @@ class FastPath:
             if self.plain:
                 result = multihop.sample_multihop(*self.args, seeds, self.fanouts, self.replace, local.rng, local.seen,
                                                   local.dense, local.table)
+                batch = None
             else:
-                result = self._sample_variants(seeds, local, seed_time)
+                *result, batch = self._sample_variants(seeds, local, seed_time)
             nodes, row, col, eid, pos, block_edges, per_hop_nodes, per_hop_edges, local.table = result
         except BaseException:  # e.g. MemoryError mid-batch: the map still holds this batch's nodes
             local.dense = None  # rebuilt empty by the next call
@@ -95,9 +96,7 @@ class FastPath:
                                       " run `graphstore verify` on the dataset")
         start_len = multihop.buffer_len(len(seeds), self.fanouts)
         nodes, row, col, eid, pos = (_fit(a, start_len) for a in (nodes, row, col, eid, pos))
-        batch = None
-        if self.variants.disjoint:  # keys subgraph * num_nodes + node
-            batch, nodes = torch.from_numpy(nodes // self.num_nodes), nodes % self.num_nodes
+        batch = torch.from_numpy(_fit(batch, start_len)) if self.variants.disjoint else None
         out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
                             torch.from_numpy(eid), batch, per_hop_nodes.tolist(), per_hop_edges.tolist())
         # called only if edge attributes are fetched; tensors (not arrays) so a worker hands them over

@@ -13,8 +13,9 @@ specialisation per combination with the untaken branches pruned, so no variant p
   (per source node): an edge is a candidate when its time is at or before its subgraph's seed time.
   The CSC is sorted by (destination, source), not by time, so the cut is a linear scan over the
   destination's edges; ``last`` takes the ``k`` latest candidates (ties: the earlier CSC position).
-- disjoint: nodes are keyed ``subgraph * num_nodes + node`` in the de-duplication table, so each
-  seed's subgraph holds its own copy of every node it reaches.
+- disjoint: nodes are keyed ``subgraph * num_nodes + node`` in the de-duplication hash table, so
+  each seed's subgraph holds its own copy of every node it reaches; each local node's subgraph is
+  kept beside its ID (no division to decode keys).
 - edge mask: ``splits`` (link split per CSC position) admits edges whose split ``v`` has bit
   ``1 << v`` in ``allowed``; fanouts count admitted edges only.
 """
@@ -24,12 +25,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.idmap import dedup_dense, dedup_hash, forget, insert_seeds, pow2, rehash
+from sampling.idmap import _hash, _slot, dedup_dense, dedup_hash, forget, insert_seeds, pow2, rehash
 from sampling.multihop import _below, _by_block, _by_id, _gather, _gather_packed, _grow, _next, _pointers, buffer_len
-from sampling.prefetch import prefetch
+from sampling.prefetch import prefetch, prefetch_write
 
 _DOUBLE = 1.0 / 9007199254740992.0  # 2**-53
 _SCAN_MAX = 48  # up to this degree a weighted pick counts the cumulative weights below its draw
+_AHEAD_DEDUP = 32  # edges ahead whose hash slot de-duplication starts fetching (as sampling.idmap)
 _AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
 
 
@@ -276,37 +278,84 @@ def _picks(state, b, starts, degs, order, bounds, k, replace, f_lo, pos, col, e,
 
 
 @njit(cache=True, nogil=True)
-def _frontier(nodes, f_lo, f_hi, num_nodes, disjoint, seed_times):
-    """The frontier's node IDs (keys decoded when disjoint) and, when temporal, each one's time limit."""
-    nf = f_hi - f_lo
-    ids = np.empty(nf, np.int64)
-    limits = np.empty(nf if seed_times is not None else 0, np.int64)
-    for i in range(nf):
-        key = nodes[f_lo + i]
-        ids[i] = key % num_nodes if disjoint else key
-        if seed_times is not None:
-            limits[i] = seed_times[key // num_nodes]
-    return ids, limits
+def _limits(batch_of, f_lo, f_hi, seed_times):
+    """Each frontier node's time limit: its subgraph's seed time."""
+    limits = np.empty(f_hi - f_lo, np.int64)
+    for i in range(f_hi - f_lo):
+        limits[i] = seed_times[batch_of[f_lo + i]]
+    return limits
 
 
 @njit(cache=True, nogil=True)
-def _relabel(seen, dense, table, row, lo, hi, nodes, n_nodes, num_nodes, disjoint, col, batch_of, num_seeds):
-    """Phase 4: local IDs of the sampled sources (keys ``subgraph * num_nodes + node`` when disjoint).
-    Returns ``(n_nodes, valid, table)``; invalid when a source ID is not a node ID (a damaged dataset)."""
-    if disjoint:
-        for x in range(lo, hi):
-            g = row[x]
-            if g < 0 or g >= num_nodes:
-                return n_nodes, False, table
-            row[x] = batch_of[col[x]] * num_nodes + g
+def _dedup_disjoint(table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes):
+    """Phase 4 of disjoint sampling: local IDs keyed by (subgraph, node) in the interleaved hash table
+    (key ``subgraph * num_nodes + node``); a new node's global ID goes to ``nodes``, its subgraph to
+    ``batch_of``. Returns ``(n_nodes, valid)`` as :func:`sampling.idmap.dedup_hash`."""
+    mask = len(table) // 2 - 1
+    for x in range(lo, hi):
+        g = row[x]
+        if g < 0 or g >= num_nodes:
+            return n_nodes, False
+        if x + _AHEAD_DEDUP < hi:
+            ahead = batch_of[col[x + _AHEAD_DEDUP]] * num_nodes + row[x + _AHEAD_DEDUP]
+            prefetch_write(table, 2 * _hash(ahead, mask))
+        b = batch_of[col[x]]
+        slot = _slot(table, b * num_nodes + g)
+        if table[2 * slot] == -1:
+            table[2 * slot] = b * num_nodes + g
+            table[2 * slot + 1] = n_nodes
+            nodes[n_nodes] = g
+            batch_of[n_nodes] = b
+            row[x] = n_nodes
+            n_nodes += 1
+        else:
+            row[x] = table[2 * slot + 1]
+    return n_nodes, True
+
+
+@njit(cache=True, nogil=True)
+def _forget_disjoint(table, nodes, batch_of, n_nodes, num_nodes):
+    """Empty the table for the next batch in O(nodes sampled)."""
+    slots = np.empty(n_nodes, np.int64)  # every slot found while the probe chains are intact
+    for i in range(n_nodes):
+        slots[i] = _slot(table, batch_of[i] * num_nodes + nodes[i])
+    for i in range(n_nodes):
+        table[2 * slots[i]] = -1
+
+
+@njit(cache=True, nogil=True)
+def _seed_disjoint(table, seeds, nodes, batch_of, num_nodes):
+    """Seed ``i`` is subgraph ``i``'s first node (local ID ``i``)."""
+    for i in range(len(seeds)):
+        slot = _slot(table, i * num_nodes + seeds[i])
+        table[2 * slot] = i * num_nodes + seeds[i]
+        table[2 * slot + 1] = i
+        nodes[i] = seeds[i]
+        batch_of[i] = i
+
+
+@njit(cache=True, nogil=True)
+def _relabel(seen, dense, table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes, disjoint):
+    """Phase 4: local IDs of the sampled sources, appending new nodes. Returns ``(n_nodes, valid,
+    table)``; invalid when a source ID is not a node ID (a damaged dataset)."""
     if len(seen):
         n_nodes, valid = dedup_dense(seen, dense, row, lo, hi, nodes, n_nodes, num_nodes)
         return n_nodes, valid, table
     if len(table) < 4 * (n_nodes + hi - lo):
         table = rehash(table, pow2(4 * (n_nodes + hi - lo)))
-    limit = (num_seeds if disjoint else 1) * num_nodes
-    n_nodes, valid = dedup_hash(table, row, lo, hi, nodes, n_nodes, limit)
+    if disjoint:
+        n_nodes, valid = _dedup_disjoint(table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes)
+    else:
+        n_nodes, valid = dedup_hash(table, row, lo, hi, nodes, n_nodes, num_nodes)
     return n_nodes, valid, table
+
+
+@njit(cache=True, nogil=True)
+def _forget(seen, table, nodes, batch_of, n_nodes, num_nodes, disjoint):
+    if disjoint:
+        _forget_disjoint(table, nodes, batch_of, n_nodes, num_nodes)
+    else:
+        forget(seen, table, nodes, n_nodes)
 
 
 @njit(cache=True, nogil=True)
@@ -315,24 +364,24 @@ def sample_variants(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
     """Sample every hop of one batch with the variants given (``None`` = off; see the module docstring).
 
     Arguments and result as :func:`sampling.multihop.sample_multihop`, plus ``num_nodes`` and
-    ``disjoint``; when disjoint ``seen`` must be empty, and the returned ``nodes`` are keys
-    ``subgraph * num_nodes + node`` (subgraph = the seed's position). ``seed_times`` needs ``disjoint``.
+    ``disjoint``, and one more result: each node's subgraph (the position of its seed; empty when not
+    disjoint). When disjoint ``seen`` must be empty. ``seed_times`` needs ``disjoint``.
     """
     num_seeds, num_blocks, hops = len(seeds), len(offsets) - 1, len(fanouts)
     cap = buffer_len(num_seeds, fanouts)
     nodes = np.empty(num_seeds + cap, np.int64)
+    batch_of = np.empty(num_seeds + cap if disjoint else 0, np.int64)  # of every local node: its subgraph
     row, col, eid, pos = (np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64),
                           np.empty(cap, np.int64))
     block_edges = np.zeros((hops, num_blocks + 1), np.int64)
     nodes_per_hop = np.zeros(hops + 1, np.int64)
     edges_per_hop = np.zeros(hops, np.int64)
-    keys = seeds.copy()
-    batch_of = np.arange(num_seeds if disjoint else 0)  # of every local node: its subgraph
-    if disjoint:
-        keys += batch_of * num_nodes
     if len(seen) == 0 and len(table) < 4 * num_seeds:
         table = rehash(table, pow2(4 * num_seeds))
-    insert_seeds(seen, dense, table, keys, nodes)
+    if disjoint:
+        _seed_disjoint(table, seeds, nodes, batch_of, num_nodes)
+    else:
+        insert_seeds(seen, dense, table, seeds, nodes)
     n_nodes, n_edges, f_lo, f_hi = num_seeds, 0, 0, num_seeds
     nodes_per_hop[0] = num_seeds
     bufs = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
@@ -342,11 +391,11 @@ def sample_variants(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
         if k == 0 or nf == 0:
             f_lo = f_hi = n_nodes
             continue
-        ids, limits = _frontier(nodes, f_lo, f_hi, num_nodes, disjoint, seed_times)
+        limits = _limits(batch_of, f_lo, f_hi, seed_times) if seed_times is not None else None
         if nf >= 4096 and offsets[-1] - offsets[0] < (1 << 31):
-            order, bounds, sorted_ids = _by_id(offsets, ids, 0, nf)
+            order, bounds, sorted_ids = _by_id(offsets, nodes, f_lo, f_hi)
         else:
-            order, bounds, sorted_ids = _by_block(offsets, ids, 0, nf)
+            order, bounds, sorted_ids = _by_block(offsets, nodes, f_lo, f_hi)
         starts, degs = np.empty(nf, np.int64), np.empty(nf, np.int64)
         _pointers(indptrs, offsets, sorted_ids, bounds, starts, degs)
         total, max_deg = 0, 0
@@ -359,6 +408,8 @@ def sample_variants(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
             row, col, eid, pos = _grow(row, need), _grow(col, need), _grow(eid, need), _grow(pos, need)
         if n_nodes + total > len(nodes):
             nodes = _grow(nodes, n_nodes + total)
+            if disjoint:
+                batch_of = _grow(batch_of, n_nodes + total)
         if len(bufs[0]) < max_deg:
             bufs = (np.empty(max_deg, np.int64), np.empty(max_deg, np.int64), np.empty(max_deg, np.int64),
                     np.empty(max_deg, np.float64))
@@ -366,27 +417,23 @@ def sample_variants(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
         for b in range(num_blocks):
             block_edges[h, b] = e
             e = _picks(state, b, starts, degs, order, bounds, k, replace, f_lo, pos, col, e, bufs,
-                       indices, cumws, times, node_time, None if seed_times is None else limits, last, splits, allowed)
+                       indices, cumws, times, node_time, limits, last, splits, allowed)
         block_edges[h, num_blocks] = e
         if use_packed:
             _gather_packed(packed, block_edges[h], pos, row, eid)
         else:
             _gather(indices, eids, block_edges[h], pos, row, eid)
-        start_nodes = n_nodes
-        n_nodes, valid, table = _relabel(seen, dense, table, row, n_edges, e, nodes, n_nodes, num_nodes, disjoint,
-                                         col, batch_of, num_seeds)
+        n_nodes, valid, table = _relabel(seen, dense, table, row, col, n_edges, e, nodes, batch_of, n_nodes,
+                                         num_nodes, disjoint)
         if not valid:
-            forget(seen, table, nodes, n_nodes)
+            _forget(seen, table, nodes, batch_of, n_nodes, num_nodes, disjoint)
             nodes_per_hop[0] = -1
-            return nodes[:0], row[:0], col[:0], eid[:0], pos[:0], block_edges, nodes_per_hop, edges_per_hop, table
-        if disjoint:
-            batch_of = _grow(batch_of, n_nodes)
-            for i in range(start_nodes, n_nodes):
-                batch_of[i] = nodes[i] // num_nodes
+            return (nodes[:0], row[:0], col[:0], eid[:0], pos[:0], block_edges, nodes_per_hop, edges_per_hop, table,
+                    batch_of[:0])
         edges_per_hop[h] = e - n_edges
         n_edges = e
         f_lo, f_hi = f_hi, n_nodes
         nodes_per_hop[h + 1] = f_hi - f_lo
-    forget(seen, table, nodes, n_nodes)
+    _forget(seen, table, nodes, batch_of, n_nodes, num_nodes, disjoint)
     return (nodes[:n_nodes], row[:n_edges], col[:n_edges], eid[:n_edges], pos[:n_edges], block_edges,
-            nodes_per_hop, edges_per_hop, table)
+            nodes_per_hop, edges_per_hop, table, batch_of[:n_nodes])

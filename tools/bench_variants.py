@@ -12,7 +12,8 @@ weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5) and 
 graph: its ratio compares engines, not graphs); ``distributed``: rank 0 of 2 over the same random graph
 ingested into 2 partitions, the other partition served over a loopback transport (in process). Each
 also as a ratio of the plain path measured in the same run. The median of ``--repeats`` passes over
-the same ``--batches`` seed batches; a warm-up batch (numba compilation) is never measured.
+the same ``--batches`` seed batches, the homogeneous variants' passes interleaved (one of each per
+repeat, so a change in load moves them alike); a warm-up batch (numba compilation) is never measured.
 """
 
 from __future__ import annotations
@@ -106,8 +107,10 @@ def distributed_rate(data: Data, batches: list[torch.Tensor], repeats: int, tmp:
 
 
 def measure(data: Data, batches: list[torch.Tensor], repeats: int, names: list[str]) -> dict[str, float]:
-    """Sampled edges/s of each homogeneous variant in ``names`` on ``data`` over the same seed batches."""
-    out = {}
+    """Sampled edges/s of each homogeneous variant in ``names`` on ``data`` over the same seed batches:
+    the passes are interleaved (every variant once per repeat), so a change in machine load during
+    the run moves every variant alike; the median pass of each."""
+    samples = {}
     for name in names:
         if name in ("hetero", "distributed"):
             continue
@@ -119,8 +122,16 @@ def measure(data: Data, batches: list[torch.Tensor], repeats: int, names: list[s
             when = torch.full((len(seeds),), SEED_TIME, dtype=torch.int64) if timed else None
             return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when)).row.numel())
 
-        out[name] = _rate(sample, batches, repeats)
-    return out
+        sample(batches[0])  # warm: numba compilation, cumulative weights
+        samples[name] = sample
+    runs: dict[str, list[float]] = {name: [] for name in samples}
+    for _ in range(repeats):
+        for name, sample in samples.items():
+            start, edges = time.perf_counter(), 0
+            for seeds in batches:
+                edges += sample(seeds)
+            runs[name].append(edges / (time.perf_counter() - start))
+    return {name: sorted(r)[len(r) // 2] for name, r in runs.items()}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
