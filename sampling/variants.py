@@ -25,13 +25,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.idmap import _hash, _slot, dedup_dense, dedup_hash, forget, insert_seeds, pow2, rehash
+from sampling.idmap import (dedup_dense, dedup_disjoint, dedup_hash, forget, forget_disjoint, insert_seeds,
+                            insert_seeds_disjoint, pow2, rehash)
 from sampling.multihop import _below, _by_block, _by_id, _gather, _gather_packed, _grow, _next, _pointers, buffer_len
-from sampling.prefetch import prefetch, prefetch_write
+from sampling.prefetch import prefetch
 
 _DOUBLE = 1.0 / 9007199254740992.0  # 2**-53
 _SCAN_MAX = 48  # up to this degree a weighted pick counts the cumulative weights below its draw
-_AHEAD_DEDUP = 32  # edges ahead whose hash slot de-duplication starts fetching (as sampling.idmap)
 _AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
 
 
@@ -287,54 +287,6 @@ def _limits(batch_of, f_lo, f_hi, seed_times):
 
 
 @njit(cache=True, nogil=True)
-def _dedup_disjoint(table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes):
-    """Phase 4 of disjoint sampling: local IDs keyed by (subgraph, node) in the interleaved hash table
-    (key ``subgraph * num_nodes + node``); a new node's global ID goes to ``nodes``, its subgraph to
-    ``batch_of``. Returns ``(n_nodes, valid)`` as :func:`sampling.idmap.dedup_hash`."""
-    mask = len(table) // 2 - 1
-    for x in range(lo, hi):
-        g = row[x]
-        if g < 0 or g >= num_nodes:
-            return n_nodes, False
-        if x + _AHEAD_DEDUP < hi:
-            ahead = batch_of[col[x + _AHEAD_DEDUP]] * num_nodes + row[x + _AHEAD_DEDUP]
-            prefetch_write(table, 2 * _hash(ahead, mask))
-        b = batch_of[col[x]]
-        slot = _slot(table, b * num_nodes + g)
-        if table[2 * slot] == -1:
-            table[2 * slot] = b * num_nodes + g
-            table[2 * slot + 1] = n_nodes
-            nodes[n_nodes] = g
-            batch_of[n_nodes] = b
-            row[x] = n_nodes
-            n_nodes += 1
-        else:
-            row[x] = table[2 * slot + 1]
-    return n_nodes, True
-
-
-@njit(cache=True, nogil=True)
-def _forget_disjoint(table, nodes, batch_of, n_nodes, num_nodes):
-    """Empty the table for the next batch in O(nodes sampled)."""
-    slots = np.empty(n_nodes, np.int64)  # every slot found while the probe chains are intact
-    for i in range(n_nodes):
-        slots[i] = _slot(table, batch_of[i] * num_nodes + nodes[i])
-    for i in range(n_nodes):
-        table[2 * slots[i]] = -1
-
-
-@njit(cache=True, nogil=True)
-def _seed_disjoint(table, seeds, nodes, batch_of, num_nodes):
-    """Seed ``i`` is subgraph ``i``'s first node (local ID ``i``)."""
-    for i in range(len(seeds)):
-        slot = _slot(table, i * num_nodes + seeds[i])
-        table[2 * slot] = i * num_nodes + seeds[i]
-        table[2 * slot + 1] = i
-        nodes[i] = seeds[i]
-        batch_of[i] = i
-
-
-@njit(cache=True, nogil=True)
 def _relabel(seen, dense, table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes, disjoint):
     """Phase 4: local IDs of the sampled sources, appending new nodes. Returns ``(n_nodes, valid,
     table)``; invalid when a source ID is not a node ID (a damaged dataset)."""
@@ -344,7 +296,7 @@ def _relabel(seen, dense, table, row, col, lo, hi, nodes, batch_of, n_nodes, num
     if len(table) < 4 * (n_nodes + hi - lo):
         table = rehash(table, pow2(4 * (n_nodes + hi - lo)))
     if disjoint:
-        n_nodes, valid = _dedup_disjoint(table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes)
+        n_nodes, valid = dedup_disjoint(table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes)
     else:
         n_nodes, valid = dedup_hash(table, row, lo, hi, nodes, n_nodes, num_nodes)
     return n_nodes, valid, table
@@ -353,7 +305,7 @@ def _relabel(seen, dense, table, row, col, lo, hi, nodes, batch_of, n_nodes, num
 @njit(cache=True, nogil=True)
 def _forget(seen, table, nodes, batch_of, n_nodes, num_nodes, disjoint):
     if disjoint:
-        _forget_disjoint(table, nodes, batch_of, n_nodes, num_nodes)
+        forget_disjoint(table, nodes, batch_of, n_nodes, num_nodes)
     else:
         forget(seen, table, nodes, n_nodes)
 
@@ -379,7 +331,7 @@ def sample_variants(indptrs, indices, eids, packed, use_packed, offsets, seeds, 
     if len(seen) == 0 and len(table) < 4 * num_seeds:
         table = rehash(table, pow2(4 * num_seeds))
     if disjoint:
-        _seed_disjoint(table, seeds, nodes, batch_of, num_nodes)
+        insert_seeds_disjoint(table, seeds, nodes, batch_of, num_nodes)
     else:
         insert_seeds(seen, dense, table, seeds, nodes)
     n_nodes, n_edges, f_lo, f_hi = num_seeds, 0, 0, num_seeds
