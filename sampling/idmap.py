@@ -4,6 +4,7 @@ Up to ``DENSE_MAX_NODES`` nodes: a one-bit-per-node "seen" map (small enough for
 local ID per node, valid only where the bit is set, so a lookup of a new node never reads the large
 array and only the bits need resetting. Larger graphs: an open-addressing hash of interleaved
 (key, value) int64 pairs, one cache line per probe. Both fetch ahead the entries of upcoming IDs.
+Disjoint batches key that hash by (subgraph, node): each subgraph holds its own copy of a node.
 """
 
 from __future__ import annotations
@@ -134,3 +135,51 @@ def forget(seen, table, nodes, n_nodes):
         slots[i] = _slot(table, nodes[i])
     for i in range(n_nodes):
         table[2 * slots[i]] = -1
+
+
+@njit(cache=True, nogil=True)
+def dedup_disjoint(table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes):
+    """Phase 4 of disjoint sampling: local IDs keyed by (subgraph, node) in the interleaved hash table
+    (key ``subgraph * num_nodes + node``); a new node's global ID goes to ``nodes``, its subgraph to
+    ``batch_of``. Returns ``(n_nodes, valid)`` as :func:`dedup_hash`."""
+    mask = len(table) // 2 - 1
+    for x in range(lo, hi):
+        g = row[x]
+        if g < 0 or g >= num_nodes:
+            return n_nodes, False
+        if x + _AHEAD < hi:
+            ahead = batch_of[col[x + _AHEAD]] * num_nodes + row[x + _AHEAD]
+            prefetch_write(table, 2 * _hash(ahead, mask))
+        b = batch_of[col[x]]
+        slot = _slot(table, b * num_nodes + g)
+        if table[2 * slot] == -1:
+            table[2 * slot] = b * num_nodes + g
+            table[2 * slot + 1] = n_nodes
+            nodes[n_nodes] = g
+            batch_of[n_nodes] = b
+            row[x] = n_nodes
+            n_nodes += 1
+        else:
+            row[x] = table[2 * slot + 1]
+    return n_nodes, True
+
+
+@njit(cache=True, nogil=True)
+def forget_disjoint(table, nodes, batch_of, n_nodes, num_nodes):
+    """Empty the table for the next batch in O(nodes sampled)."""
+    slots = np.empty(n_nodes, np.int64)  # every slot found while the probe chains are intact
+    for i in range(n_nodes):
+        slots[i] = _slot(table, batch_of[i] * num_nodes + nodes[i])
+    for i in range(n_nodes):
+        table[2 * slots[i]] = -1
+
+
+@njit(cache=True, nogil=True)
+def insert_seeds_disjoint(table, seeds, nodes, batch_of, num_nodes):
+    """Seed ``i`` is subgraph ``i``'s first node (local ID ``i``)."""
+    for i in range(len(seeds)):
+        slot = _slot(table, i * num_nodes + seeds[i])
+        table[2 * slot] = i * num_nodes + seeds[i]
+        table[2 * slot + 1] = i
+        nodes[i] = seeds[i]
+        batch_of[i] = i

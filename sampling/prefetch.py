@@ -14,6 +14,7 @@ def _prefetch_intrinsic(write: int):
             aryty = signature.args[0]
             ary = context.make_array(aryty)(context, builder, args[0])
             ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+            ptr = builder.bitcast(ptr, ir.IntType(8).as_pointer())  # one declaration for every element type
             i32 = ir.IntType(32)
             fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
             fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")

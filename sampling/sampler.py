@@ -18,7 +18,7 @@ from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 from graphstore.errors import InvalidInputError
 from sampling import kernels, multihop, subgraph
 from sampling.edgemask import MessageEdges, exclusion
-from sampling.fastpath import FastPath, kernel_ready
+from sampling.fastpath import FastPath, Variants, kernel_ready, variants_ready
 from sampling.frontier import Frontier, NodeTable
 from sampling.topology import CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg, is_hetero_pyg
 
@@ -171,13 +171,22 @@ class NeighborSampler(BaseSampler):
         if self._fast_path is False:
             topo = self.topology
             c = self.config
-            ok = (not self.is_hetero and None in topo and not self.disjoint and c.weight_attr is None
-                  and c.message_edges is None
+            ok = (not self.is_hetero and None in topo
                   and all(type(b) is CSCBlock and kernel_ready(b) for b in topo[None].blocks))
-            self._fast_path = FastPath(topo[None], self.num_nodes, self._fanouts, c.replace) if ok else None
+            variants = self._variants()
+            ok = ok and variants_ready(topo[None], variants)
+            self._fast_path = FastPath(topo[None], self.num_nodes, self._fanouts, c.replace,
+                                       variants=variants) if ok else None
             if self._fast_path is not None and not self._fast_path.covers_sources:
                 self._fast_path = None  # e.g. one partition's store: sources outside it must raise NotOwnedError
         return self._fast_path
+
+    def _variants(self) -> Variants:
+        c = self.config
+        node_time = self.node_time.get(None) if self.is_temporal else None
+        return Variants(weighted=c.weight_attr is not None, temporal=self.is_temporal,
+                        last=c.temporal_strategy == "last", disjoint=self.disjoint,
+                        node_time=None if node_time is None else np.ascontiguousarray(node_time, np.int64))
 
     @property
     def is_temporal(self) -> bool:
@@ -301,8 +310,12 @@ class NeighborSampler(BaseSampler):
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()
         excluded, strict = self.exclusion()
-        if seed_time is None and not excluded and not isinstance(seed, dict) and self.fast_path is not None:
-            return self.fast_path.sample(_seed_array(seed), self._local)
+        if not excluded and not isinstance(seed, dict) and self.fast_path is not None:
+            seeds = _seed_array(seed)
+            if not self.is_temporal:
+                return self.fast_path.sample(seeds, self._local)
+            times = _seed_array(seed_time) if seed_time is not None else self.default_seed_times({None: seeds})[None]
+            return self.fast_path.sample(seeds, self._local, times)
         seeds = seed if isinstance(seed, dict) else {None: seed}
         times = seed_time if isinstance(seed_time, dict) or seed_time is None else {None: seed_time}
         if self.is_temporal and times is None:

@@ -189,15 +189,14 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
                  disjoint: bool = False, mask: Any = None) -> dict[Any, EdgeTopology]:
     """Topology of a graphstore dataset: one memory-mapped block per partition in ``parts``.
 
-    The arrays the sampler will read are prefaulted: the packed pairs when the one-call fast path
-    can serve it (homogeneous, every partition, no weights, time, ``disjoint`` or ``mask``), else the
+    The arrays the sampler will read are prefaulted: the packed pairs when the one-call engine can
+    serve it (homogeneous, every partition, any variant), and edge times when temporal, else the
     int64 ``indices``/``eid`` arrays that the general path and the partition servers read. ``mask``
     (:class:`sampling.edgemask.MessageEdges`) puts its edge type's link split into the blocks.
     """
     from sampling.edgemask import dataset_split, reverse_split
 
-    fast_path = (not (weight_attr or time_attr or disjoint or mask) and not dataset.is_hetero
-                 and sorted(parts) == list(range(dataset.num_parts)))
+    fast_path = not dataset.is_hetero and sorted(parts) == list(range(dataset.num_parts))  # any variant
     if mask is not None:
         mask.target(dataset.edge_types)  # raises for an unknown edge type
     out = {}
@@ -211,6 +210,8 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
             packed = gs.packed_csc(info.name)
             for array in (indptr, packed) if fast_path and packed is not None else (indptr, indices, eid):
                 prefault(array)
+            if time_attr and time_attr in info.attrs:
+                prefault(gs.edge_attr(time_attr, info.name).numpy())  # read at random by temporal sampling
             weight = (gs.edge_attr(weight_attr, info.name).numpy().astype(np.float64, copy=False)
                       if weight_attr and weight_attr in info.attrs else _EMPTY_F)
             time = (gs.edge_attr(time_attr, info.name).numpy().astype(np.int64, copy=False)

@@ -7,8 +7,8 @@ Usage::
 On an ogbn-products-shaped synthetic graph (ingested once into --data), fanout [15, 10, 5], batch
 1,024, one thread: sampled edges per second and batches per second for (a) sampling alone, (b)
 sampling plus feature fetch through ``sampling.NeighborLoader`` by ``num_workers`` (also over the
-general per-hop path, where sampling is a larger share of a batch); sampling alone also over the unpacked
-int64 arrays and through the general per-hop path; and, in the same run on the same
+disjoint sampling, where sampling is a larger share of a batch); sampling alone also over the unpacked
+int64 arrays and through the general per-hop path (hetero and distributed sampling); and, in the same run on the same
 seeds, (c) a plain torch reference sampler with the same semantics and (d) PyG's NeighborSampler
 over pyg-lib when pyg-lib is importable (skipped with a message otherwise). Every pass draws fresh
 random seed nodes (``--seed`` to draw the same ones again); the variants compared within a pass get the
@@ -94,7 +94,8 @@ def _rate(fn, draw, repeats: int = 1, count: int | None = None) -> tuple[float, 
 def _sampler_rate(ds: graphstore.Dataset, draw, path: str, repeats: int, seed: int) -> tuple[float, float]:
     """Sampling alone with ``path``: "fast" (the one-call kernel over the packed layout, the default),
     "unpacked" (the same kernel over the int64 indices/eid arrays: datasets without ``packed``) or
-    "general" (the per-hop path weighted, temporal, disjoint and hetero sampling take)."""
+    "general" (the per-hop path hetero and distributed sampling and link batches excluding their seed
+    edges take; weighted, temporal and disjoint sampling run in the one-call kernel: tools/bench_variants.py)."""
     sampler = NeighborSampler(ds, FANOUT, seed=seed)
     if path == "general":
         sampler._fast_path = None
@@ -155,11 +156,10 @@ def run(args: argparse.Namespace) -> dict:
     workers = {w: _loader_rate(ds, draw, 101, args.batch_size, w, seed)[1] for w in (args.workers,)}
     workers[f"{args.workers}, rows fetched in the workers"] = _loader_rate(
         ds, draw, 102, args.batch_size, args.workers, seed, filter_per_worker=True)[1]
-    # where sampling is a larger share of a batch: the general path (disjoint=True takes it, as weighted,
-    # temporal and hetero sampling do), on a third of the batches
+    # where sampling is a larger share of a batch (disjoint: more nodes per batch), on a third of the batches
     few = max(3, args.batches // 3)
-    general_workers = {w: _loader_rate(ds, draw, 103 + w, args.batch_size, w, seed, count=few, disjoint=True)[1]
-                       for w in (0, args.workers)}
+    disjoint_workers = {w: _loader_rate(ds, draw, 103 + w, args.batch_size, w, seed, count=few, disjoint=True)[1]
+                        for w in (0, args.workers)}
     from graphstore.dataset_stores import DatasetGraphStore
 
     indices, indptr = DatasetGraphStore(ds).get_edge_index(None, "csc")
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> dict:
            "ours_general_path": {"edges_per_s": general[0], "batches_per_s": general[1]},
            "ours_with_features": {"edges_per_s": with_features, "batches_per_s": loader_bps},
            "loader_batches_per_s_by_workers": {0: loader_bps, **workers},
-           "general_path_loader_batches_per_s_by_workers": general_workers,
+           "disjoint_loader_batches_per_s_by_workers": disjoint_workers,
            "torch_reference": {"edges_per_s": ref[0], "batches_per_s": ref[1]},
            "pyg_lib": _pyglib(ds, draw)}
     out["speedup_vs_torch_reference"] = ours[0] / ref[0]
@@ -207,8 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     by_workers = out["loader_batches_per_s_by_workers"]
     print("  NeighborLoader batches/s by num_workers: "
           + ", ".join(f"{w}: {bps:.2f}" for w, bps in by_workers.items()))
-    print("  NeighborLoader(disjoint=True: the general path) batches/s by num_workers: "
-          + ", ".join(f"{w}: {bps:.2f}" for w, bps in out["general_path_loader_batches_per_s_by_workers"].items()))
+    print("  NeighborLoader(disjoint=True) batches/s by num_workers: "
+          + ", ".join(f"{w}: {bps:.2f}" for w, bps in out["disjoint_loader_batches_per_s_by_workers"].items()))
     print(f"  speed-up vs torch reference: {out['speedup_vs_torch_reference']:.1f}x"
           + (f", vs pyg-lib: {out['speedup_vs_pyg_lib']:.2f}x" if "speedup_vs_pyg_lib" in out else ""))
     return 0

@@ -12,7 +12,8 @@ from scipy.stats import chisquare
 from torch_geometric.sampler import NodeSamplerInput
 
 from graphstore.errors import CorruptDatasetError, NotOwnedError
-from sampling import NeighborSampler
+from graphstore.linksplit import LinkSplit
+from sampling import MessageEdges, NeighborSampler
 from sampling.fastpath import FastPath
 
 
@@ -40,8 +41,10 @@ def test_fast_path_is_taken_where_it_applies(graphs):
     fast = NeighborSampler(ds, [3, 2]).fast_path
     assert fast is not None and fast.use_packed and fast.dense
     assert NeighborSampler(graphs["data"].data, [3]).fast_path.use_packed  # in-memory graphs are packed in RAM
-    for kw in ({"weight_attr": "weight"}, {"time_attr": "time"}, {"disjoint": True}):
-        assert NeighborSampler(ds, [3], **kw).fast_path is None, kw
+    for kw in ({"weight_attr": "weight"}, {"time_attr": "time"}, {"disjoint": True}):  # the variant kernel
+        variant = NeighborSampler(ds, [3], **kw).fast_path
+        assert variant is not None and not variant.plain and variant.use_packed, kw
+    assert NeighborSampler(ds, [3], message_edges=MessageEdges(rule=LinkSplit())).fast_path.plain is False
     one_part = NeighborSampler(ds.partition(1), [3, 3])  # sources outside it: the general path names them
     assert one_part.fast_path is None
     lo, _ = ds.partition(1)[1].dst_range()
@@ -216,15 +219,15 @@ def test_a_pair_of_dataset_stores_returns_input_edge_ids(graphs):
 
 
 def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
-    """The packed pairs only where the fast path serves the sampler; else the int64 arrays (the general
-    path and the partition servers of distributed sampling read those)."""
+    """The packed pairs only where the one-call engine (any variant) serves the sampler; else the int64
+    arrays (the general path and the partition servers of distributed sampling read those)."""
     from sampling import topology
 
     ds = graphs["dataset3"].data
     touched: list[int] = []
     monkeypatch.setattr(topology, "prefault", lambda a: touched.append(a.dtype.itemsize))
-    cases = [({"parts": [0, 1, 2]}, True), ({"parts": [0, 1, 2], "disjoint": True}, False),
-             ({"parts": [0, 1, 2], "weight_attr": "weight"}, False), ({"parts": [1]}, False)]
+    cases = [({"parts": [0, 1, 2]}, True), ({"parts": [0, 1, 2], "disjoint": True}, True),  # any variant: one engine
+             ({"parts": [0, 1, 2], "weight_attr": "weight"}, True), ({"parts": [1]}, False)]
     for kw, fast in cases:
         touched.clear()
         kw = {"weight_attr": None, "time_attr": None, **kw}
@@ -233,10 +236,13 @@ def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
         assert packed_read == fast and len(touched) == len(kw["parts"]) * (2 if fast else 3), (kw, touched)
     from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
 
-    for disjoint in (False, True):  # a pair of dataset stores prefaults as the dataset does
+    for disjoint in (False, True):  # a pair of dataset stores prefaults as the dataset does (any variant)
         touched.clear()
         NeighborSampler((DatasetFeatureStore(ds), DatasetGraphStore(ds)), [2], disjoint=disjoint)
-        assert (4 in touched) == (not disjoint), (disjoint, touched)
+        assert 4 in touched and len(touched) == 2 * ds.num_parts, (disjoint, touched)
+    touched.clear()
+    NeighborSampler(ds.partition(1), [2], disjoint=True)  # one partition's stores: the general path's arrays
+    assert 4 not in touched and len(touched) == 3, touched
 
 
 def test_numpy_integer_fanouts_are_accepted_and_bools_refused(graphs):

@@ -33,10 +33,20 @@ def test_bench_sampler_reports_every_row(tmp_path):
     for row in ("ours", "ours_unpacked", "ours_general_path", "ours_with_features", "torch_reference"):
         assert out[row]["edges_per_s"] > 0 and out[row]["batches_per_s"] > 0, row
     assert set(out["loader_batches_per_s_by_workers"]) == {"0", "2", "2, rows fetched in the workers"}
-    assert set(out["general_path_loader_batches_per_s_by_workers"]) == {"0", "2"}
+    assert set(out["disjoint_loader_batches_per_s_by_workers"]) == {"0", "2"}
     assert out["speedup_vs_torch_reference"] == pytest.approx(
         out["ours"]["edges_per_s"] / out["torch_reference"]["edges_per_s"])
     assert out["pyg_lib"] is None or out["pyg_lib"]["edges_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_bench_variants_reports_every_variant_and_its_ratio():
+    out = _run("bench_variants", "--nodes", "3000", "--edges", "30000", "--batches", "2", "--repeats", "1",
+               "--batch-size", "64", "--mag-papers", "2000")
+    names = {"plain", "weighted", "temporal_uniform", "temporal_last", "disjoint", "hetero", "distributed"}
+    assert set(out["edges_per_s"]) == names and all(v > 0 for v in out["edges_per_s"].values())
+    plain = out["edges_per_s"]["plain"]
+    assert out["ratio_to_plain"] == pytest.approx({k: v / plain for k, v in out["edges_per_s"].items()})
 
 
 @pytest.mark.slow

@@ -1,0 +1,188 @@
+"""Benchmark every sampling variant against the plain path, in one process on the same seeds.
+
+Usage::
+
+    python tools/bench_variants.py [--json] [--nodes 200000] [--edges 4000000] [--batches 4] [--repeats 3]
+                                   [--mag-papers 20000] [--variants plain,weighted,...]
+
+A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6))
+in memory, fanout [15, 10, 5], batch 1,024, one thread: sampled edges per second of the plain,
+weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5) and disjoint variants;
+``hetero``: every edge type of a ``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another
+graph: its ratio compares engines, not graphs); ``distributed``: rank 0 of 2 over the same random graph
+ingested into 2 partitions, the other partition served over a loopback transport (in process). Each
+also as a ratio of the plain path measured in the same run. The median of ``--repeats`` passes over
+the same ``--batches`` seed batches, the homogeneous variants' passes interleaved (one of each per
+repeat, so a change in load moves them alike); a warm-up batch (numba compilation) is never measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch_geometric.data import Data
+from torch_geometric.sampler import NodeSamplerInput
+
+import graphstore
+from sampling import NeighborSampler
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+
+FANOUT = [15, 10, 5]
+SEED_TIME = 500_000
+VARIANTS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "weighted": {"weight_attr": "weight"},
+    "temporal_uniform": {"time_attr": "time"},
+    "temporal_last": {"time_attr": "time", "temporal_strategy": "last"},
+    "disjoint": {"disjoint": True},
+    "hetero": {},
+    "distributed": {},
+}
+
+
+def random_graph(nodes: int, edges: int, seed: int) -> Data:
+    """Uniform random edges with a weight in (0, 1] and an integer time per edge."""
+    rng = np.random.default_rng(seed)
+    edge_index = torch.from_numpy(rng.integers(0, nodes, (2, edges), dtype=np.int64))
+    weight = torch.from_numpy(1.0 - rng.random(edges))
+    etime = torch.from_numpy(rng.integers(0, 10**6, edges, dtype=np.int64))
+    return Data(edge_index=edge_index, num_nodes=nodes, weight=weight, time=etime)
+
+
+def _rate(sample: Callable[[torch.Tensor], int], batches: list[torch.Tensor], repeats: int) -> float:
+    """Median sampled edges per second over ``repeats`` passes of ``batches`` (after one warm-up batch)."""
+    sample(batches[0])
+    runs = []
+    for _ in range(repeats):
+        start, edges = time.perf_counter(), 0
+        for seeds in batches:
+            edges += sample(seeds)
+        runs.append(edges / (time.perf_counter() - start))
+    return sorted(runs)[len(runs) // 2]
+
+
+def _edges(out: Any) -> int:
+    return int(sum(r.numel() for r in out.row.values())) if isinstance(out.row, dict) else int(out.row.numel())
+
+
+def hetero_rate(papers: int, batches: int, batch_size: int, repeats: int, seed: int, tmp: Path) -> float:
+    """Sampled edges/s over every edge type of a synthetic-mag graph, from paper seeds."""
+    dest = tmp / "mag"
+    graphstore.ingest(f"synthetic-mag:papers={papers},classes=16,features=8,seed=0", dest)
+    ds = graphstore.open_dataset(dest)
+    sampler = NeighborSampler(ds, FANOUT, seed=0)
+    rng = np.random.default_rng(seed)
+    n = ds.num_nodes("paper")
+    seeds = [torch.from_numpy(rng.choice(n, min(batch_size, n), replace=False)) for _ in range(batches)]
+    return _rate(lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s, input_type="paper"))),
+                 seeds, repeats)
+
+
+def distributed_rate(data: Data, batches: list[torch.Tensor], repeats: int, tmp: Path) -> float:
+    """Sampled edges/s of rank 0 of 2 (own partition local, the other over a loopback transport)."""
+    from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
+    from sampling.transport import LoopbackTransport
+
+    dest = tmp / "parts2"
+    graphstore.ingest(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), dest, num_parts=2, method="random")
+    ds = graphstore.open_dataset(dest)
+    transports = LoopbackTransport.group(2)
+    for rank, transport in enumerate(transports):
+        PartitionServer(ds, rank).register(transport)
+    sampler = DistributedSampler(ds, FANOUT, transports[0], RankLayout(2, 2), seed=0)
+    lo, hi = (int(v) for v in ds.node_offsets()[:2])
+    owned = [s % (hi - lo) + lo for s in batches]  # rank 0's seeds are its own nodes (as in training)
+    return _rate(lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s))), owned, repeats)
+
+
+def measure(data: Data, batches: list[torch.Tensor], repeats: int, names: list[str]) -> dict[str, float]:
+    """Sampled edges/s of each homogeneous variant in ``names`` on ``data`` over the same seed batches:
+    the passes are interleaved (every variant once per repeat), so a change in machine load during
+    the run moves every variant alike; the median pass of each."""
+    samples = {}
+    for name in names:
+        if name in ("hetero", "distributed"):
+            continue
+        options = VARIANTS[name]
+        sampler = NeighborSampler(data, FANOUT, seed=0, **options)
+        timed = "time_attr" in options
+
+        def sample(seeds: torch.Tensor, sampler: NeighborSampler = sampler, timed: bool = timed) -> int:
+            when = torch.full((len(seeds),), SEED_TIME, dtype=torch.int64) if timed else None
+            return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when)).row.numel())
+
+        sample(batches[0])  # warm: numba compilation, cumulative weights
+        samples[name] = sample
+    runs: dict[str, list[float]] = {name: [] for name in samples}
+    for _ in range(repeats):
+        for name, sample in samples.items():
+            start, edges = time.perf_counter(), 0
+            for seeds in batches:
+                edges += sample(seeds)
+            runs[name].append(edges / (time.perf_counter() - start))
+    return {name: sorted(r)[len(r) // 2] for name, r in runs.items()}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    torch.set_num_threads(1)
+    data = random_graph(args.nodes, args.edges, args.seed % 2**32)
+    rng = benchinfo.rng(args.seed, 1)
+    batches = [torch.from_numpy(rng.choice(args.nodes, args.batch_size, replace=False)) for _ in range(args.batches)]
+    rates = measure(data, batches, args.repeats, args.variants)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-variants-"))
+    try:
+        if "hetero" in args.variants:
+            rates["hetero"] = hetero_rate(args.mag_papers, args.batches, args.batch_size, args.repeats, args.seed, tmp)
+        if "distributed" in args.variants:
+            rates["distributed"] = distributed_rate(data, batches, args.repeats, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    plain = rates.get("plain")
+    return {"graph": {"nodes": args.nodes, "edges": args.edges}, "fanout": FANOUT, "batch_size": args.batch_size,
+            "threads": 1, "edges_per_s": rates,
+            "ratio_to_plain": {k: v / plain for k, v in rates.items()} if plain else {}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--nodes", type=int, default=200_000)
+    parser.add_argument("--edges", type=int, default=4_000_000)
+    parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--mag-papers", type=int, default=20_000, help="papers of the synthetic-mag graph (hetero)")
+    parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
+                        help=f"comma-separated, among {','.join(VARIANTS)}")
+    benchinfo.add_seed_argument(parser)
+    args = parser.parse_args(argv)
+    unknown = [v for v in args.variants if v not in VARIANTS]
+    if unknown:
+        parser.error(f"--variants {unknown}: choose among {list(VARIANTS)}")
+    info = benchinfo.start(args, args.json)
+    out = {**info, **run(args)}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    g = out["graph"]
+    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random); fanout {FANOUT}, batch {out['batch_size']}, "
+          "1 thread")
+    for name, eps in out["edges_per_s"].items():
+        ratio = out["ratio_to_plain"].get(name)
+        print(f"  {name:<18} {eps / 1e6:8.2f} M sampled edges/s" + (f"  {ratio:5.2f}x plain" if ratio else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
