@@ -11,7 +11,7 @@ from graphstore.errors import DatasetExistsError, StoragePermissionError
 from graphstore.storage import LocalLocation, Location, is_dataset
 
 logger = logging.getLogger(__name__)
-_PATH_SCHEMES = ("npz", "planetoid", "ogb")
+_PATH_SCHEMES = ("npz", "planetoid", "ogb", "parquet")
 
 
 def check_dest(location: Location, overwrite: bool, data: Any = None) -> bool:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphstore.errors import InvalidInputError
-from graphstore.ingest import synthetic
+from graphstore.ingest import synthetic, synthetic_chunks
 from graphstore.ingest.source import GraphSource, RowSource
 from graphstore.ingest.synthetic import SyntheticFeatures, SyntheticSpec, parse_synthetic_spec, synthetic_graph
 
@@ -237,7 +237,7 @@ def test_masks_disjoint_with_right_sizes(train: float, val: float) -> None:
 
 
 def test_progress_reports_all_edges(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(synthetic, "_EDGE_CHUNK", 1000)
+    monkeypatch.setattr(synthetic_chunks, "EDGE_CHUNK", 1000)
     calls: list[tuple[int, int]] = []
     spec = parse_synthetic_spec("nodes=1000,avg_degree=5,features=0")
     edges = synthetic_graph(spec, progress=lambda done, total: calls.append((done, total)))
