@@ -44,7 +44,7 @@ def source_path(data: Any) -> str | None:
     if not isinstance(data, (str, os.PathLike)):
         return None
     scheme, sep, rest = os.fspath(data).partition(":")
-    if not sep or scheme not in _PATH_SCHEMES or not rest:
+    if not sep or scheme not in _PATH_SCHEMES or not rest or "://" in rest:  # a URL is no local path
         return None
     return os.path.realpath(os.path.expanduser(rest))
 

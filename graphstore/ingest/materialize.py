@@ -23,7 +23,8 @@ def materialize(chunked: ChunkedSource) -> GraphSource:
 
     Examples
     --------
-    >>> from graphstore.ingest.synthetic import parse_synthetic_spec, synthetic_chunked
+    >>> from graphstore.ingest.synthetic import parse_synthetic_spec
+    >>> from graphstore.ingest.synthetic_chunks import synthetic_chunked
     >>> g = materialize(synthetic_chunked(parse_synthetic_spec("nodes=100,avg_degree=4,features=8")))
     >>> g.edges[None].num_edges, g.nodes[None].attrs["x"].shape
     (400, (100, 8))

@@ -74,7 +74,10 @@ class ParquetEdgeChunk:
 
     def _remap(self, values: np.ndarray, column: str) -> np.ndarray:
         pos = np.searchsorted(self.ids, values)
-        bad = (pos >= len(self.ids)) | (self.ids[np.minimum(pos, len(self.ids) - 1)] != values)
+        if not len(self.ids):
+            bad = np.ones(len(values), dtype=bool)
+        else:
+            bad = (pos >= len(self.ids)) | (self.ids[np.minimum(pos, len(self.ids) - 1)] != values)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
             raise InvalidInputError(

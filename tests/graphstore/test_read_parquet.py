@@ -169,3 +169,15 @@ def test_s3_source(s3, tmp_path) -> None:
     expected = _expected(g)
     np.testing.assert_array_equal(got.edges[None].src, expected.edges[None][0])
     np.testing.assert_array_equal(got.nodes[None].attrs["x"].take(np.arange(N)), expected.node_attrs[None]["x"])
+
+
+def test_unchunked_scheme_is_wrapped_whole_and_says_so(tmp_path, caplog) -> None:
+    path = tmp_path / "g.npz"
+    np.savez(path, edge_index=np.array([[0, 1, 2], [1, 2, 0]]), x=np.eye(3, dtype=np.float32))
+    with caplog.at_level("WARNING", logger="graphstore.ingest.materialize"):
+        chunked = resolve_chunked(f"npz:{path}")
+    assert "npz" in caplog.text and "read whole" in caplog.text
+    assert len(chunked.edge_chunks) == 1 and chunked.node_schema[None]["x"].shape == (3,)
+    g = materialize(pickle.loads(pickle.dumps(chunked)))
+    np.testing.assert_array_equal(g.edges[None].dst, [1, 2, 0])
+    np.testing.assert_array_equal(g.nodes[None].attrs["x"].take(np.arange(3)), np.eye(3))

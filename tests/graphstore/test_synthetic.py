@@ -320,3 +320,26 @@ def test_resolve_chunked_and_materialize_match_resolve_source() -> None:
     np.testing.assert_array_equal(got.edges[None].src, want.edges[None].src)
     for name, rows in want.nodes[None].attrs.items():
         np.testing.assert_array_equal(_all(got.nodes[None].attrs[name]), _all(rows))
+
+
+def _read_chunk(payload: bytes, queue) -> None:  # runs in a spawned process
+    block = pickle.loads(payload).read()
+    queue.put(pickle.dumps((block.src, block.dst)))
+
+
+def test_edge_chunk_read_in_a_spawned_process() -> None:
+    import multiprocessing
+
+    from graphstore.ingest.synthetic_chunks import synthetic_chunked
+
+    chunk = synthetic_chunked(parse_synthetic_spec("nodes=2000,avg_degree=6,features=0,seed=9")).edge_chunks[0]
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_read_chunk, args=(pickle.dumps(chunk), queue))
+    proc.start()
+    src, dst = pickle.loads(queue.get(timeout=120))
+    proc.join(60)
+    here = chunk.read()
+    assert proc.exitcode == 0 and len(src) == 12000
+    np.testing.assert_array_equal(src, here.src)
+    np.testing.assert_array_equal(dst, here.dst)
