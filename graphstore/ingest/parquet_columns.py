@@ -23,6 +23,9 @@ def attr_names(columns: list[str], reserved: tuple[str, ...], where: str) -> dic
     for column in columns:
         if column in reserved:
             continue
+        if column.startswith("__index_level_"):
+            raise InvalidInputError(f"{where}: column {column!r} is a pandas index, not a graph column; write the "
+                                    "files with df.to_parquet(path, index=False)")
         name = RENAMES.get(column, column)
         if name in out.values():
             raise InvalidInputError(f"{where}: columns {column!r} and {name!r} both name attribute {name!r}; "

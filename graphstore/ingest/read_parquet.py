@@ -200,13 +200,23 @@ def _dataset(fs: Any, root: str, kind: str, required: bool) -> tuple[list[Piece]
     pieces, schema = [], None
     for path in files:
         with fs.open(path, "rb") as fh:
-            meta = pq.ParquetFile(fh)
+            meta = _footer(pq, fh, path)
             if schema is not None and not meta.schema_arrow.equals(schema):
                 raise InvalidInputError(f"{path}: its columns {meta.schema_arrow.names} / types differ from "
                                         f"{files[0]}'s ({schema}); write every {kind} file with the same columns")
             schema = meta.schema_arrow
             pieces += [Piece(path, i, meta.metadata.row_group(i).num_rows) for i in range(meta.num_row_groups)]
     return pieces, schema
+
+
+def _footer(pq: Any, fh: Any, path: str) -> Any:
+    import pyarrow as pa
+
+    try:
+        return pq.ParquetFile(fh)
+    except (pa.ArrowInvalid, OSError) as err:
+        raise InvalidInputError(f"{path} is not a readable Parquet file ({err}); rewrite it with "
+                                "pandas.DataFrame.to_parquet or pyarrow.parquet.write_table, or remove it") from err
 
 
 def _columns(fs: Any, pieces: list[Piece], arrow: Any, keys: tuple[str, ...],

@@ -144,6 +144,16 @@ def test_bad_column_is_named(tmp_path, edges, nodes, named) -> None:
         assert part in str(info.value), str(info.value)
 
 
+def test_pandas_index_and_broken_file_are_refused(tmp_path) -> None:
+    os.makedirs(tmp_path / "edges")  # the column pandas writes for an unnamed non-range index
+    pq.write_table(pa.table({"src": [1, 2], "dst": [2, 1], "__index_level_0__": [7, 3]}), tmp_path / "edges" / "a.parquet")
+    with pytest.raises(InvalidInputError, match="index=False"):
+        resolve_source(f"parquet:{tmp_path}")
+    (tmp_path / "edges" / "a.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(InvalidInputError, match="a.parquet is not a readable Parquet file"):
+        resolve_source(f"parquet:{tmp_path}")
+
+
 def test_missing_edges_and_hetero_layout_are_refused(tmp_path) -> None:
     with pytest.raises(SourceNotFoundError, match="no edges directory"):
         resolve_source(f"parquet:{tmp_path}")
