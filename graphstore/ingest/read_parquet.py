@@ -30,6 +30,7 @@ ID_COLUMN = "id"
 EDGE_KEYS = ("src", "dst")
 LAYOUT = "PATH/edges/*.parquet with columns src, dst (+ edge columns); optional PATH/nodes/*.parquet with id"
 NODE_CHUNK_MIN = 1 << 16  # node IDs per NodeChunk at least (more when node row groups are larger)
+UNION_BATCH = 1 << 22  # endpoint values gathered before merging them into the sorted union
 
 
 @dataclass(frozen=True)
@@ -267,13 +268,17 @@ def _node_ids(fs: Any, pieces: list[Piece]) -> tuple[np.ndarray, list[tuple[int,
 
 
 def _endpoint_ids(fs: Any, pieces: list[Piece]) -> np.ndarray:
-    """The sorted union of all ``src`` and ``dst`` values (no nodes dataset), one row group at a time."""
-    ids = np.empty(0, np.int64)
+    """The sorted union of all ``src`` and ``dst`` values (no nodes dataset), one row group at a time;
+    row groups' unique values are merged in batches (at most about twice the node count held at once)."""
+    ids, pending, held = np.empty(0, np.int64), [], 0
     for p in pieces:
         table = p.read(fs, list(EDGE_KEYS))
-        ends = [to_numpy(table.column(k), k, ColumnSchema("<i8"), p.where()) for k in EDGE_KEYS]
-        ids = np.union1d(ids, np.concatenate(ends))
-    return ids
+        pending.append(np.unique(np.concatenate([to_numpy(table.column(k), k, ColumnSchema("<i8"), p.where())
+                                                 for k in EDGE_KEYS])))
+        held += len(pending[-1])
+        if held > max(len(ids), UNION_BATCH):
+            ids, pending, held = np.unique(np.concatenate([ids, *pending])), [], 0
+    return np.unique(np.concatenate([ids, *pending]))
 
 
 def _node_chunks(fs: Any, pieces: list[tuple[Piece, tuple[int, int]]], ids: np.ndarray,

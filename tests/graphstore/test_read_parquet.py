@@ -191,3 +191,20 @@ def test_unchunked_scheme_is_wrapped_whole_and_says_so(tmp_path, caplog) -> None
     g = materialize(pickle.loads(pickle.dumps(chunked)))
     np.testing.assert_array_equal(g.edges[None].dst, [1, 2, 0])
     np.testing.assert_array_equal(g.nodes[None].attrs["x"].take(np.arange(3)), np.eye(3))
+
+
+@pytest.mark.parametrize("batch", [1, 10**9])
+def test_endpoint_union_is_the_same_however_it_is_merged(tmp_path, monkeypatch, batch) -> None:
+    from graphstore.ingest import read_parquet as module
+
+    monkeypatch.setattr(module, "UNION_BATCH", batch)
+    g = _graph(4)
+    root = _write(tmp_path / "in", g, rows=50)
+    import shutil
+
+    shutil.rmtree(os.path.join(root, "nodes"))
+    got = materialize(read_parquet(root))
+    want = np.unique(np.concatenate([g["src"], g["dst"]]))
+    np.testing.assert_array_equal(got.nodes[None].attrs["id"].take(np.arange(len(want))), want)
+    np.testing.assert_array_equal(want[got.edges[None].src], g["src"])
+    np.testing.assert_array_equal(want[got.edges[None].dst], g["dst"])
