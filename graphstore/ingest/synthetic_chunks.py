@@ -159,4 +159,5 @@ def read_edges(spec: SyntheticSpec, progress: Callable[[int, int], None] | None)
         src[chunk.start:chunk.stop], dst[chunk.start:chunk.stop] = block.src, block.dst
         if progress is not None:
             progress(chunk.stop, spec.num_edges)
+    _groups.cache_clear()  # this process has drawn every edge: free the community tables
     return src, dst
