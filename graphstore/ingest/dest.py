@@ -11,7 +11,7 @@ from graphstore.errors import DatasetExistsError, StoragePermissionError
 from graphstore.storage import Location, is_dataset
 
 logger = logging.getLogger(__name__)
-_PATH_SCHEMES = ("npz", "planetoid", "ogb")
+_PATH_SCHEMES = ("npz", "planetoid", "ogb", "parquet")
 
 
 def check_dest(location: Location, overwrite: bool, data: Any = None) -> bool:
@@ -44,7 +44,7 @@ def source_path(data: Any) -> str | None:
     if not isinstance(data, (str, os.PathLike)):
         return None
     scheme, sep, rest = os.fspath(data).partition(":")
-    if not sep or scheme not in _PATH_SCHEMES or not rest:
+    if not sep or scheme not in _PATH_SCHEMES or not rest or "://" in rest:  # a URL is no local path
         return None
     return os.path.realpath(os.path.expanduser(rest))
 

@@ -282,14 +282,20 @@ class SyntheticFeatures:
         return out
 
     def _rows(self, rows: np.ndarray) -> np.ndarray:
-        width = self._centroids.shape[1]
-        counter = rows.astype(np.uint64)[:, None] * np.uint64(width) + np.arange(width, dtype=np.uint64)
-        counter *= _GOLDEN
-        counter += self._key
-        noise = _unit_noise(_mix64(counter))
-        noise *= self._noise
-        noise += self._centroids[self._labels[rows]]
-        return noise
+        return feature_rows(rows, self._labels[rows], self._centroids, self._key, self._noise)
+
+
+def feature_rows(rows: np.ndarray, labels: np.ndarray, centroids: np.ndarray, key: np.uint64,
+                 noise_scale: np.float32) -> np.ndarray:
+    """``x`` of nodes ``rows`` (int64) whose labels are ``labels``: centroid plus hashed unit noise."""
+    width = centroids.shape[1]
+    counter = rows.astype(np.uint64)[:, None] * np.uint64(width) + np.arange(width, dtype=np.uint64)
+    counter *= _GOLDEN
+    counter += np.uint64(key)
+    noise = _unit_noise(_mix64(counter))
+    noise *= np.float32(noise_scale)
+    noise += centroids[labels]
+    return noise
 
 
 def _search_sorted(cumw: np.ndarray, keys: np.ndarray) -> np.ndarray:
@@ -336,36 +342,6 @@ class _Communities:
         return u, self.order[pos]
 
 
-def _sample_edges(
-    spec: SyntheticSpec, groups: _Communities, rng: np.random.Generator, progress: Callable[[int, int], None] | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Both directions of ``spec.num_edges // 2`` undirected edges, drawn in bounded chunks."""
-    half = spec.num_edges // 2
-    src = np.empty(2 * half, dtype=np.int64)
-    dst = np.empty(2 * half, dtype=np.int64)
-    for lo in range(0, half, _EDGE_CHUNK):
-        hi = min(lo + _EDGE_CHUNK, half)
-        u, v = groups.sample_pairs(rng, hi - lo, spec.homophily)
-        src[lo:hi], dst[lo:hi] = u, v
-        src[half + lo : half + hi], dst[half + lo : half + hi] = v, u
-        if progress is not None:
-            progress(2 * hi, 2 * half)
-    return src, dst
-
-
-def _split_masks(rng: np.random.Generator, spec: SyntheticSpec) -> dict[str, np.ndarray]:
-    """Disjoint random train/val/test masks with ``round(fraction * nodes)`` train and val nodes."""
-    n = spec.nodes
-    n_train = round(spec.train * n)
-    n_val = min(round(spec.val * n), n - n_train)
-    perm = rng.permutation(n)
-    bounds = {"train_mask": (0, n_train), "val_mask": (n_train, n_train + n_val), "test_mask": (n_train + n_val, n)}
-    masks = {name: np.zeros(n, dtype=bool) for name in bounds}
-    for name, (lo, hi) in bounds.items():
-        masks[name][perm[lo:hi]] = True
-    return masks
-
-
 def synthetic_graph(spec: SyntheticSpec, *, progress: Callable[[int, int], None] | None = None) -> GraphSource:
     """Generate the homogeneous graph ``spec`` describes, deterministically from ``spec.seed``.
 
@@ -374,6 +350,9 @@ def synthetic_graph(spec: SyntheticSpec, *, progress: Callable[[int, int], None]
     Each undirected edge joins a weight-sampled node to a weight-sampled partner from its own
     community with probability ``homophily`` (else from anywhere) and is stored in both directions.
     Self-loops and duplicates can occur. ``x`` is a lazy :class:`SyntheticFeatures`, the rest arrays.
+    Every value comes from chunks seeded by ``(seed, chunk number)``
+    (:func:`~graphstore.ingest.synthetic_chunks.synthetic_chunked`), so the Dask engine, reading the
+    same chunks in any order on any worker, generates the same graph.
 
     Parameters
     ----------
@@ -393,22 +372,16 @@ def synthetic_graph(spec: SyntheticSpec, *, progress: Callable[[int, int], None]
     >>> g.edges[None].num_edges, g.nodes[None].attrs["x"].shape
     (6000, (1000, 16))
     """
-    comm_seq, weight_seq, edge_seq, split_seq, feat_seq, key_seq = np.random.SeedSequence(spec.seed).spawn(6)
-    count = spec.classes * _COMMUNITIES_PER_CLASS
-    community = np.random.default_rng(comm_seq).integers(0, count, spec.nodes, dtype=np.int64)
-    weights = np.random.default_rng(weight_seq).pareto(_PARETO_SHAPE, spec.nodes) + 1.0
-    np.minimum(weights, math.sqrt(spec.nodes), out=weights)  # tame the one freak hub a Pareto tail can draw
-    groups = _Communities.build(community, weights, count)
-    del weights
-    src, dst = _sample_edges(spec, groups, np.random.default_rng(edge_seq), progress)
-    labels = community % spec.classes
-    masks = _split_masks(np.random.default_rng(split_seq), spec)
+    from graphstore.ingest.synthetic_chunks import read_edges, split_masks, synthetic_nodes
+
+    src, dst = read_edges(spec, progress)
+    labels = synthetic_nodes(spec, 0, spec.nodes)[0] % spec.classes
+    masks = split_masks(spec, np.arange(spec.nodes, dtype=np.int64))
     attrs = {"y": ArrayRows(labels), **{name: ArrayRows(mask) for name, mask in masks.items()}}
     if spec.features > 0:
-        scale = _CENTROID_SCALE / math.sqrt(spec.features)
-        centroids = np.random.default_rng(feat_seq).normal(0.0, scale, (spec.classes, spec.features))
-        key = int(key_seq.generate_state(1, dtype=np.uint64)[0])
-        attrs["x"] = SyntheticFeatures(labels, centroids, key, spec.noise)
+        from graphstore.ingest.synthetic_chunks import feature_params
+
+        attrs["x"] = SyntheticFeatures(labels, *feature_params(spec))
     logger.info("synthetic graph: %d nodes, %d directed edges, %d features", spec.nodes, len(src), spec.features)
     return GraphSource(
         nodes={None: NodeTable(num_nodes=spec.nodes, attrs=attrs)},

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from graphstore.errors import InvalidInputError
-from graphstore.ingest import synthetic
+from graphstore.ingest import synthetic, synthetic_chunks
 from graphstore.ingest.source import GraphSource, RowSource
 from graphstore.ingest.synthetic import SyntheticFeatures, SyntheticSpec, parse_synthetic_spec, synthetic_graph
 
@@ -237,8 +237,109 @@ def test_masks_disjoint_with_right_sizes(train: float, val: float) -> None:
 
 
 def test_progress_reports_all_edges(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(synthetic, "_EDGE_CHUNK", 1000)
+    monkeypatch.setattr(synthetic_chunks, "EDGE_CHUNK", 1000)
     calls: list[tuple[int, int]] = []
     spec = parse_synthetic_spec("nodes=1000,avg_degree=5,features=0")
     edges = synthetic_graph(spec, progress=lambda done, total: calls.append((done, total)))
     assert len(calls) == 3 and calls[-1] == (5000, 5000) == (edges.edges[None].num_edges,) * 2
+
+
+# --- chunks -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fresh_groups():
+    """Drop the per-process cache of community tables before and after a test that resizes the blocks."""
+    synthetic_chunks._groups.cache_clear()
+    yield
+    synthetic_chunks._groups.cache_clear()
+
+
+def _chunked_arrays(spec: str, order: list[int] | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Every edge and node row of the chunked source, its chunks read in ``order`` (default: reversed)."""
+    from graphstore.ingest.synthetic_chunks import synthetic_chunked
+
+    chunked = synthetic_chunked(parse_synthetic_spec(spec))
+    n, m = chunked.num_nodes[None], chunked.num_edges[None]
+    src, dst = np.full(m, -1), np.full(m, -1)
+    chunks = chunked.edge_chunks
+    for i in order if order is not None else range(len(chunks) - 1, -1, -1):
+        block = pickle.loads(pickle.dumps(chunks[i])).read()
+        src[block.start:block.start + len(block.src)], dst[block.start:block.start + len(block.dst)] = block.src, block.dst
+    nodes: dict[str, np.ndarray] = {}
+    for chunk in reversed(chunked.node_chunks):
+        for name, rows in chunk.read().items():
+            nodes.setdefault(name, np.zeros((n, *rows.shape[1:]), rows.dtype))[chunk.start:chunk.stop] = rows
+    return src, dst, nodes
+
+
+def test_chunks_in_any_order_give_the_same_graph(monkeypatch: pytest.MonkeyPatch, fresh_groups: None) -> None:
+    monkeypatch.setattr(synthetic_chunks, "EDGE_CHUNK", 3000)  # 7 edge chunks
+    monkeypatch.setattr(synthetic_chunks, "NODE_CHUNK", 1700)  # node chunks not aligned to the random blocks
+    monkeypatch.setattr(synthetic_chunks, "NODE_BLOCK", 1000)
+    spec = "nodes=5000,avg_degree=8,features=16,classes=4,seed=3"
+    whole = _build(spec)
+    src, dst, nodes = _chunked_arrays(spec)
+    src2, dst2, _ = _chunked_arrays(spec, order=list(np.random.default_rng(1).permutation(7)))
+    np.testing.assert_array_equal(src, whole.edges[None].src)
+    np.testing.assert_array_equal(dst, whole.edges[None].dst)
+    np.testing.assert_array_equal(src2, src)
+    np.testing.assert_array_equal(dst2, dst)
+    assert set(nodes) == {"x", "y", "train_mask", "val_mask", "test_mask"}
+    for name, values in nodes.items():
+        np.testing.assert_array_equal(values, _all(whole.nodes[None].attrs[name]))
+
+
+def test_chunk_boundaries_of_node_chunks_do_not_change_values(monkeypatch: pytest.MonkeyPatch,
+                                                              fresh_groups: None) -> None:
+    spec = "nodes=3000,avg_degree=4,features=8,classes=3,seed=5"
+    monkeypatch.setattr(synthetic_chunks, "NODE_BLOCK", 512)
+    _, _, one = _chunked_arrays(spec)
+    monkeypatch.setattr(synthetic_chunks, "NODE_CHUNK", 700)
+    _, _, many = _chunked_arrays(spec)
+    for name in one:
+        np.testing.assert_array_equal(one[name], many[name])
+
+
+def test_split_positions_are_a_permutation() -> None:
+    for nodes in (2, 3, 17, 1000, 4097):
+        spec = SyntheticSpec(nodes=nodes, classes=2)
+        pos = synthetic_chunks.split_positions(spec, np.arange(nodes))
+        np.testing.assert_array_equal(np.sort(pos), np.arange(nodes))
+    other = synthetic_chunks.split_positions(SyntheticSpec(nodes=1000, classes=2, seed=1), np.arange(1000))
+    assert not np.array_equal(other, synthetic_chunks.split_positions(SyntheticSpec(nodes=1000, classes=2),
+                                                                      np.arange(1000)))
+
+
+def test_resolve_chunked_and_materialize_match_resolve_source() -> None:
+    from graphstore.ingest.materialize import materialize
+    from graphstore.ingest.sources import resolve_chunked, resolve_source
+
+    spec = "synthetic:nodes=800,avg_degree=5,features=4,classes=3,seed=2"
+    got, want = materialize(resolve_chunked(spec)), resolve_source(spec)
+    np.testing.assert_array_equal(got.edges[None].src, want.edges[None].src)
+    for name, rows in want.nodes[None].attrs.items():
+        np.testing.assert_array_equal(_all(got.nodes[None].attrs[name]), _all(rows))
+
+
+def _read_chunk(payload: bytes, queue) -> None:  # runs in a spawned process
+    block = pickle.loads(payload).read()
+    queue.put(pickle.dumps((block.src, block.dst)))
+
+
+def test_edge_chunk_read_in_a_spawned_process() -> None:
+    import multiprocessing
+
+    from graphstore.ingest.synthetic_chunks import synthetic_chunked
+
+    chunk = synthetic_chunked(parse_synthetic_spec("nodes=2000,avg_degree=6,features=0,seed=9")).edge_chunks[0]
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_read_chunk, args=(pickle.dumps(chunk), queue))
+    proc.start()
+    src, dst = pickle.loads(queue.get(timeout=120))
+    proc.join(60)
+    here = chunk.read()
+    assert proc.exitcode == 0 and len(src) == 12000
+    np.testing.assert_array_equal(src, here.src)
+    np.testing.assert_array_equal(dst, here.dst)
