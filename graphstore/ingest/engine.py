@@ -43,6 +43,17 @@ class LocalEngine:
         return out
 
 
+class _Shared:
+    """One shared input, scattered whole (``scatter`` would split a bare dict or list into pieces)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _call(fn: Callable[..., Any], item: Any, **shared: _Shared) -> Any:
+    return fn(item, **{k: v.value for k, v in shared.items()})
+
+
 class DaskEngine:
     """Submits each stage's calls to a ``distributed.Client``; a task whose worker dies is retried.
 
@@ -66,9 +77,9 @@ class DaskEngine:
             **shared: Any) -> list[Any]:
         from distributed import as_completed
 
-        scattered = {k: self.client.scatter(v, broadcast=True) for k, v in shared.items()}
+        scattered = {k: self.client.scatter(_Shared(v), broadcast=True, hash=False) for k, v in shared.items()}
         token = uuid.uuid4().hex[:8]
-        futures = [self.client.submit(fn, item, **scattered, key=f"{stage}-{token}-{i}", retries=self.retries,
+        futures = [self.client.submit(_call, fn, item, **scattered, key=f"{stage}-{token}-{i}", retries=self.retries,
                                       pure=False) for i, item in enumerate(items)]
         try:
             for future in as_completed(futures):
