@@ -112,10 +112,15 @@ def run_edge_stages(engine: Engine, chunks: list[EdgeChunk], *, where: RouteDir,
                     num_edges: dict[EdgeType, int], progress: Progress | None = None) -> dict[EdgeType, EdgeTypeResult]:
     """Route every edge chunk, then write every (edge type, part): the two edge stages of an ingest."""
     num_parts = len(next(iter(books.values())).offsets) - 1
-    engine.map("route", route_chunk, chunks, progress, where=where, assign=assign, ekeys=ekeys)
-    jobs = [(etype, part) for etype in ekeys for part in range(num_parts)]
-    done = engine.map("edges", write_part_edges, jobs, progress, where=where, books=books, ekeys=ekeys, spec=spec,
-                      num_edges=num_edges)
+    routed = engine.map("route", route_chunk, chunks, progress, [c.stop - c.start for c in chunks], where=where,
+                        assign=assign, ekeys=ekeys, num_parts=num_parts)
+    per_part = {(etype, part): 0 for etype in ekeys for part in range(num_parts)}
+    for chunk, counts in zip(chunks, routed):
+        for part, count in enumerate(counts):
+            per_part[chunk.etype, part] += count
+    jobs = list(per_part)
+    done = engine.map("edges", write_part_edges, jobs, progress, list(per_part.values()), where=where, books=books,
+                      ekeys=ekeys, spec=spec, num_edges=num_edges)
     out: dict[EdgeType, EdgeTypeResult] = {etype: EdgeTypeResult() for etype in ekeys}
     for (etype, _), result in zip(jobs, done):
         out[etype].parts.append(result)

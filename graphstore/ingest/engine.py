@@ -25,7 +25,13 @@ class Engine(Protocol):
     name: str
 
     def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
-            **shared: Any) -> list[Any]: ...
+            weights: Sequence[int] | None = None, **shared: Any) -> list[Any]: ...
+
+
+def _tick(progress: Progress | None, stage: str, index: int, weights: Sequence[int] | None, count: int) -> None:
+    """Report item ``index`` done: its weight (edges, rows) of the stage's total, or 1 of ``count``."""
+    if progress:
+        progress(stage, weights[index] if weights else 1, sum(weights) if weights else count)
 
 
 class LocalEngine:
@@ -34,12 +40,11 @@ class LocalEngine:
     name = "local"
 
     def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
-            **shared: Any) -> list[Any]:
+            weights: Sequence[int] | None = None, **shared: Any) -> list[Any]:
         out = []
-        for item in items:
+        for index, item in enumerate(items):
             out.append(fn(item, **shared))
-            if progress:
-                progress(stage, 1, len(items))
+            _tick(progress, stage, index, weights, len(items))
         return out
 
 
@@ -74,7 +79,7 @@ class DaskEngine:
         self.client, self.retries = client, retries
 
     def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
-            **shared: Any) -> list[Any]:
+            weights: Sequence[int] | None = None, **shared: Any) -> list[Any]:
         from distributed import as_completed
 
         scattered = {k: self.client.scatter(_Shared(v), broadcast=True, hash=False) for k, v in shared.items()}
@@ -85,8 +90,7 @@ class DaskEngine:
             for future in as_completed(futures):
                 if future.status != "finished":
                     self._raise(stage, futures.index(future), future)
-                if progress:
-                    progress(stage, 1, len(items))
+                _tick(progress, stage, futures.index(future), weights, len(items))
             return self.client.gather(futures)
         finally:
             self.client.cancel(futures + list(scattered.values()))

@@ -59,7 +59,7 @@ def _endpoint_types(etype: EdgeType) -> tuple[NodeType, NodeType]:
 
 
 def route_chunk(chunk: EdgeChunk, *, where: RouteDir, assign: dict[NodeType, np.ndarray],
-                ekeys: dict[EdgeType, str]) -> list[int]:
+                ekeys: dict[EdgeType, str], num_parts: int) -> list[int]:
     """Read one edge chunk and write its edges, grouped by the partition owning the destination.
 
     Each file holds input-ID ``src``/``dst``, the global edge number ``eid`` and every edge attribute.
@@ -67,7 +67,6 @@ def route_chunk(chunk: EdgeChunk, *, where: RouteDir, assign: dict[NodeType, np.
     """
     block = chunk.read()
     owner = assign[_endpoint_types(chunk.etype)[1]][block.dst]
-    num_parts = int(max(int(a.max(initial=0)) for a in assign.values())) + 1
     order = np.argsort(owner, kind="stable")
     bounds = np.searchsorted(owner[order], np.arange(num_parts + 1))
     fs, _ = where.fs()

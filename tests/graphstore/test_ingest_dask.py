@@ -177,3 +177,43 @@ def test_chunks_cover_every_edge_once_and_pickle_only_their_rows():
     assert len(pickle.dumps(chunked.edge_chunks[0])) < 0.5 * len(pickle.dumps(table))  # 700 of 2001 edges
     with pytest.raises(InvalidInputError, match="chunk_edges=0"):
         chunked_from_graph(source, 0)
+
+
+def test_cli_dask_flags_that_do_not_apply_are_refused(tmp_path, capsys):
+    from graphstore.cli import main
+
+    src, dest = "synthetic:nodes=100,avg_degree=2", str(tmp_path / "ds")
+    cases = {("--workers", "2"): "apply only to --engine dask",
+             ("--memory-limit", "1GB"): "apply only to --engine dask",
+             ("--scheduler", "tcp://127.0.0.1:1"): "apply only to --engine dask",
+             ("--engine", "dask", "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"): "joins a running one",
+             ("--engine", "dask", "--memory-limit", "lots"): "'lots' is not a size",
+             ("--engine", "dask", "--workers", "0"): "at least 1 worker",
+             ("--engine", "dask", "--scheduler", "tcp://10.1.2.3:8786"): "is a local path, but --scheduler"}
+    for flags, message in cases.items():
+        assert main(["ingest", src, dest, *flags]) != 0, flags
+        assert message in capsys.readouterr().err, flags
+    assert not os.path.exists(dest)
+
+
+def test_cli_engine_dask_starts_a_cluster_and_closes_it(tmp_path, capsys):
+    from graphstore.cli import main
+
+    dest = str(tmp_path / "ds")
+    argv = ["ingest", "synthetic:nodes=3000,avg_degree=6,features=4,classes=3", dest, "--parts", "2", "--method",
+            "random", "--seed", "1"]
+    assert main([*argv, "--engine", "dask", "--workers", "1", "--memory-limit", "1GB"]) == 0
+    assert "dask dashboard:" in capsys.readouterr().err
+    assert main([*argv[:2], str(tmp_path / "local"), *argv[3:]]) == 0
+    assert _stored(dest) == _stored(str(tmp_path / "local"))
+    assert graphstore.open_dataset(dest).verify() == []
+
+
+def test_progress_reports_every_edge_of_both_edge_stages(client, tmp_path):
+    calls = []
+    source, _ = small_graph(n=3000, e=20000, seed=2)
+    graphstore.ingest(source, str(tmp_path / "ds"), num_parts=3, method="random", engine="dask", client=client,
+                      progress=lambda stage, done, total: calls.append((stage, done, total)))
+    for stage in ("route", "edges"):
+        done = [c for c in calls if c[0] == stage]
+        assert sum(d for _, d, _ in done) == 20000 and {t for _, _, t in done} == {20000}, stage
