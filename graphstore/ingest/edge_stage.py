@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -100,11 +99,6 @@ def _part_result(part: int, csc: PartCSC, books: dict[NodeType, Relabel], s_type
     loops = int(np.count_nonzero(csc.indices == dst)) if s_type == d_type else 0
     return PartEdges(part, arrays, len(csc.eid), len(remote), loops, int(np.count_nonzero(same)),
                      np.unique(remote), writer.bytes_written, writer.read_back)
-
-
-def edge_type_keys(etypes: list[EdgeType], keys: dict[Any, str]) -> dict[EdgeType, str]:
-    """Edge type -> layout key (the names of the routed-edge folders, too)."""
-    return {etype: keys[etype] for etype in etypes}
 
 
 def run_edge_stages(engine: Engine, chunks: list[EdgeChunk], *, where: RouteDir, assign: dict[NodeType, np.ndarray],

@@ -84,6 +84,8 @@ class DaskEngine:
 
         scattered = {k: self.client.scatter(_Shared(v), broadcast=True, hash=False) for k, v in shared.items()}
         token = uuid.uuid4().hex[:8]
+        logger.info("ingest stage %s: %d task(s) on the Dask cluster at %s", stage, len(items),
+                    self.client.scheduler.address)
         futures = [self.client.submit(_call, fn, item, **scattered, key=f"{stage}-{token}-{i}", retries=self.retries,
                                       pure=False) for i, item in enumerate(items)]
         try:

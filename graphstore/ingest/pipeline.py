@@ -96,8 +96,7 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     source = resolve_source(data, to_undirected=to_undirected)
     options = dict(num_parts=num_parts, method=method, seed=seed, compression=compression,
                    halo_features=halo_features, allow_nan=allow_nan, chunk_bytes=int(chunk_mb * (1 << 20)),
-                   metis_max_edges=metis_max_edges, progress=progress, started=started, engine=runner,
-                   storage_options=storage_options)
+                   metis_max_edges=metis_max_edges, progress=progress, started=started, engine=runner)
     try:
         validate_source(source, num_parts)
         options["link_splits"] = add_link_split(source, rule) if rule is not None else {}
@@ -231,8 +230,7 @@ def _halo_attrs(source: GraphSource, spec: tuple[str, ...] | str) -> dict[Any, t
 def _write_dataset(source: GraphSource, staged: Location, *, num_parts: int, method: str, seed: int,
                    compression: str, halo_features: tuple[str, ...] | str, allow_nan: bool, chunk_bytes: int,
                    metis_max_edges: int | None, progress: Progress | None, started: float,
-                   link_splits: dict[Any, dict[str, Any]], engine: Engine, storage_options: dict[str, Any] | None,
-                   prepare: Callable[[], None] | None = None) -> IngestSummary:
+                   link_splits: dict[Any, dict[str, Any]], engine: Engine, prepare: Callable[[], None] | None = None) -> IngestSummary:
     replicate = _halo_attrs(source, halo_features)
     logger.info("partitioning %s into %d parts by %s", source.name, num_parts, method)
     assign, details = partition_nodes(source, num_parts, method, seed, progress, metis_max_edges)
@@ -244,7 +242,7 @@ def _write_dataset(source: GraphSource, staged: Location, *, num_parts: int, met
     writer = ArrayWriter(staged, compression=compression, chunk_bytes=chunk_bytes)
     parts = PartsWriter(source, books, keys, writer, allow_nan=allow_nan, progress=progress)
     edge_stats = write_edges(source, WriteSpec(staged, compression, chunk_bytes, allow_nan), assign, books,
-                             keys, parts, engine=engine, storage_options=storage_options)
+                             keys, parts, engine=engine)
     del assign
     logger.info("wrote edges after %.1f s on the %s engine", time.perf_counter() - started, engine.name)
     splits = {keys[ntype]: parts.write_nodes(ntype) for ntype in source.nodes}

@@ -19,15 +19,15 @@ CHUNK_EDGES = 1 << 22  # edges per routed chunk: about 100 MB of a chunk's array
 
 
 def write_edges(source: GraphSource, spec: WriteSpec, assign: dict[NodeType, np.ndarray],
-                books: dict[NodeType, Relabel], keys: dict[Any, str], parts: PartsWriter, *, engine: Engine,
-                storage_options: dict[str, Any] | None) -> dict[EdgeType, EdgeStats]:
+                books: dict[NodeType, Relabel], keys: dict[Any, str], parts: PartsWriter, *,
+                engine: Engine) -> dict[EdgeType, EdgeStats]:
     """Route and write every edge type's partitions on ``engine``; record arrays and halos in ``parts``.
 
     The routed edges live under a temporary prefix of the dataset, removed at the end, also on failure.
     """
     chunked = chunked_from_graph(source, CHUNK_EDGES)
     num_edges = {etype: table.num_edges for etype, table in source.edges.items()}
-    with route_dir(spec.location.url, storage_options) as where:
+    with route_dir(spec.location) as where:
         results = run_edge_stages(engine, chunked.edge_chunks, where=where, assign=assign, books=books,
                                   ekeys={etype: keys[etype] for etype in source.edges}, spec=spec,
                                   num_edges=num_edges, progress=parts.progress)

@@ -12,7 +12,7 @@ import io
 import logging
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
@@ -20,6 +20,7 @@ import numpy as np
 
 from graphstore.ingest.chunks import EdgeChunk
 from graphstore.ingest.relabel import Relabel
+from graphstore.storage import LocalLocation, Location, LocationWrapper
 from graphstore.types import EdgeType, NodeType
 
 logger = logging.getLogger(__name__)
@@ -28,30 +29,35 @@ _ATTR = "a."
 
 @dataclass(frozen=True)
 class RouteDir:
-    """Where routed edges live: ``url`` (a local path or fsspec URL) and its storage options."""
+    """Where routed edges live: the folder ``name`` inside the dataset being written at ``location``."""
 
-    url: str
-    storage_options: dict[str, Any] = field(default_factory=dict)
+    location: Location
+    name: str
 
     def fs(self) -> tuple[Any, str]:
-        fs, root = fsspec.core.url_to_fs(self.url, **self.storage_options)
-        return fs, root.rstrip("/")
+        """The file system of the dataset's location (its own credentials and endpoint) and the folder."""
+        inner = self.location
+        while isinstance(inner, LocationWrapper):
+            inner = inner.inner
+        if isinstance(inner, LocalLocation):
+            return fsspec.filesystem("file"), f"{inner.root}/{self.name}"
+        return inner.fs, f"{inner.root.rstrip('/')}/{self.name}"  # a RemoteLocation
 
     def part_dir(self, ekey: str, part: int) -> str:
         return f"{self.fs()[1]}/{ekey}/part-{part:05d}"
 
 
 @contextlib.contextmanager
-def route_dir(base_url: str, storage_options: dict[str, Any] | None = None) -> Iterator[RouteDir]:
-    """A fresh temporary prefix ``base_url/.routing-<token>``, removed at the end, also on failure."""
-    where = RouteDir(f"{base_url.rstrip('/')}/.routing-{uuid.uuid4().hex[:12]}", dict(storage_options or {}))
-    fs, root = where.fs()
+def route_dir(location: Location) -> Iterator[RouteDir]:
+    """A fresh temporary folder ``.routing-<token>`` in the dataset at ``location``, removed at the end."""
+    where = RouteDir(location, f".routing-{uuid.uuid4().hex[:12]}")
     try:
         yield where
     finally:
+        fs, root = where.fs()
         with contextlib.suppress(FileNotFoundError):
             fs.rm(root, recursive=True)
-        logger.debug("removed the routed edges at %s", where.url)
+        logger.debug("removed the routed edges at %s/%s", location.url, where.name)
 
 
 def _endpoint_types(etype: EdgeType) -> tuple[NodeType, NodeType]:
@@ -92,6 +98,7 @@ def read_part(where: RouteDir, ekey: str, part: int) -> dict[str, np.ndarray]:
     """All edges routed to ``part`` for edge type ``ekey``, in global edge order (chunk files by name)."""
     fs, _ = where.fs()
     directory = where.part_dir(ekey, part)
+    fs.invalidate_cache()  # other workers wrote these files
     names = sorted(fs.ls(directory, detail=False)) if fs.exists(directory) else []
     pieces: dict[str, list[np.ndarray]] = {}
     for name in names:
