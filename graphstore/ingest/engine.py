@@ -2,7 +2,7 @@
 
 A stage is a pure function applied to a list of items (chunks, parts); an engine only decides
 where each call runs. Shared inputs (a partition map, say) are passed as keyword arguments:
-the Dask engine scatters them to the workers once instead of once per task.
+the Dask engine sends each once, as a task of its own, instead of once per task.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class LocalEngine:
 
 
 class _Shared:
-    """One shared input, scattered whole (``scatter`` would split a bare dict or list into pieces)."""
+    """One shared input, held whole by one task's result and passed to every task of a stage."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -82,8 +82,10 @@ class DaskEngine:
             weights: Sequence[int] | None = None, **shared: Any) -> list[Any]:
         from distributed import as_completed
 
-        scattered = {k: self.client.scatter(_Shared(v), broadcast=True, hash=False) for k, v in shared.items()}
         token = uuid.uuid4().hex[:8]
+        # one task per shared input (not scatter): a result lost with its worker is recomputed
+        scattered = {k: self.client.submit(_Shared, v, key=f"shared-{stage}-{k}-{token}", pure=False)
+                     for k, v in shared.items()}
         logger.info("ingest stage %s: %d task(s) on the Dask cluster at %s", stage, len(items),
                     self.client.scheduler.address)
         futures = [self.client.submit(_call, fn, item, **scattered, key=f"{stage}-{token}-{i}", retries=self.retries,
@@ -98,19 +100,22 @@ class DaskEngine:
             self.client.cancel(futures + list(scattered.values()))
 
     def _raise(self, stage: str, index: int, future: Any) -> None:
+        """Wait for a future that did not finish cleanly; raise what ended it, named (a lost result that
+        the scheduler recomputes returns normally)."""
         from distributed import KilledWorker
 
-        exc = future.exception()
-        if isinstance(exc, KilledWorker):
+        try:
+            future.result()
+        except KilledWorker as exc:
             worker = getattr(exc.last_worker, "address", exc.last_worker)
             raise IngestStageError(f"ingest stage {stage!r}, task {index}: worker {worker} died while running it "
                                    f"(retried {self.retries} time(s)); give the workers more memory "
                                    "(--memory-limit) or rerun") from exc
-        if isinstance(exc, GraphstoreError):
-            raise exc  # bad input found by a worker: the same error the local engine raises
-        raise IngestStageError(f"ingest stage {stage!r}, task {index} failed on a worker: "
-                               f"{type(exc).__name__}: {exc}") from exc
-
+        except GraphstoreError:
+            raise  # bad input found by a worker: the same error the local engine raises
+        except Exception as exc:
+            raise IngestStageError(f"ingest stage {stage!r}, task {index} failed on a worker: "
+                                   f"{type(exc).__name__}: {exc}") from exc
 
 def engine_for(engine: str, client: Any = None) -> Engine:
     """The engine ``ingest(engine=..., client=...)`` asked for, validated before any work starts."""
