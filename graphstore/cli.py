@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from graphstore.cli_args import Parser, integer, number
+from graphstore.cli_dask import add_dask_arguments, check_dask_arguments, dask_client
 from graphstore.cli_storage import (ChunkBar, add_storage_arguments, io_text, open_from_args, parse_parts,
                                     parse_storage_options)
 from graphstore.errors import GraphstoreError
@@ -76,6 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--edge-type", metavar="S,R,D", help="the edge type --link-split splits (S,R,D or R; default "
                                                            "the first)")
     ing.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_dask_arguments(ing)
     add_storage_arguments(ing, cache=False)
     info = sub.add_parser("info", help="describe a dataset")
     info.add_argument("dest")
@@ -91,18 +93,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_ingest(ingest: Any, args: argparse.Namespace, bars: _Bars, client: Any) -> Any:
+    return ingest(args.source, args.dest, num_parts=args.parts, method=args.method, seed=args.seed,
+                  overwrite=args.overwrite, compression=args.compression, halo_features=args.halo_features,
+                  allow_nan=args.allow_nan, chunk_mb=args.chunk_mb, to_undirected=args.to_undirected,
+                  metis_max_edges=args.metis_max_edges or None,
+                  storage_options=parse_storage_options(args.storage_option) or None, progress=bars,
+                  link_split=args.link_split, link_split_by=args.link_split_by,
+                  link_split_edge_type=args.edge_type.split(",") if args.edge_type else None,
+                  engine=args.engine, client=client)
+
+
 def _ingest(args: argparse.Namespace) -> int:
     from graphstore.ingest import ingest
 
+    check_dask_arguments(args)
     bars = _Bars(enabled=not args.json and sys.stderr.isatty())
     try:
-        summary = ingest(args.source, args.dest, num_parts=args.parts, method=args.method, seed=args.seed,
-                         overwrite=args.overwrite, compression=args.compression, halo_features=args.halo_features,
-                         allow_nan=args.allow_nan, chunk_mb=args.chunk_mb, to_undirected=args.to_undirected,
-                         metis_max_edges=args.metis_max_edges or None,
-                         storage_options=parse_storage_options(args.storage_option) or None, progress=bars,
-                         link_split=args.link_split, link_split_by=args.link_split_by,
-                         link_split_edge_type=args.edge_type.split(",") if args.edge_type else None)
+        with dask_client(args) as client:
+            summary = _run_ingest(ingest, args, bars, client)
     finally:
         bars.close()
     if args.json:

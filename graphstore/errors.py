@@ -83,3 +83,7 @@ class RowIndexError(GraphstoreError, IndexError):
 
 class UnreachableHostError(GraphstoreError, ConnectionError):
     """Another host of a job (its master, a peer) cannot be reached from this one."""
+
+
+class IngestStageError(GraphstoreError, RuntimeError):
+    """An ingest stage failed on an engine's worker (named with the worker and the stage)."""

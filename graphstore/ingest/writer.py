@@ -61,7 +61,8 @@ class ArrayWriter:
     >>> info = w.write("a", (10,), np.int64, lambda start, stop: np.arange(start, stop))  # doctest: +SKIP
     """
 
-    def __init__(self, location: Location, compression: str = "none", chunk_bytes: int = 32 << 20) -> None:
+    def __init__(self, location: Location, compression: str = "none", chunk_bytes: int = 32 << 20,
+                 create_root: bool = True) -> None:
         if compression not in COMPRESSIONS:
             raise InvalidInputError(f"compression {compression!r} is not one of {COMPRESSIONS}")
         if chunk_bytes < _PAGE:
@@ -72,7 +73,8 @@ class ArrayWriter:
         self.bytes_written = 0
         self.read_back = 0  # chunks whose checksum had to be read back from storage (normally none)
         self._store = ChecksumStore(location.zarr_store(read_only=False))
-        self._guard("creating the root group", lambda: zarr.create_group(self._store, overwrite=True))
+        if create_root:  # False on an engine's worker: the client created it, and recreating would clear it
+            self._guard("creating the root group", lambda: zarr.create_group(self._store, overwrite=True))
 
     def _guard(self, action: str, fn: Callable[[], Any]) -> Any:
         """``fn()``, with storage failures turned into the location's graphstore errors (naming the URL)."""

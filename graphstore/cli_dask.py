@@ -1,0 +1,90 @@
+"""The ingest CLI's Dask flags: validate them, and start (or join) the cluster the ingest runs on."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+from graphstore.errors import InvalidInputError, MissingBackendError
+
+_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
+
+
+def add_dask_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--workers``, ``--memory-limit`` and ``--scheduler`` on the ingest parser."""
+    parser.add_argument("--engine", choices=("local", "dask"), default="local",
+                        help="local: in this process (default); dask: the same stages as tasks on a Dask cluster")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help="--engine dask: worker processes of the LocalCluster started (default 2)")
+    parser.add_argument("--memory-limit", metavar="SIZE",
+                        help="--engine dask: memory limit per worker of the LocalCluster, e.g. 4GB (default 4GB)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="--engine dask: join this running cluster (tcp://host:8786) instead of starting one")
+
+
+def check_dask_arguments(args: argparse.Namespace) -> None:
+    """Refuse flags that do not apply, before any work: every flag given is used."""
+    given = [f for f, v in (("--workers", args.workers), ("--memory-limit", args.memory_limit),
+                            ("--scheduler", args.scheduler)) if v is not None]
+    if args.engine == "local" and given:
+        raise InvalidInputError(f"{', '.join(given)} apply only to --engine dask; add --engine dask or drop them")
+    if args.scheduler is not None and (args.workers is not None or args.memory_limit is not None):
+        raise InvalidInputError("--workers/--memory-limit size a cluster this command starts, but --scheduler "
+                                f"{args.scheduler} joins a running one: drop one of them")
+    if args.workers is not None and args.workers < 1:
+        raise InvalidInputError(f"--workers {args.workers}: give at least 1 worker")
+    if args.memory_limit is not None:
+        _parse_bytes(args.memory_limit)
+    if args.scheduler is not None:
+        _check_reachable_dest(args.scheduler, str(args.dest))
+
+
+def _parse_bytes(text: str) -> int:
+    from dask.utils import parse_bytes
+
+    try:
+        value = parse_bytes(text)
+    except (ValueError, TypeError):
+        value = 0
+    if value <= 0:
+        raise InvalidInputError(f"--memory-limit {text!r} is not a size; give e.g. 4GB or 512MiB")
+    return int(value)
+
+
+def _check_reachable_dest(scheduler: str, dest: str) -> None:
+    """A local-path DEST is refused when the scheduler runs on another host: its workers cannot write there."""
+    if "://" in dest and not dest.startswith("file://"):
+        return
+    host = urlparse(scheduler if "://" in scheduler else f"tcp://{scheduler}").hostname or ""
+    if host in _LOCAL_HOSTS or host in {socket.gethostname(), socket.getfqdn()}:
+        return
+    raise InvalidInputError(f"DEST {dest} is a local path, but --scheduler {scheduler} is on another host "
+                            f"({host}), whose workers cannot write there; give an object-storage URL "
+                            "(s3://bucket/name) or a path every worker shares, as a URL the workers reach")
+
+
+@contextlib.contextmanager
+def dask_client(args: argparse.Namespace) -> Iterator[Any]:
+    """``None`` for ``--engine local``; else a Client of the cluster joined or started (closed at the end)."""
+    if args.engine == "local":
+        yield None
+        return
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise MissingBackendError("--engine dask needs distributed: pip install 'graphstore[dask]'") from exc
+    if args.scheduler is not None:
+        with Client(args.scheduler) as client:
+            yield client
+        return
+    with LocalCluster(n_workers=args.workers or 2, threads_per_worker=1, processes=True,
+                      memory_limit=args.memory_limit or "4GB") as cluster, Client(cluster) as client:
+        print(f"dask dashboard: {cluster.dashboard_link} ({len(cluster.workers)} workers, pid {os.getpid()})",
+              file=sys.stderr)
+        yield client

@@ -1,0 +1,132 @@
+"""Where ingest stages run: in this process (:class:`LocalEngine`) or on a Dask cluster (:class:`DaskEngine`).
+
+A stage is a pure function applied to a list of items (chunks, parts); an engine only decides
+where each call runs. Shared inputs (a partition map, say) are passed as keyword arguments:
+the Dask engine sends each once, as a task of its own, instead of once per task.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from graphstore.errors import GraphstoreError, IngestStageError, InvalidInputError, MissingBackendError
+
+logger = logging.getLogger(__name__)
+Progress = Callable[[str, int, int], None]
+ENGINES = ("local", "dask")
+
+
+class Engine(Protocol):
+    """Runs ``fn(item, **shared)`` for every item of one stage and returns the results in item order."""
+
+    name: str
+
+    def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
+            weights: Sequence[int] | None = None, **shared: Any) -> list[Any]: ...
+
+
+def _tick(progress: Progress | None, stage: str, index: int, weights: Sequence[int] | None, count: int) -> None:
+    """Report item ``index`` done: its weight (edges, rows) of the stage's total, or 1 of ``count``."""
+    if progress:
+        progress(stage, weights[index] if weights else 1, sum(weights) if weights else count)
+
+
+class LocalEngine:
+    """The trivial serial executor: every stage runs here, in item order."""
+
+    name = "local"
+
+    def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
+            weights: Sequence[int] | None = None, **shared: Any) -> list[Any]:
+        out = []
+        for index, item in enumerate(items):
+            out.append(fn(item, **shared))
+            _tick(progress, stage, index, weights, len(items))
+        return out
+
+
+class _Shared:
+    """One shared input, held whole by one task's result and passed to every task of a stage."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _call(fn: Callable[..., Any], item: Any, **shared: _Shared) -> Any:
+    return fn(item, **{k: v.value for k, v in shared.items()})
+
+
+class DaskEngine:
+    """Submits each stage's calls to a ``distributed.Client``; a task whose worker dies is retried.
+
+    A task that still fails (its worker died more often than the scheduler allows, or it raised)
+    ends the stage with :class:`IngestStageError` naming the stage, the item and the worker.
+    """
+
+    name = "dask"
+
+    def __init__(self, client: Any, retries: int = 1) -> None:
+        try:
+            from distributed import Client
+        except ImportError as exc:  # pragma: no cover - dask is a declared extra
+            raise MissingBackendError("--engine dask needs distributed: pip install 'graphstore[dask]'") from exc
+        if not isinstance(client, Client):
+            raise InvalidInputError(f"client={client!r} is not a distributed.Client; pass "
+                                    "distributed.Client(...) or use engine='local'")
+        self.client, self.retries = client, retries
+
+    def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
+            weights: Sequence[int] | None = None, **shared: Any) -> list[Any]:
+        from distributed import as_completed
+
+        token = uuid.uuid4().hex[:8]
+        # one task per shared input (not scatter): a result lost with its worker is recomputed
+        scattered = {k: self.client.submit(_Shared, v, key=f"shared-{stage}-{k}-{token}", pure=False)
+                     for k, v in shared.items()}
+        logger.info("ingest stage %s: %d task(s) on the Dask cluster at %s", stage, len(items),
+                    self.client.scheduler.address)
+        futures = [self.client.submit(_call, fn, item, **scattered, key=f"{stage}-{token}-{i}", retries=self.retries,
+                                      pure=False) for i, item in enumerate(items)]
+        try:
+            for future in as_completed(futures):
+                if future.status != "finished":
+                    self._raise(stage, futures.index(future), future)
+                _tick(progress, stage, futures.index(future), weights, len(items))
+            return self.client.gather(futures)
+        finally:
+            self.client.cancel(futures + list(scattered.values()))
+
+    def _raise(self, stage: str, index: int, future: Any) -> None:
+        """Wait for a future that did not finish cleanly; raise what ended it, named (a lost result that
+        the scheduler recomputes returns normally)."""
+        from distributed import KilledWorker
+
+        try:
+            future.result()
+        except KilledWorker as exc:
+            worker = getattr(exc.last_worker, "address", exc.last_worker)
+            raise IngestStageError(f"ingest stage {stage!r}, task {index}: worker {worker} died while running it "
+                                   f"(retried {self.retries} time(s)); give the workers more memory "
+                                   "(--memory-limit) or rerun") from exc
+        except GraphstoreError:
+            raise  # bad input found by a worker: the same error the local engine raises
+        except Exception as exc:
+            raise IngestStageError(f"ingest stage {stage!r}, task {index} failed on a worker: "
+                                   f"{type(exc).__name__}: {exc}") from exc
+
+def engine_for(engine: str, client: Any = None) -> Engine:
+    """The engine ``ingest(engine=..., client=...)`` asked for, validated before any work starts."""
+    if engine not in ENGINES:
+        raise InvalidInputError(f"engine={engine!r} is not one of {ENGINES}; pass --engine local|dask")
+    if engine == "local":
+        if client is not None:
+            raise InvalidInputError("client= is given but engine='local' runs in this process; pass "
+                                    "engine='dask' to use the client, or drop client")
+        return LocalEngine()
+    if client is None:
+        raise InvalidInputError("engine='dask' needs client=distributed.Client(...) (the CLI starts a "
+                                "LocalCluster for --engine dask); or use engine='local'")
+    return DaskEngine(client)

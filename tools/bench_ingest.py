@@ -1,0 +1,110 @@
+"""Benchmark ingest in-process (``--engine local``) vs on a Dask LocalCluster, on the same graph in one run.
+
+Prints, per graph and engine: seconds, peak RSS of the whole process tree (this process, and for
+Dask the scheduler thread and every worker process, sampled with psutil every 0.2 s) and the edge cut.
+
+    .venv/bin/python tools/bench_ingest.py --graphs synthetic:nodes=1500000,avg_degree=20 \\
+        synthetic:nodes=3000000,avg_degree=20 --parts 4 --workers 2 --memory-limit 4GB
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+import graphstore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+
+GRAPHS = ["synthetic:nodes=1500000,avg_degree=20", "synthetic:nodes=3000000,avg_degree=20"]
+
+
+class TreeRSS:
+    """Peak summed RSS of this process and all its descendants, sampled on a thread."""
+
+    def __init__(self, every: float = 0.2) -> None:
+        self.every, self.peak, self._stop = every, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> int:
+        me = psutil.Process()
+        total = 0
+        for proc in [me, *me.children(recursive=True)]:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self._sample())
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> TreeRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_one(spec: str, engine: str, args: argparse.Namespace, root: str) -> dict[str, Any]:
+    """One ingest of ``spec`` on ``engine``, cluster start-up and shutdown included for Dask."""
+    dest = f"{root}/{engine}"
+    started = time.perf_counter()
+    with TreeRSS() as rss:
+        if engine == "local":
+            summary = graphstore.ingest(spec, dest, num_parts=args.parts, method=args.method, seed=args.seed)
+        else:
+            from distributed import Client, LocalCluster
+
+            with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                              memory_limit=args.memory_limit, dashboard_address=None) as cluster, \
+                    Client(cluster) as client:
+                summary = graphstore.ingest(spec, dest, num_parts=args.parts, method=args.method, seed=args.seed,
+                                            engine="dask", client=client)
+    seconds = time.perf_counter() - started
+    shutil.rmtree(dest, ignore_errors=True)
+    return {"graph": spec, "engine": engine, "seconds": round(seconds, 1), "peak_rss_gb": round(rss.peak / 1e9, 2),
+            "edge_cut_fraction": summary.edge_cut_fraction, "edges": sum(summary.edges_per_part)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", nargs="+", default=GRAPHS)
+    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--method", default="metis")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--memory-limit", default="4GB")
+    parser.add_argument("--json", action="store_true")
+    benchinfo.add_seed_argument(parser)
+    args = parser.parse_args(argv)
+    header = benchinfo.start(args, args.json)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-ingest-") as root:
+        for spec in args.graphs:
+            for engine in ("local", "dask"):
+                rows.append(run_one(spec, engine, args, root))
+                if not args.json:
+                    r = rows[-1]
+                    print(f"| {spec} | {engine} | {r['edges']:,} | {r['seconds']} | {r['peak_rss_gb']} | "
+                          f"{r['edge_cut_fraction']:.4f} |", flush=True)
+    if args.json:
+        print(json.dumps({**header, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
