@@ -22,7 +22,8 @@ import numpy as np
 from graphstore.ingest.partition import partition_nodes, symmetric_adjacency
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
 from graphstore.ingest.sources import resolve_source
-from graphstore.ingest.synthetic import parse_synthetic_spec, synthetic_graph
+from graphstore.ingest.synthetic import parse_synthetic_spec
+from graphstore.ingest.synthetic_chunks import synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)

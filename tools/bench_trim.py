@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 
-from graphstore.ingest.synthetic import parse_synthetic_spec, synthetic_graph
+from graphstore.ingest.synthetic import parse_synthetic_spec
+from graphstore.ingest.synthetic_chunks import synthetic_graph
 from sampling import NeighborLoader
 from training.tasks import TRIMMED_MODELS, build_model, trim_arguments
 

@@ -73,7 +73,8 @@ def resolve_source(data: Any, *, to_undirected: bool | None = None, scratch_dir:
 
         source = synthetic_mag_graph(parse_synthetic_mag_spec(rest))
     else:
-        from graphstore.ingest.synthetic import parse_synthetic_spec, synthetic_graph
+        from graphstore.ingest.synthetic import parse_synthetic_spec
+        from graphstore.ingest.synthetic_chunks import synthetic_graph
 
         source = synthetic_graph(parse_synthetic_spec(rest))
     return add_reverse_edges(source) if to_undirected else source

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import numbers
 from dataclasses import dataclass, fields
@@ -11,10 +10,8 @@ from typing import Callable
 import numpy as np
 
 from graphstore.errors import InvalidInputError
-from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
 from graphstore.ingest.validate import BYTES_PER_EDGE, check_fits_memory
 
-logger = logging.getLogger(__name__)
 
 SCHEME = "synthetic"
 
@@ -243,6 +240,7 @@ class SyntheticFeatures:
 
     Examples
     --------
+    >>> from graphstore.ingest.synthetic_chunks import synthetic_graph
     >>> feats = synthetic_graph(parse_synthetic_spec("nodes=50,features=4")).nodes[None].attrs["x"]
     >>> bool((feats.take(np.array([7])) == feats.take(np.arange(50))[7]).all())
     True
@@ -340,52 +338,3 @@ class _Communities:
         # float rounding at a community's upper edge must not leak into the next community
         pos = np.clip(pos, np.where(inside, self.start[cu], 0), np.where(inside, self.end[cu] - 1, last))
         return u, self.order[pos]
-
-
-def synthetic_graph(spec: SyntheticSpec, *, progress: Callable[[int, int], None] | None = None) -> GraphSource:
-    """Generate the homogeneous graph ``spec`` describes, deterministically from ``spec.seed``.
-
-    Degrees follow Pareto weights (heavy tail, capped at ``sqrt(nodes)`` times the minimum); every
-    node joins one of ``classes * 4`` planted communities and is labelled ``community % classes``.
-    Each undirected edge joins a weight-sampled node to a weight-sampled partner from its own
-    community with probability ``homophily`` (else from anywhere) and is stored in both directions.
-    Self-loops and duplicates can occur. ``x`` is a lazy :class:`SyntheticFeatures`, the rest arrays.
-    Every value comes from chunks seeded by ``(seed, chunk number)``
-    (:func:`~graphstore.ingest.synthetic_chunks.synthetic_chunked`), so the Dask engine, reading the
-    same chunks in any order on any worker, generates the same graph.
-
-    Parameters
-    ----------
-    spec : SyntheticSpec
-        The parameters, e.g. from :func:`parse_synthetic_spec`.
-    progress : callable, optional
-        Called as ``progress(done, total)`` in directed edges while edges are drawn.
-
-    Returns
-    -------
-    GraphSource
-        Named ``"synthetic"``, with ``origin`` the canonical spec string.
-
-    Examples
-    --------
-    >>> g = synthetic_graph(parse_synthetic_spec("nodes=1000,avg_degree=6,features=16,classes=4"))
-    >>> g.edges[None].num_edges, g.nodes[None].attrs["x"].shape
-    (6000, (1000, 16))
-    """
-    from graphstore.ingest.synthetic_chunks import read_edges, split_masks, synthetic_nodes
-
-    src, dst = read_edges(spec, progress)
-    labels = synthetic_nodes(spec, 0, spec.nodes)[0] % spec.classes
-    masks = split_masks(spec, np.arange(spec.nodes, dtype=np.int64))
-    attrs = {"y": ArrayRows(labels), **{name: ArrayRows(mask) for name, mask in masks.items()}}
-    if spec.features > 0:
-        from graphstore.ingest.synthetic_chunks import feature_params
-
-        attrs["x"] = SyntheticFeatures(labels, *feature_params(spec))
-    logger.info("synthetic graph: %d nodes, %d directed edges, %d features", spec.nodes, len(src), spec.features)
-    return GraphSource(
-        nodes={None: NodeTable(num_nodes=spec.nodes, attrs=attrs)},
-        edges={None: EdgeTable(src=src, dst=dst)},
-        name="synthetic",
-        origin=spec.to_string(),
-    )

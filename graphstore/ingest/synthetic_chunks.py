@@ -10,6 +10,7 @@ only, never on which process reads which chunk, or in which order.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -17,8 +18,9 @@ from typing import Callable
 import numpy as np
 
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock
+from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
 from graphstore.ingest.synthetic import (_CENTROID_SCALE, _COMMUNITIES_PER_CLASS, _GOLDEN, _PARETO_SHAPE,
-                                         SyntheticSpec, _Communities, _mix64, feature_rows)
+                                         SyntheticFeatures, SyntheticSpec, _Communities, _mix64, feature_rows)
 
 NODE_BLOCK = 1 << 16  # nodes per random block (part of the generator's definition: never change it)
 EDGE_CHUNK = 1 << 20  # undirected edges per edge chunk (likewise): 2**21 directed edges, ~100 MB to draw
@@ -26,6 +28,7 @@ NODE_CHUNK = 1 << 20  # nodes per NodeChunk (a multiple of NODE_BLOCK; only the 
 _NODES, _EDGES, _SPLIT, _FEATURES, _KEY = range(5)  # stream tags
 _FEISTEL_ROUNDS = 4
 MASKS = ("train_mask", "val_mask", "test_mask")
+logger = logging.getLogger(__name__)
 
 
 def _stream(spec: SyntheticSpec, tag: int, number: int) -> np.random.Generator:
@@ -161,3 +164,48 @@ def read_edges(spec: SyntheticSpec, progress: Callable[[int, int], None] | None)
             progress(chunk.stop, spec.num_edges)
     _groups.cache_clear()  # this process has drawn every edge: free the community tables
     return src, dst
+
+
+def synthetic_graph(spec: SyntheticSpec, *, progress: Callable[[int, int], None] | None = None) -> GraphSource:
+    """Generate the homogeneous graph ``spec`` describes, deterministically from ``spec.seed``.
+
+    Degrees follow Pareto weights (heavy tail, capped at ``sqrt(nodes)`` times the minimum); every
+    node joins one of ``classes * 4`` planted communities and is labelled ``community % classes``.
+    Each undirected edge joins a weight-sampled node to a weight-sampled partner from its own
+    community with probability ``homophily`` (else from anywhere) and is stored in both directions.
+    Self-loops and duplicates can occur. ``x`` is a lazy :class:`SyntheticFeatures`, the rest arrays.
+    Every value comes from chunks seeded by ``(seed, chunk number)``
+    (:func:`~graphstore.ingest.synthetic_chunks.synthetic_chunked`), so the Dask engine, reading the
+    same chunks in any order on any worker, generates the same graph.
+
+    Parameters
+    ----------
+    spec : SyntheticSpec
+        The parameters, e.g. from :func:`parse_synthetic_spec`.
+    progress : callable, optional
+        Called as ``progress(done, total)`` in directed edges while edges are drawn.
+
+    Returns
+    -------
+    GraphSource
+        Named ``"synthetic"``, with ``origin`` the canonical spec string.
+
+    Examples
+    --------
+    >>> g = synthetic_graph(parse_synthetic_spec("nodes=1000,avg_degree=6,features=16,classes=4"))
+    >>> g.edges[None].num_edges, g.nodes[None].attrs["x"].shape
+    (6000, (1000, 16))
+    """
+    src, dst = read_edges(spec, progress)
+    labels = synthetic_nodes(spec, 0, spec.nodes)[0] % spec.classes
+    masks = split_masks(spec, np.arange(spec.nodes, dtype=np.int64))
+    attrs = {"y": ArrayRows(labels), **{name: ArrayRows(mask) for name, mask in masks.items()}}
+    if spec.features > 0:
+        attrs["x"] = SyntheticFeatures(labels, *feature_params(spec))
+    logger.info("synthetic graph: %d nodes, %d directed edges, %d features", spec.nodes, len(src), spec.features)
+    return GraphSource(
+        nodes={None: NodeTable(num_nodes=spec.nodes, attrs=attrs)},
+        edges={None: EdgeTable(src=src, dst=dst)},
+        name="synthetic",
+        origin=spec.to_string(),
+    )

@@ -59,7 +59,7 @@ def test_unsupported_dtype(tmp_path):
 
 
 def test_unknown_source_scheme(tmp_path):
-    _ingest_fails(tmp_path, "parquet:/x", r"unknown SOURCE 'parquet:/x'.*planetoid", exc=UnknownSourceError)
+    _ingest_fails(tmp_path, "graphml:/x", r"unknown SOURCE 'graphml:/x'.*planetoid", exc=UnknownSourceError)
     _ingest_fails(tmp_path, "/just/a/path", r"must start with one of", exc=UnknownSourceError)
 
 

@@ -7,7 +7,8 @@ import pytest
 
 import graphstore
 from graphstore.ingest.partition import _keep_undirected, partition_nodes, symmetric_adjacency
-from graphstore.ingest.synthetic import parse_synthetic_spec, synthetic_graph
+from graphstore.ingest.synthetic import parse_synthetic_spec
+from graphstore.ingest.synthetic_chunks import synthetic_graph
 
 SPEC = "nodes=4000,avg_degree=10,features=4,classes=4,seed=5"
 

@@ -47,7 +47,8 @@ def test_cora_roundtrip_all_methods(tmp_path):
 
 
 def test_synthetic_source_roundtrip(tmp_path):
-    from graphstore.ingest.synthetic import parse_synthetic_spec, synthetic_graph
+    from graphstore.ingest.synthetic import parse_synthetic_spec
+    from graphstore.ingest.synthetic_chunks import synthetic_graph
 
     spec = "nodes=3000,avg_degree=6,features=12,classes=4,seed=3"
     ref = synthetic_graph(parse_synthetic_spec(spec))

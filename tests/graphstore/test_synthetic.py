@@ -10,7 +10,8 @@ import pytest
 from graphstore.errors import InvalidInputError
 from graphstore.ingest import synthetic, synthetic_chunks
 from graphstore.ingest.source import GraphSource, RowSource
-from graphstore.ingest.synthetic import SyntheticFeatures, SyntheticSpec, parse_synthetic_spec, synthetic_graph
+from graphstore.ingest.synthetic import SyntheticFeatures, SyntheticSpec, parse_synthetic_spec
+from graphstore.ingest.synthetic_chunks import synthetic_graph
 
 SMALL = "nodes=5000,avg_degree=8,features=16,classes=4,seed=3"
 
