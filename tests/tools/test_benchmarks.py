@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import shared_data
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = "synthetic:nodes=4000,avg_degree=8,features=8,classes=3,train=0.2,val=0.05,seed=0"
 
@@ -92,6 +94,7 @@ def test_bench_cluster_runs_two_rig_hosts_and_loopback(tmp_path):
 
 @pytest.mark.slow
 def test_bench_partition_reports_every_constraint_before_and_after():
+    shared_data("planetoid", "Cora", "raw")  # the tool reads Cora from ../shared/data
     out = _run("bench_partition", "--graphs", "cora", "--parts", "2", "4")
     rows = {(r["parts"], r["run"]): r for r in out["rows"]}
     assert set(rows) == {(2, "before"), (2, "after"), (4, "before"), (4, "after")}
