@@ -95,14 +95,16 @@ def test_bench_cluster_runs_two_rig_hosts_and_loopback(tmp_path):
 @pytest.mark.slow
 def test_bench_partition_reports_every_constraint_before_and_after():
     shared_data("planetoid", "Cora", "raw")  # the tool reads Cora from ../shared/data
-    out = _run("bench_partition", "--graphs", "cora", "--parts", "2", "4")
+    # A fixed seed: METIS's result (and so the "before" imbalance) depends on it.
+    out = _run("bench_partition", "--graphs", "cora", "--parts", "2", "4", "--seed", "1")
     rows = {(r["parts"], r["run"]): r for r in out["rows"]}
     assert set(rows) == {(2, "before"), (2, "after"), (4, "before"), (4, "after")}
     for (k, run), r in rows.items():
         assert {"nodes", "train", "edges", "cut", "scheme", "moved"} <= set(r)
         if run == "after":
             assert max(r["nodes"], r["train"], r["edges"]) <= 1.05 and r["scheme"] in ("kway", "recursive")
-    assert rows[(2, "before")]["edges"] > 1.05  # the old weights miss on Cora: the table compares something
+    before = [max(r["nodes"], r["train"], r["edges"]) for (k, run), r in rows.items() if run == "before"]
+    assert max(before) > 1.05  # the old weights miss some constraint on Cora: the table compares something
 
 
 @pytest.mark.slow
