@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,6 +11,9 @@ from graphstore.errors import InvalidInputError
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock
 from graphstore.ingest.source import GraphSource, RowSource
 from graphstore.types import EdgeType, NodeType
+
+
+NODE_CHUNK_BYTES = 64 << 20  # node attribute bytes per node chunk, by default
 
 
 @dataclass
@@ -42,15 +46,27 @@ class ArrayEdgeChunk:
 
 @dataclass
 class ArrayNodeChunk:
-    """Attribute rows of node IDs ``start..stop-1`` of one node type, held as array slices."""
+    """Attribute rows of node IDs ``start..stop-1`` of one node type, read from the sources on demand.
+
+    In this process nothing is copied until :meth:`read`; pickled, the chunk carries only its rows.
+    """
 
     ntype: NodeType
     start: int
     stop: int
-    attrs: dict[str, np.ndarray]
+    attrs: dict[str, np.ndarray | RowSource]
 
-    def read(self) -> dict[str, np.ndarray]:
-        return dict(self.attrs)
+    def read(self, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        names = self.attrs if columns is None else [n for n in columns if n in self.attrs]
+        return {n: self._attr(self.attrs[n]) for n in names}
+
+    def _attr(self, value: np.ndarray | RowSource) -> np.ndarray:
+        return value if isinstance(value, np.ndarray) else _rows(value, self.start, self.stop)
+
+    def __getstate__(self) -> dict[str, object]:
+        state = dict(self.__dict__)
+        state["attrs"] = {n: self._attr(v) for n, v in self.attrs.items()}
+        return state
 
 
 def _schema(rows: RowSource) -> ColumnSchema:
@@ -62,7 +78,8 @@ def _rows(rows: RowSource, start: int, stop: int) -> np.ndarray:
 
 
 def chunked_from_graph(source: GraphSource, chunk_edges: int, chunk_nodes: int | None = None) -> ChunkedSource:
-    """Cut ``source`` into edge chunks of at most ``chunk_edges`` edges and node chunks of ``chunk_nodes`` rows.
+    """Cut ``source`` into edge chunks of at most ``chunk_edges`` edges and node chunks of ``chunk_nodes`` rows
+    (default: about :data:`NODE_CHUNK_BYTES` of attribute rows).
 
     Every existing reader (planetoid, ogb, npz, pyg, in-memory) thereby feeds the chunked pipeline.
     Chunks of one edge type cover ``0..num_edges-1`` in input order, so edge IDs are the same as
@@ -78,7 +95,8 @@ def chunked_from_graph(source: GraphSource, chunk_edges: int, chunk_nodes: int |
     for name, value in (("chunk_edges", chunk_edges), ("chunk_nodes", chunk_nodes)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise InvalidInputError(f"{name}={value!r} must be a positive int (rows per chunk)")
-    chunk_nodes = chunk_nodes or chunk_edges
+    row_bytes = {t: sum(np.dtype(r.dtype).itemsize * int(np.prod(r.shape[1:])) for r in n.attrs.values())
+                 for t, n in source.nodes.items()}
     edge_chunks: list[ArrayEdgeChunk] = []
     for etype, table in source.edges.items():
         for start in range(0, table.num_edges, chunk_edges):
@@ -88,10 +106,10 @@ def chunked_from_graph(source: GraphSource, chunk_edges: int, chunk_nodes: int |
                 dict(table.attrs)))
     node_chunks: list[ArrayNodeChunk] = []
     for ntype, nodes in source.nodes.items():
-        for start in range(0, nodes.num_nodes, chunk_nodes):
-            stop = min(start + chunk_nodes, nodes.num_nodes)
-            node_chunks.append(ArrayNodeChunk(ntype, start, stop,
-                                              {n: _rows(r, start, stop) for n, r in nodes.attrs.items()}))
+        step = chunk_nodes or max(1 << 12, NODE_CHUNK_BYTES // max(1, row_bytes[ntype]))
+        for start in range(0, nodes.num_nodes, step):
+            stop = min(start + step, nodes.num_nodes)
+            node_chunks.append(ArrayNodeChunk(ntype, start, stop, dict(nodes.attrs)))
     return ChunkedSource(
         num_nodes={t: n.num_nodes for t, n in source.nodes.items()},
         node_schema={t: {k: _schema(r) for k, r in n.attrs.items()} for t, n in source.nodes.items()},

@@ -12,6 +12,7 @@ directly; any in-memory :class:`~graphstore.ingest.source.GraphSource` can be wr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
@@ -61,7 +62,9 @@ class NodeChunk(Protocol):
     start: int
     stop: int
 
-    def read(self) -> dict[str, np.ndarray]: ...  # attribute name -> rows for IDs start..stop-1
+    def read(self, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Attribute name -> rows for IDs ``start..stop-1`` (only ``columns``, those the type has, when given)."""
+        ...
 
 
 @dataclass

@@ -1,24 +1,36 @@
-"""The edge stages of an ingest: route chunks to parts, then write each part's CSC, on any engine."""
+"""The edge stages of an ingest: route chunks to (part, block) files, then write each part's CSC, on any engine.
+
+``route`` reads one edge chunk, relabels its endpoints and writes its edges to the partition owning
+each destination, into a block of consecutive destinations (one file per chunk, part and block,
+named by the chunk, so a retried task rewrites the same bytes). ``edges`` writes one partition's
+CSC block after block: each block is sorted by (destination, source, edge ID) and appended to the
+partition's arrays, so a task holds one block, whatever the partition's size.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from graphstore import layout
-from graphstore.ingest.chunks import EdgeChunk
+from graphstore.errors import InvalidInputError
+from graphstore.ingest.chunks import ChunkedSource, EdgeChunk
 from graphstore.ingest.engine import Engine, Progress
 from graphstore.ingest.relabel import Relabel
-from graphstore.ingest.route import PartCSC, RouteDir, part_csc, route_chunk
-from graphstore.ingest.writer import ArrayWriter
+from graphstore.ingest.scratch import Scratch
+from graphstore.ingest.validate import read_edge_block
+from graphstore.ingest.writer import ArrayWriter, StreamArray
 from graphstore.manifest import ArrayInfo
 from graphstore.storage import Location
 from graphstore.types import EdgeType, NodeType
 
 logger = logging.getLogger(__name__)
 _INT32_MAX = 2**31 - 1
+_ATTR = "a."
 
 
 @dataclass(frozen=True)
@@ -29,6 +41,57 @@ class WriteSpec:
     compression: str
     chunk_bytes: int
     allow_nan: bool
+
+    def writer(self) -> ArrayWriter:
+        return ArrayWriter(self.location, self.compression, self.chunk_bytes, create_root=False)
+
+
+@dataclass(frozen=True)
+class EdgePlan:
+    """Per edge type: its layout key, attribute schemas, edge count and destination blocks per part."""
+
+    keys: dict[EdgeType, str]
+    schema: dict[EdgeType, dict[str, Any]]  # attribute -> ColumnSchema
+    num_edges: dict[EdgeType, int]
+    blocks: dict[EdgeType, int]  # blocks of consecutive destinations in every part
+
+    @staticmethod
+    def ends(etype: EdgeType) -> tuple[NodeType, NodeType]:
+        return (None, None) if etype is None else (etype[0], etype[2])
+
+
+def block_starts(size: int, blocks: int) -> np.ndarray:
+    """Local destination where each of ``blocks`` blocks of a part of ``size`` nodes starts, and ``size``."""
+    return -((-np.arange(blocks + 1, dtype=np.int64) * size) // blocks)
+
+
+def route_chunk(item: tuple[int, EdgeChunk], *, scratch: Scratch, books: dict[NodeType, Relabel],
+                plan: EdgePlan) -> list[int]:
+    """Stage ``route``: check one edge chunk, relabel it and write its edges to their (part, block) files.
+
+    Each file holds global-ID ``src``/``dst``, the input edge ID ``eid`` and every edge attribute.
+    Returns the number of edges routed to each part.
+    """
+    index, chunk = item
+    s_type, d_type = plan.ends(chunk.etype)
+    block = read_edge_block(chunk, books[s_type].num_nodes, books[d_type].num_nodes)
+    src = books[s_type].new_of_orig[np.asarray(block.src)]
+    dst = books[d_type].new_of_orig[np.asarray(block.dst)]
+    offsets, blocks = books[d_type].offsets, plan.blocks[chunk.etype]
+    part = np.searchsorted(offsets, dst, side="right") - 1
+    local, size = dst - offsets[part], np.maximum(offsets[part + 1] - offsets[part], 1)
+    group = part * blocks + (local * blocks) // size
+    order = np.argsort(group, kind="stable")
+    cuts = np.searchsorted(group[order], np.arange((len(offsets) - 1) * blocks + 1))
+    narrow = np.int32 if max(books[s_type].num_nodes, books[d_type].num_nodes) <= _INT32_MAX else np.int64
+    for g in range(len(cuts) - 1):
+        sel = order[cuts[g]: cuts[g + 1]]
+        if len(sel):
+            arrays = {"src": src[sel].astype(narrow), "dst": dst[sel].astype(narrow),
+                      "eid": (block.start + sel).astype(np.int64),
+                      **{_ATTR + n: np.asarray(v)[sel] for n, v in block.attrs.items()}}
+            scratch.put(f"edges/{plan.keys[chunk.etype]}/{g // blocks:05d}/{g % blocks:05d}/{index:06d}", arrays)
+    return np.bincount(part, minlength=len(offsets) - 1).tolist()
 
 
 @dataclass
@@ -42,8 +105,102 @@ class PartEdges:
     self_loops: int
     duplicates: int
     halo: np.ndarray  # sorted global IDs of the remote sources of this part's edges
+    touched_src: np.ndarray  # packed bits over the source type's global IDs: a source of some edge here
+    touched_dst: np.ndarray  # packed bits over this part's own destinations: has an incoming edge
+    split_counts: np.ndarray | None = None  # link_split values 0/1/2 counted, when the type has them
     bytes_written: int = 0
     read_back: int = 0
+
+
+@dataclass
+class _Sink:
+    """The arrays of one part being appended to, and what has been found so far."""
+
+    streams: dict[str, StreamArray]
+    found: dict[str, Any] = field(default_factory=lambda: {"cut": 0, "loops": 0, "dups": 0, "halo": []})
+    edges: int = 0
+
+
+def _open(writer: ArrayWriter, etype: EdgeType, part: int, count: int, nodes: int, plan: EdgePlan,
+          books: dict[NodeType, Relabel], check: Any) -> _Sink:
+    s_type = plan.ends(etype)[0]
+    path = lambda name: layout.edge_array(part, plan.keys[etype], name)  # noqa: E731
+    streams = {layout.INDPTR: writer.stream(path(layout.INDPTR), (nodes + 1,), np.int64),
+               layout.INDICES: writer.stream(path(layout.INDICES), (count,), np.int64),
+               layout.EID: writer.stream(path(layout.EID), (count,), np.int64)}
+    if books[s_type].num_nodes <= _INT32_MAX and plan.num_edges[etype] <= _INT32_MAX:
+        streams[layout.PACKED] = writer.stream(path(layout.PACKED), (count, 2), np.int32)
+    for name, schema in plan.schema[etype].items():
+        streams[name] = writer.stream(path(name), (count, *schema.shape), schema.dtype, check(name))
+    streams[layout.INDPTR].append(np.zeros(1, np.int64))
+    return _Sink(streams)
+
+
+def write_part_edges(job: tuple[EdgeType, int, int], *, scratch: Scratch, books: dict[NodeType, Relabel],
+                     plan: EdgePlan, spec: WriteSpec) -> PartEdges:
+    """Stage ``edges``: write one part's CSC arrays and edge attributes straight to the dataset, block by block."""
+    etype, part, count = job
+    s_type, d_type = plan.ends(etype)
+    lo, hi = (int(x) for x in books[d_type].offsets[part: part + 2])
+    s_lo, s_hi = (int(x) for x in books[s_type].offsets[part: part + 2])
+    writer, where = spec.writer(), f"{etype!r} edges"
+    eids: list[np.ndarray] = [np.zeros(0, np.int64)]
+    check = lambda name: _finite_check(where, name, eids, spec.allow_nan)  # noqa: E731
+    sink = _open(writer, etype, part, count, hi - lo, plan, books, check)
+    touched = np.zeros(books[s_type].num_nodes, bool)
+    has_dst = np.zeros(hi - lo, bool)
+    splits = np.zeros(3, np.int64) if layout.LINK_SPLIT in plan.schema[etype] else None
+    starts = block_starts(hi - lo, plan.blocks[etype])
+    for b in range(plan.blocks[etype]):
+        b_lo, b_hi = lo + int(starts[b]), lo + int(starts[b + 1])
+        edges = scratch.concat(f"edges/{plan.keys[etype]}/{part:05d}/{b:05d}",
+                               {"src": np.int64, "dst": np.int64, "eid": np.int64})
+        src, dst, eid = (edges[k].astype(np.int64) for k in ("src", "dst", "eid"))
+        perm = np.lexsort((eid, src, dst))
+        src, dst, eid = src[perm], dst[perm], eid[perm]
+        eids[0] = eid
+        degree = np.bincount(dst - b_lo, minlength=b_hi - b_lo)
+        sink.streams[layout.INDPTR].append(np.cumsum(degree) + sink.edges)
+        sink.streams[layout.INDICES].append(src)
+        sink.streams[layout.EID].append(eid)
+        if layout.PACKED in sink.streams:
+            sink.streams[layout.PACKED].append(np.stack([src, eid], axis=1))
+        for name in plan.schema[etype]:
+            values = edges.get(_ATTR + name)
+            if values is None:
+                raise InvalidInputError(f"{where}: attribute {name!r} is missing from some edge chunk; every chunk "
+                                        "must have every edge attribute")
+            sink.streams[name].append(values[perm])
+            if name == layout.LINK_SPLIT and splits is not None:
+                splits += np.bincount(values.astype(np.int64), minlength=3)[:3]
+        _tally(sink, src, dst, s_lo, s_hi, s_type == d_type)
+        touched[src] = True
+        has_dst[b_lo - lo: b_hi - lo] = degree > 0
+        sink.edges += len(src)
+    arrays = {layout.edge_array(part, plan.keys[etype], n): s.close() for n, s in sink.streams.items()}
+    halo = np.unique(np.concatenate(sink.found["halo"])) if sink.found["halo"] else np.zeros(0, np.int64)
+    return PartEdges(part, arrays, sink.edges, sink.found["cut"], sink.found["loops"], sink.found["dups"], halo,
+                     np.packbits(touched), np.packbits(has_dst), splits, writer.bytes_written, writer.read_back)
+
+
+def _tally(sink: _Sink, src: np.ndarray, dst: np.ndarray, s_lo: int, s_hi: int, same_type: bool) -> None:
+    """Count one sorted block's cut edges, self-loops and duplicates; keep its remote sources."""
+    remote = src[(src < s_lo) | (src >= s_hi)]
+    sink.found["cut"] += len(remote)
+    sink.found["halo"].append(np.unique(remote))
+    sink.found["loops"] += int(np.count_nonzero(src == dst)) if same_type else 0
+    sink.found["dups"] += int(np.count_nonzero((dst[1:] == dst[:-1]) & (src[1:] == src[:-1])))
+
+
+def _finite_check(where: str, name: str, eids: list[np.ndarray], allow_nan: bool) -> Any:
+    """A stream check refusing NaN/inf in a float edge attribute, naming the input edge ID."""
+    def check(block: np.ndarray, start: int) -> None:
+        if block.dtype.kind == "f" and not allow_nan and not np.isfinite(block).all():
+            bad = int(np.flatnonzero(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))[0])
+            raise InvalidInputError(
+                f"{where}, attribute {name!r}: row of input ID {int(eids[0][bad])} holds NaN or inf; clean the "
+                "data, or pass --allow-nan (allow_nan=True) to store it as is")
+    return check
 
 
 @dataclass
@@ -53,69 +210,28 @@ class EdgeTypeResult:
     parts: list[PartEdges] = field(default_factory=list)
 
 
-class _ByEdgeID:
-    """Rows of a part's edge attribute, looked up by input edge ID (so errors name the input edge)."""
+def run_edge_stages(engine: Engine, source: ChunkedSource, *, scratch: Scratch, books: dict[NodeType, Relabel],
+                    keys: dict[Any, str], spec: WriteSpec, block_edges: int,
+                    progress: Progress | None = None) -> dict[EdgeType, EdgeTypeResult]:
+    """Route every edge chunk, then write every (edge type, part): the two edge stages of an ingest.
 
-    def __init__(self, values: np.ndarray, eid: np.ndarray) -> None:
-        self.values, self.order = values, np.argsort(eid, kind="stable")
-        self.sorted_eid = eid[self.order]
-        self.shape, self.dtype = values.shape, values.dtype
-
-    def take(self, rows: np.ndarray) -> np.ndarray:
-        return self.values[self.order[np.searchsorted(self.sorted_eid, rows)]]
-
-
-def write_part_edges(job: tuple[EdgeType, int], *, where: RouteDir, books: dict[NodeType, Relabel],
-                     ekeys: dict[EdgeType, str], spec: WriteSpec, num_edges: dict[EdgeType, int]) -> PartEdges:
-    """Sort one part's routed edges and write its CSC arrays and edge attributes straight to the dataset."""
-    from graphstore.ingest.parts_writer import write_rows  # the one NaN-checking row writer
-
-    etype, part = job
-    s_type = None if etype is None else etype[0]
-    d_type = None if etype is None else etype[2]
-    csc = part_csc(job, where=where, books=books, ekeys=ekeys)
-    writer = ArrayWriter(spec.location, spec.compression, spec.chunk_bytes, create_root=False)
-    key, arrays = ekeys[etype], {}
-    path = lambda name: layout.edge_array(part, key, name)  # noqa: E731
-    arrays[path(layout.INDPTR)] = writer.write_array(path(layout.INDPTR), csc.indptr)
-    arrays[path(layout.INDICES)] = writer.write_array(path(layout.INDICES), csc.indices.astype(np.int64))
-    arrays[path(layout.EID)] = writer.write_array(path(layout.EID), csc.eid)
-    if books[s_type].num_nodes <= _INT32_MAX and num_edges[etype] <= _INT32_MAX:
-        arrays[path(layout.PACKED)] = writer.write_array(
-            path(layout.PACKED), np.stack([csc.indices, csc.eid], axis=1).astype(np.int32))
-    for name, values in csc.attrs.items():
-        arrays[path(name)], _ = write_rows(writer, path(name), _ByEdgeID(values, csc.eid), csc.eid,
-                                           f"{etype!r} edges", spec.allow_nan)
-    return _part_result(part, csc, books, s_type, d_type, arrays, writer)
-
-
-def _part_result(part: int, csc: PartCSC, books: dict[NodeType, Relabel], s_type: NodeType, d_type: NodeType,
-                 arrays: dict[str, ArrayInfo], writer: ArrayWriter) -> PartEdges:
-    s_lo, s_hi = books[s_type].offsets[part: part + 2]
-    remote = csc.indices[(csc.indices < s_lo) | (csc.indices >= s_hi)]
-    dst_lo = int(books[d_type].offsets[part])
-    dst = np.repeat(np.arange(len(csc.indptr) - 1, dtype=np.int64) + dst_lo, np.diff(csc.indptr))
-    same = (dst[1:] == dst[:-1]) & (csc.indices[1:] == csc.indices[:-1])
-    loops = int(np.count_nonzero(csc.indices == dst)) if s_type == d_type else 0
-    return PartEdges(part, arrays, len(csc.eid), len(remote), loops, int(np.count_nonzero(same)),
-                     np.unique(remote), writer.bytes_written, writer.read_back)
-
-
-def run_edge_stages(engine: Engine, chunks: list[EdgeChunk], *, where: RouteDir, assign: dict[NodeType, np.ndarray],
-                    books: dict[NodeType, Relabel], ekeys: dict[EdgeType, str], spec: WriteSpec,
-                    num_edges: dict[EdgeType, int], progress: Progress | None = None) -> dict[EdgeType, EdgeTypeResult]:
-    """Route every edge chunk, then write every (edge type, part): the two edge stages of an ingest."""
+    Destinations are cut into blocks of about ``block_edges`` edges (the task budget), evenly per part.
+    """
     num_parts = len(next(iter(books.values())).offsets) - 1
-    routed = engine.map("route", route_chunk, chunks, progress, [c.stop - c.start for c in chunks], where=where,
-                        assign=assign, ekeys=ekeys, num_parts=num_parts)
-    per_part = {(etype, part): 0 for etype in ekeys for part in range(num_parts)}
-    for chunk, counts in zip(chunks, routed):
+    plan = EdgePlan({t: keys[t] for t in source.num_edges}, dict(source.edge_schema), dict(source.num_edges),
+                    {t: max(1, math.ceil(1.5 * n / num_parts / block_edges)) for t, n in source.num_edges.items()})
+    chunks = list(enumerate(source.edge_chunks))
+    routed = engine.map("route", route_chunk, chunks, progress, [c.stop - c.start for _, c in chunks],
+                        scratch=scratch, books=books, plan=plan)
+    per_part = {(etype, part): 0 for etype in plan.keys for part in range(num_parts)}
+    for (_, chunk), counts in zip(chunks, routed):
         for part, count in enumerate(counts):
             per_part[chunk.etype, part] += count
-    jobs = list(per_part)
-    done = engine.map("edges", write_part_edges, jobs, progress, list(per_part.values()), where=where, books=books,
-                      ekeys=ekeys, spec=spec, num_edges=num_edges)
-    out: dict[EdgeType, EdgeTypeResult] = {etype: EdgeTypeResult() for etype in ekeys}
-    for (etype, _), result in zip(jobs, done):
+    jobs = [(etype, part, count) for (etype, part), count in per_part.items()]
+    done = engine.map("edges", write_part_edges, jobs, progress, list(per_part.values()), scratch=scratch,
+                      books=books, plan=plan, spec=spec)
+    scratch.remove("edges")
+    out: dict[EdgeType, EdgeTypeResult] = {etype: EdgeTypeResult() for etype in plan.keys}
+    for (etype, _, _), result in zip(jobs, done):
         out[etype].parts.append(result)
     return out

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from graphstore.errors import GraphstoreError, IngestStageError, InvalidInputError, MissingBackendError
+from graphstore.ingest.budget import Budget, dask_budget, local_budget
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
@@ -26,6 +27,8 @@ class Engine(Protocol):
 
     def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
             weights: Sequence[int] | None = None, **shared: Any) -> list[Any]: ...
+
+    def budget(self) -> Budget: ...
 
 
 def _tick(progress: Progress | None, stage: str, index: int, weights: Sequence[int] | None, count: int) -> None:
@@ -46,6 +49,10 @@ class LocalEngine:
             out.append(fn(item, **shared))
             _tick(progress, stage, index, weights, len(items))
         return out
+
+    def budget(self) -> Budget:
+        """Half of the memory this machine has available now (tasks run one at a time, here)."""
+        return local_budget()
 
 
 class _Shared:
@@ -98,6 +105,10 @@ class DaskEngine:
             return self.client.gather(futures)
         finally:
             self.client.cancel(futures + list(scattered.values()))
+
+    def budget(self) -> Budget:
+        """From the smallest ``memory_limit`` of the cluster's workers."""
+        return dask_budget(self.client)
 
     def _raise(self, stage: str, index: int, future: Any) -> None:
         """Wait for a future that did not finish cleanly; raise what ended it, named (a lost result that

@@ -1,13 +1,12 @@
-"""Between the two source shapes: read a ChunkedSource whole, or wrap an in-memory GraphSource as chunks."""
+"""Read a ChunkedSource whole into one in-memory GraphSource (the reverse of ``chunked_graph.py``)."""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 
-from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock
+from graphstore.ingest.chunks import ChunkedSource, ColumnSchema
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable, RowSource
 from graphstore.types import EdgeType, NodeType
 
@@ -61,53 +60,3 @@ def _edge_table(chunked: ChunkedSource, etype: EdgeType) -> EdgeTable:
             for name, rows in block.attrs.items():
                 attrs[name][chunk.start:chunk.stop] = rows
     return EdgeTable(src, dst, {name: ArrayRows(a) for name, a in attrs.items()})
-
-
-@dataclass
-class WholeEdges:
-    """All edges of one type of an in-memory source as a single chunk (for readers without chunking)."""
-
-    table: EdgeTable
-    start: int
-    stop: int
-    etype: EdgeType = None
-
-    def read(self) -> EdgeBlock:
-        every = np.arange(self.table.num_edges)
-        attrs = {name: rows.take(every) for name, rows in self.table.attrs.items()}
-        return EdgeBlock(np.asarray(self.table.src, np.int64), np.asarray(self.table.dst, np.int64), attrs, 0)
-
-
-@dataclass
-class WholeNodes:
-    """All node rows of one type of an in-memory source as a single chunk."""
-
-    table: NodeTable
-    start: int
-    stop: int
-    ntype: NodeType = None
-
-    def read(self) -> dict[str, np.ndarray]:
-        every = np.arange(self.table.num_nodes)
-        return {name: rows.take(every) for name, rows in self.table.attrs.items()}
-
-
-def chunked_whole(source: GraphSource, scheme: str) -> ChunkedSource:
-    """``source`` as a :class:`ChunkedSource` of one chunk per type, read whole (logged, naming ``scheme``).
-
-    A stand-in until the pipeline's generic adapter: the single chunk holds the whole graph.
-    """
-    logger.warning("SOURCE %s cannot be read in chunks yet: it is read whole into one process", scheme)
-
-    def schema(rows: RowSource) -> ColumnSchema:
-        return ColumnSchema(np.dtype(rows.dtype).str, tuple(rows.shape[1:]))
-
-    return ChunkedSource(
-        num_nodes={t: n.num_nodes for t, n in source.nodes.items()},
-        node_schema={t: {k: schema(v) for k, v in n.attrs.items()} for t, n in source.nodes.items()},
-        num_edges={t: e.num_edges for t, e in source.edges.items()},
-        edge_schema={t: {k: schema(v) for k, v in e.attrs.items()} for t, e in source.edges.items()},
-        edge_chunks=[WholeEdges(e, 0, e.num_edges, t) for t, e in source.edges.items()],
-        node_chunks=[WholeNodes(n, 0, n.num_nodes, t) for t, n in source.nodes.items()],
-        name=source.name, origin=source.origin, cleanups=source.cleanups,
-    )

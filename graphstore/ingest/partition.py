@@ -3,31 +3,58 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from graphstore.errors import InvalidInputError
+from graphstore.ingest.adjacency import NodeSpace, bucket_degrees, bucket_edges, load_adjacency
+from graphstore.ingest.budget import Budget, local_budget
+from graphstore.ingest.chunks import ChunkedSource
+from graphstore.ingest.coarsen import coarsen, load_level, refine_parts, weight_floor
+from graphstore.ingest.engine import Engine, LocalEngine
 from graphstore.ingest.rebalance import TARGET, edge_cut, imbalance, part_loads, rebalance
+from graphstore.ingest.scratch import Scratch
 from graphstore.ingest.source import GraphSource, NodeType
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("metis", "random", "range")
 Progress = Callable[[str, int, int], None]
-_BLOCK = 1 << 23
+_BUCKET_SLACK = 1.5  # buckets are node ranges: room for a range with more edges than the mean
 METIS_MAX_EDGES = 1 << 25  # undirected edges METIS sees at most (about 2.7 GB of METIS memory)
 
 
-def partition_nodes(source: GraphSource, num_parts: int, method: str, seed: int = 0,
+def partition_graph(source: ChunkedSource, num_parts: int, method: str, seed: int = 0, *, engine: Engine,
+                    scratch: Scratch, budget: Budget, train: dict[NodeType, np.ndarray] | None = None,
                     progress: Progress | None = None, metis_max_edges: int | None = METIS_MAX_EDGES
                     ) -> tuple[dict[NodeType, np.ndarray], dict[str, Any]]:
     """Return, per node type, the partition (int32) of every input node, and partitioner details.
 
     Heterogeneous graphs are partitioned on their homogeneous view; each type keeps its own IDs.
-    METIS needs about 80 bytes per undirected edge it sees (64-bit METIS), so above
-    ``metis_max_edges`` undirected edges it partitions a uniform sample of them (``None``: all).
+    METIS balances nodes of each type, ``train`` nodes (flags per type) and stored edges. Its input
+    is built from the edge chunks in buckets on ``engine``; when the graph (or its uniform sample of
+    ``metis_max_edges`` undirected edges) does not fit one task of ``budget``, METIS partitions a
+    coarsened graph of clusters instead (``coarsen.py``) and the clusters' parts are projected back.
+    """
+    if method not in METHODS:
+        raise InvalidInputError(f"partition method {method!r} is not one of {METHODS}; pass --method metis|random|range")
+    if num_parts == 1:
+        return {t: np.zeros(n, np.int32) for t, n in source.num_nodes.items()}, {}
+    if method == "range":
+        return {t: _range_parts(n, num_parts) for t, n in source.num_nodes.items()}, {}
+    if method == "random":
+        rng = np.random.default_rng(seed)
+        return {t: _range_parts(n, num_parts)[rng.permutation(n)] for t, n in source.num_nodes.items()}, {}
+    return _metis(source, num_parts, seed, engine, scratch, budget, train or {}, progress, metis_max_edges)
+
+
+def partition_nodes(source: GraphSource, num_parts: int, method: str, seed: int = 0,
+                    progress: Progress | None = None, metis_max_edges: int | None = METIS_MAX_EDGES
+                    ) -> tuple[dict[NodeType, np.ndarray], dict[str, Any]]:
+    """:func:`partition_graph` for an in-memory graph, in this process (intermediate files in a temp dir).
 
     Examples
     --------
@@ -36,125 +63,157 @@ def partition_nodes(source: GraphSource, num_parts: int, method: str, seed: int 
     >>> partition_nodes(g, 2, "range")[0][None].tolist()
     [0, 0, 1, 1]
     """
-    if method not in METHODS:
-        raise InvalidInputError(f"partition method {method!r} is not one of {METHODS}; pass --method metis|random|range")
-    if num_parts == 1:
-        return {t: np.zeros(n.num_nodes, np.int32) for t, n in source.nodes.items()}, {}
-    if method == "range":
-        return {t: _range_parts(n.num_nodes, num_parts) for t, n in source.nodes.items()}, {}
-    if method == "random":
-        rng = np.random.default_rng(seed)
-        return {t: _range_parts(n.num_nodes, num_parts)[rng.permutation(n.num_nodes)]
-                for t, n in source.nodes.items()}, {}
-    return _metis(source, num_parts, seed, progress, metis_max_edges)
+    from graphstore.ingest.chunked_graph import chunked_from_graph
+
+    train = {t: n.attrs["train_mask"].take(np.arange(n.num_nodes)).astype(bool)
+             for t, n in source.nodes.items() if "train_mask" in n.attrs}
+    with _temp_scratch() as scratch:
+        return partition_graph(chunked_from_graph(source, 1 << 22), num_parts, method, seed, engine=LocalEngine(),
+                               scratch=scratch, budget=local_budget(), train=train, progress=progress,
+                               metis_max_edges=metis_max_edges)
+
+
+def symmetric_adjacency(source: GraphSource, offsets: dict[NodeType, int], total: int, max_edges: int | None = None,
+                        seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """CSR (xadj, adjncy) of the undirected homogeneous view of an in-memory graph, without self-loops or
+    duplicates, as METIS sees it (a uniform sample of about ``max_edges`` undirected edges when there
+    are more); the kept fraction is returned third. ``offsets``/``total``: the homogeneous view."""
+    from graphstore.ingest.chunked_graph import chunked_from_graph
+
+    space = NodeSpace.build({t: n.num_nodes for t, n in source.nodes.items()}, 1)
+    if space.offsets != offsets or space.total != total:
+        raise InvalidInputError(f"offsets {offsets} / total {total} are not the graph's homogeneous view "
+                                f"({space.offsets}, {space.total})")
+    with _temp_scratch() as scratch:
+        entries = _adjacency(chunked_from_graph(source, 1 << 22), space, LocalEngine(), scratch, None)[1]
+        return load_adjacency(scratch, space, entries, max_edges, seed)
+
+
+def _temp_scratch() -> Any:
+    import contextlib
+    import tempfile
+
+    from graphstore.storage import LocalLocation
+
+    @contextlib.contextmanager
+    def scratch() -> Any:
+        with tempfile.TemporaryDirectory(prefix="graphstore-partition-") as tmp:
+            yield Scratch(LocalLocation(tmp), "scratch")
+    return scratch()
 
 
 def _range_parts(num_nodes: int, num_parts: int) -> np.ndarray:
     return (np.arange(num_nodes, dtype=np.int64) * num_parts // max(num_nodes, 1)).astype(np.int32)
 
 
-def _homogeneous_offsets(source: GraphSource) -> dict[NodeType, int]:
-    offsets, total = {}, 0
-    for ntype, table in source.nodes.items():
-        offsets[ntype] = total
-        total += table.num_nodes
-    return offsets
+def _adjacency(source: ChunkedSource, space: NodeSpace, engine: Engine, scratch: Scratch,
+               progress: Progress | None) -> tuple[np.ndarray, int]:
+    """Stages ``adjacency`` and ``degrees``: the CSR pieces on disk; the stored in-degree of every
+    node (homogeneous IDs) and the count of distinct symmetric entries."""
+    chunks = list(enumerate(source.edge_chunks))
+    engine.map("adjacency", bucket_edges, chunks, progress, [c.stop - c.start for _, c in chunks],
+               scratch=scratch, space=space)
+    found = engine.map("degrees", bucket_degrees, list(range(space.buckets)), progress, None, scratch=scratch,
+                       space=space)
+    scratch.remove("adj")
+    in_degree = np.concatenate([f.in_degree for f in found]) if found else np.zeros(space.total, np.int64)
+    return in_degree, sum(f.entries for f in found)
 
 
-def symmetric_adjacency(source: GraphSource, offsets: dict[NodeType, int], total: int,
-                        max_edges: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
-    """CSR (xadj, adjncy) of the undirected homogeneous view, without self-loops or duplicates.
-
-    With more than ``max_edges`` undirected edges, a uniform random subset of about ``max_edges``
-    is kept (both directions of an edge together); the kept fraction is returned third. Memory:
-    one int64 key per directed edge and direction (16 bytes/edge), sorted in place.
-    """
-    num_edges = sum(t.num_edges for t in source.edges.values())
-    key = np.empty(2 * num_edges, np.int64)
-    filled = 0
-    for etype, table in source.edges.items():
-        s_type, d_type = (None, None) if etype is None else (etype[0], etype[2])
-        for start in range(0, table.num_edges, _BLOCK):
-            u = table.src[start: start + _BLOCK].astype(np.int64) + offsets[s_type]
-            v = table.dst[start: start + _BLOCK].astype(np.int64) + offsets[d_type]
-            keep = u != v
-            u, v = u[keep], v[keep]
-            key[filled: filled + len(u)] = u * total + v
-            key[filled + len(u): filled + 2 * len(u)] = v * total + u
-            filled += 2 * len(u)
-    key = key[:filled]
-    key.sort()
-    distinct = np.ones(len(key), bool)
-    np.not_equal(key[1:], key[:-1], out=distinct[1:])
-    key = key[distinct]
-    del distinct
-    fraction = 1.0
-    if max_edges is not None and len(key) > 2 * max_edges:
-        fraction = 2 * max_edges / len(key)
-        key = key[_keep_undirected(key, total, fraction, seed)]
-    xadj = np.zeros(total + 1, np.int64)
-    for start in range(0, len(key), _BLOCK):
-        xadj[1:] += np.bincount(key[start: start + _BLOCK] // total, minlength=total)
-    np.cumsum(xadj, out=xadj)
-    np.remainder(key, total, out=key)
-    return xadj, key, fraction
-
-
-def _keep_undirected(key: np.ndarray, total: int, fraction: float, seed: int) -> np.ndarray:
-    """A keep-mask choosing each undirected edge with probability ``fraction``, both directions alike."""
-    keep = np.empty(len(key), bool)
-    threshold = np.uint64(min(int(fraction * 2.0**64), 2**64 - 1))
-    salt = np.uint64((seed * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019) % 2**64)
-    for start in range(0, len(key), _BLOCK):
-        block = key[start: start + _BLOCK]
-        a, b = block // total, block % total
-        z = (np.minimum(a, b) * total + np.maximum(a, b)).astype(np.uint64) ^ salt
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)  # splitmix64 finalizer
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        keep[start: start + len(block)] = (z ^ (z >> np.uint64(31))) < threshold
-    return keep
-
-
-def _metis(source: GraphSource, num_parts: int, seed: int, progress: Progress | None,
+def _metis(source: ChunkedSource, num_parts: int, seed: int, engine: Engine, scratch: Scratch, budget: Budget,
+           train: dict[NodeType, np.ndarray], progress: Progress | None,
            max_edges: int | None) -> tuple[dict[NodeType, np.ndarray], dict[str, Any]]:
-    offsets = _homogeneous_offsets(source)
-    total = sum(t.num_nodes for t in source.nodes.values())
+    total_edges = sum(source.num_edges.values())
+    buckets = math.ceil(2 * total_edges * _BUCKET_SLACK / budget.bucket_entries)
+    space = NodeSpace.build(source.num_nodes, buckets)
     if progress:
         progress("partition", 0, 3)
-    xadj, adjncy, fraction = symmetric_adjacency(source, offsets, total, max_edges, seed)
-    if fraction < 1.0:
-        logger.info("METIS sees a uniform %.1f%% sample of the edges (metis_max_edges=%d)", 100 * fraction, max_edges)
+    in_degree, entries = _adjacency(source, space, engine, scratch, progress)
+    weights, names = vertex_weights(space, train, in_degree)
     if progress:
         progress("partition", 1, 3)
-    weights, names = vertex_weights(source, offsets, total)
-    parts, scheme, moved = _best_metis(xadj, adjncy, weights, names, num_parts, seed)
-    after = imbalance(part_loads(parts, weights, num_parts))
-    if moved:
-        logger.info("METIS (%s) missed balance %.2f; the repair moved %d nodes (boundary first), now %s", scheme,
-                    TARGET, moved, _describe(names, after))
-    if after.max() > TARGET:
-        logger.warning("partition still unbalanced after repair: %s", _describe(names, after))
+    seen = entries if max_edges is None else min(entries, 2 * max_edges)
+    if budget.metis_fits(space.total, seen):
+        parts, details = engine.map("metis", _whole_metis, [num_parts], None, None, scratch=scratch, space=space,
+                                    entries=entries, max_edges=max_edges, seed=seed, vweights=weights,
+                                    names=names)[0]
+    else:
+        parts, details = _coarse_metis(engine, scratch, space, budget, weights, names, num_parts, seed, progress)
     if progress:
         progress("partition", 3, 3)
-    assign = {t: parts[offsets[t]: offsets[t] + n.num_nodes] for t, n in source.nodes.items()}
-    return assign, {"metis_edge_fraction": round(fraction, 6), "metis_scheme": scheme, "rebalanced_nodes": moved}
+    assign = {t: parts[space.offsets[t]: space.offsets[t] + n] for t, n in source.num_nodes.items()}
+    return assign, details
 
 
-def _best_metis(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, names: list[str], num_parts: int,
-                seed: int) -> tuple[np.ndarray, str, int]:
+def _whole_metis(num_parts: int, *, scratch: Scratch, space: NodeSpace, entries: int, max_edges: int | None,
+                 seed: int, vweights: np.ndarray, names: list[str]) -> tuple[np.ndarray, dict[str, Any]]:
+    """Stage ``metis`` on the whole graph (or its edge sample): parts per homogeneous node, and details."""
+    weights = vweights
+    xadj, adjncy, fraction = load_adjacency(scratch, space, entries, max_edges, seed)
+    if fraction < 1.0:
+        logger.info("METIS sees a uniform %.1f%% sample of the edges (metis_max_edges=%d)", 100 * fraction, max_edges)
+    parts, scheme, moved = _best_metis(xadj, adjncy, None, weights, names, num_parts, seed)
+    _report(parts, weights, names, num_parts, scheme, moved)
+    return parts, {"metis_edge_fraction": round(fraction, 6), "metis_scheme": scheme, "rebalanced_nodes": moved}
+
+
+def _coarse_metis(engine: Engine, scratch: Scratch, space: NodeSpace, budget: Budget, weights: np.ndarray,
+                  names: list[str], num_parts: int, seed: int,
+                  progress: Progress | None) -> tuple[np.ndarray, dict[str, Any]]:
+    """Coarsen (multilevel label propagation), partition the clusters with METIS (edges weighted by
+    the fine edges they stand for), project back to the nodes, refine there."""
+    share = (weights / np.maximum(weights.sum(axis=0), 1)).sum(axis=1)  # every constraint has an equal say
+    top, hist, cluster = coarsen(engine, scratch, space.level, share, budget.coarse_vertices, progress)
+    floor = weight_floor(hist[0], budget.coarse_entries) if top.prefix != "csr" else 1
+    kept = float(hist[1][int(math.log2(floor)):].sum() / max(hist[1].sum(), 1)) if top.prefix != "csr" else 1.0
+    coarse_weights = np.stack([np.bincount(cluster, weights=weights[:, c], minlength=top.size).astype(np.int64)
+                               for c in range(weights.shape[1])], axis=1)
+    logger.info("METIS partitions %d clusters of %d nodes (their edges of weight >= %d: %.1f%% of the weight)",
+                top.size, space.total, floor, 100 * kept)
+    parts_c, details = engine.map("metis", _clusters_metis, [num_parts], None, None, scratch=scratch, level=top,
+                                  floor=floor, vweights=coarse_weights, names=names, seed=seed)[0]
+    parts = parts_c[cluster].astype(np.int32)
+    refined = refine_parts(engine, scratch, space.level, parts, weights, num_parts, TARGET, progress)
+    logger.info("refinement moved %d nodes; balance now %s", refined,
+                _describe(names, imbalance(part_loads(parts, weights, num_parts))))
+    return parts, {**details, "metis_edge_fraction": round(kept, 6), "metis_coarse_vertices": top.size,
+                   "refined_nodes": refined}
+
+
+def _clusters_metis(num_parts: int, *, scratch: Scratch, level: Any, floor: int, vweights: np.ndarray,
+                    names: list[str], seed: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """Stage ``metis`` on the coarse graph (edge weights: how many fine edges join two clusters)."""
+    xadj, adjncy, adjwgt = load_level(scratch, level, floor)
+    parts, scheme, moved = _best_metis(xadj, adjncy, adjwgt, vweights, names, num_parts, seed)
+    _report(parts, vweights, names, num_parts, scheme, moved, "clusters")
+    return parts, {"metis_scheme": scheme, "rebalanced_clusters": moved}
+
+
+def _report(parts: np.ndarray, weights: np.ndarray, names: list[str], num_parts: int, scheme: str,
+            moved: int, what: str = "nodes") -> None:
+    after = imbalance(part_loads(parts, weights, num_parts))
+    if moved:
+        logger.info("METIS (%s) missed balance %.2f; the repair moved %d %s (boundary first), now %s", scheme,
+                    TARGET, moved, what, _describe(names, after))
+    if after.max() > TARGET:
+        logger.warning("partition still unbalanced after repair: %s", _describe(names, after))
+
+
+def _best_metis(xadj: np.ndarray, adjncy: np.ndarray, adjwgt: np.ndarray | None, weights: np.ndarray,
+                names: list[str], num_parts: int, seed: int) -> tuple[np.ndarray, str, int]:
     """k-way METIS, then the boundary repair; when k-way misses ``TARGET``, recursive bisection too.
 
     Multi-constraint k-way METIS leaves a plain random graph at 1.4 (two parts) where bisection
     balances it. Of the two (each repaired), the balanced one with the smaller cut wins.
     Returns the parts, the METIS scheme and how many nodes the repair moved.
     """
-    parts = _run_metis(xadj, adjncy, weights, num_parts, seed, recursive=False)
+    parts = _run_metis(xadj, adjncy, adjwgt, weights, num_parts, seed, recursive=False)
     worst = imbalance(part_loads(parts, weights, num_parts))
     if worst.max() <= TARGET:
         return parts, "kway", 0
     logger.info("k-way METIS balance %s misses %.2f; trying recursive bisection", _describe(names, worst), TARGET)
     runs = []
-    for scheme, got in (("kway", parts), ("recursive", _run_metis(xadj, adjncy, weights, num_parts, seed, True))):
+    for scheme, got in (("kway", parts), ("recursive", _run_metis(xadj, adjncy, adjwgt, weights, num_parts, seed, True))):
         moved = rebalance(got, weights, xadj, adjncy, num_parts)
         worst = imbalance(part_loads(got, weights, num_parts)).max()
         runs.append((max(worst, TARGET), edge_cut(got, xadj, adjncy), scheme, got, moved))
@@ -162,8 +221,8 @@ def _best_metis(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, names
     return best[3], best[2], best[4]
 
 
-def _run_metis(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, num_parts: int, seed: int,
-               recursive: bool) -> np.ndarray:
+def _run_metis(xadj: np.ndarray, adjncy: np.ndarray, adjwgt: np.ndarray | None, weights: np.ndarray,
+               num_parts: int, seed: int, recursive: bool) -> np.ndarray:
     try:
         import pymetis
     except ImportError as exc:  # pragma: no cover - a dependency
@@ -172,8 +231,9 @@ def _run_metis(xadj: np.ndarray, adjncy: np.ndarray, weights: np.ndarray, num_pa
     logger.info("METIS (%s): %d vertices, %d adjacency entries, %d constraints",
                 "recursive" if recursive else "kway", len(xadj) - 1, len(adjncy), weights.shape[1])
     adjacency = pymetis.CSRAdjacency(xadj.astype(dtype, copy=False), adjncy.astype(dtype, copy=False))
+    eweights = None if adjwgt is None else adjwgt.astype(dtype, copy=False)
     result = pymetis.part_graph(num_parts, adjacency, vweights=weights.astype(dtype, copy=False).ravel(),
-                                options=pymetis.Options(seed=seed), recursive=recursive)
+                                eweights=eweights, options=pymetis.Options(seed=seed), recursive=recursive)
     return np.asarray(result[1], dtype=np.int32)
 
 
@@ -181,38 +241,26 @@ def _describe(names: list[str], values: np.ndarray) -> str:
     return ", ".join(f"{n} {v:.3f}" for n, v in zip(names, values))
 
 
-def vertex_weights(source: GraphSource, offsets: dict[NodeType, int], total: int) -> tuple[np.ndarray, list[str]]:
+def vertex_weights(space: NodeSpace, train: dict[NodeType, np.ndarray],
+                   in_degree: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """The (total, constraints) METIS weights and their names: nodes of each type, train nodes, edges.
 
     The edge weight of a node is its in-degree in the stored edge lists (all of them, not METIS's
     sample, duplicates included), so balancing it balances the edges each partition stores.
     """
     columns, names = [], []
-    for ntype, table in source.nodes.items():
-        col = np.zeros(total, np.int64)
-        col[offsets[ntype]: offsets[ntype] + table.num_nodes] = 1
+    for ntype, count in space.num_nodes.items():
+        col = np.zeros(space.total, np.int64)
+        col[space.offsets[ntype]: space.offsets[ntype] + count] = 1
         columns.append(col)
         names.append("nodes" if ntype is None else f"nodes[{ntype}]")
-    train = np.zeros(total, np.int64)
-    for ntype, table in source.nodes.items():
-        if "train_mask" in table.attrs:
-            mask = table.attrs["train_mask"].take(np.arange(table.num_nodes))
-            train[offsets[ntype]: offsets[ntype] + table.num_nodes] = mask.astype(bool)
-    if train.any():
-        columns.append(train)
+    flags = np.zeros(space.total, np.int64)
+    for ntype, mask in train.items():
+        flags[space.offsets[ntype]: space.offsets[ntype] + space.num_nodes[ntype]] = mask
+    if flags.any():
+        columns.append(flags)
         names.append("train_nodes")
-    indegree = _in_degree(source, offsets, total)
-    if indegree.any():
-        columns.append(indegree)
+    if in_degree.any():
+        columns.append(in_degree)
         names.append("edges")
     return np.stack(columns, axis=1), names
-
-
-def _in_degree(source: GraphSource, offsets: dict[NodeType, int], total: int) -> np.ndarray:
-    degree = np.zeros(total, np.int64)
-    for etype, table in source.edges.items():
-        lo = offsets[None if etype is None else etype[2]]
-        for start in range(0, table.num_edges, _BLOCK):
-            dst = table.dst[start: start + _BLOCK].astype(np.int64) + lo
-            degree += np.bincount(dst, minlength=total)
-    return degree

@@ -14,6 +14,7 @@ Without a nodes dataset the nodes are the union of the edge endpoints.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,16 +106,20 @@ class ParquetNodeChunk:
     stop: int
     ntype: NodeType = None
 
-    def read(self) -> dict[str, np.ndarray]:
-        out = {name: np.empty((self.stop - self.start, *s.shape), dtype=s.dtype) for name, s in self.schema.items()}
-        for piece in self.pieces:
-            table = piece.read(self.fs, [ID_COLUMN, *self.columns])
+    def read(self, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        cols = {c: n for c, n in self.columns.items() if columns is None or n in columns}
+        out = {name: np.empty((self.stop - self.start, *self.schema[name].shape), dtype=self.schema[name].dtype)
+               for name in cols.values()}
+        for piece in self.pieces if cols else ():
+            table = piece.read(self.fs, [ID_COLUMN, *cols])
             where = piece.where()
             rank = np.searchsorted(self.ids, to_numpy(table.column(ID_COLUMN), ID_COLUMN, ColumnSchema("<i8"), where))
             keep = np.flatnonzero((rank >= self.start) & (rank < self.stop))
-            for col, name in self.columns.items():
+            for col, name in cols.items():
                 out[name][rank[keep] - self.start] = to_numpy(table.column(col), col, self.schema[name], where)[keep]
-        return {ID_COLUMN: self.ids[self.start:self.stop].copy(), **out}
+        if columns is None or ID_COLUMN in columns:
+            out = {ID_COLUMN: self.ids[self.start:self.stop].copy(), **out}
+        return out
 
 
 def read_parquet(url: str, storage_options: dict[str, Any] | None = None) -> ChunkedSource:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from graphstore.errors import SourceNotFoundError, UnknownSourceError
-from graphstore.ingest.chunks import ChunkedSource
+from graphstore.ingest.chunks import ChunkedSource, EdgeBlock
 from graphstore.ingest.source import GraphSource
 
+logger = logging.getLogger(__name__)
 _GENERATED = ("synthetic", "synthetic-mag")
+CHUNK_EDGES = 1 << 22  # edges per chunk of an in-memory source: about 100 MB of a chunk's arrays in a worker
 
 SCHEMES = {
     "planetoid": "planetoid:DIR  (a directory with ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index})",
@@ -84,20 +88,23 @@ def resolve_chunked(data: Any, *, to_undirected: bool | None = None, scratch_dir
                     storage_options: dict[str, Any] | None = None) -> ChunkedSource:
     """Return the graph named by ``data`` as a :class:`ChunkedSource`, for engines that read in chunks.
 
-    ``parquet:`` and ``synthetic:`` are read chunk by chunk; every other SOURCE (planetoid, ogb, npz,
-    synthetic-mag, PyG objects, a GraphSource) is read whole by :func:`resolve_source` in this
-    process and wrapped as one chunk per type (logged once, naming the scheme). ``to_undirected``
-    on a chunked reader is refused rather than ignored.
+    ``parquet:`` and ``synthetic:`` are read chunk by chunk (by whichever process runs a chunk's task);
+    every other SOURCE (planetoid, ogb, npz, synthetic-mag, PyG objects, a GraphSource) is read into
+    this process by :func:`resolve_source` and cut into chunks of :data:`CHUNK_EDGES` edges (each
+    chunk, sent to a worker, carries only its own rows). ``to_undirected`` appends the reverse of
+    every edge whose two ends have the same node type, as chunks of their own.
 
     Examples
     --------
     >>> c = resolve_chunked("synthetic:nodes=100,avg_degree=4,features=8,classes=2")
     >>> c.num_nodes, len(c.edge_chunks)
     ({None: 100}, 1)
+    >>> len(resolve_chunked("synthetic:nodes=100,avg_degree=4", to_undirected=True).edge_chunks)
+    2
     """
     if isinstance(data, ChunkedSource):
         chunked = data
-    elif isinstance(data, (str, os.PathLike)) and _split(data)[0] in ("parquet", "synthetic"):
+    elif reads_in_chunks(data):
         scheme, rest = _split(data)
         if scheme == "parquet":
             from graphstore.ingest.read_parquet import read_parquet
@@ -109,16 +116,27 @@ def resolve_chunked(data: Any, *, to_undirected: bool | None = None, scratch_dir
 
             chunked = synthetic_chunked(parse_synthetic_spec(rest))
     else:
-        from graphstore.ingest.materialize import chunked_whole
-
         scheme = _split(data)[0] if isinstance(data, (str, os.PathLike)) else type(data).__name__
-        return chunked_whole(resolve_source(data, to_undirected=to_undirected, scratch_dir=scratch_dir,
-                                            storage_options=storage_options), scheme)
-    if to_undirected:
-        from graphstore.errors import InvalidInputError
+        logger.warning("SOURCE %s cannot be read in chunks: it is read into this process whole, then cut into "
+                       "chunks of %d edges", scheme, CHUNK_EDGES)
+        return as_chunked(resolve_source(data, to_undirected=to_undirected, scratch_dir=scratch_dir,
+                                         storage_options=storage_options))
+    return with_reverse_edges(chunked) if to_undirected else chunked
 
-        raise InvalidInputError(f"to_undirected is not supported when reading {chunked.origin!r} in chunks; store "
-                                "both directions of every edge in the source, or use the local engine")
+
+def reads_in_chunks(data: Any) -> bool:
+    """Whether ``data`` is read chunk by chunk (a ChunkedSource, ``parquet:`` or ``synthetic:``), not whole."""
+    if isinstance(data, ChunkedSource):
+        return True
+    return isinstance(data, (str, os.PathLike)) and _split(data)[0] in ("parquet", "synthetic")
+
+
+def as_chunked(source: GraphSource) -> ChunkedSource:
+    """An in-memory graph cut into chunks of :data:`CHUNK_EDGES` edges; its cleanups move along."""
+    from graphstore.ingest.chunked_graph import chunked_from_graph
+
+    chunked = chunked_from_graph(source, CHUNK_EDGES)
+    chunked.cleanups, source.cleanups = list(source.cleanups), []
     return chunked
 
 
@@ -157,3 +175,42 @@ def add_reverse_edges(source: GraphSource) -> GraphSource:
     source = copy.copy(source)
     source.edges = edges
     return source
+
+
+@dataclass
+class ReversedChunk:
+    """The reverses of one edge chunk's edges: edge IDs ``offset + i`` for edge ``i`` of the original."""
+
+    inner: Any
+    offset: int
+
+    @property
+    def etype(self) -> Any:
+        return self.inner.etype
+
+    @property
+    def start(self) -> int:
+        return self.inner.start + self.offset
+
+    @property
+    def stop(self) -> int:
+        return self.inner.stop + self.offset
+
+    def read(self) -> Any:
+        block = self.inner.read()
+        return EdgeBlock(block.dst, block.src, block.attrs, block.start + self.offset)
+
+
+def with_reverse_edges(chunked: ChunkedSource) -> ChunkedSource:
+    """``chunked`` with the reverse of every edge appended (after all edges of its type, like
+    :func:`add_reverse_edges`) for each edge type whose two ends have the same node type."""
+    import copy
+
+    out = copy.copy(chunked)
+    out.num_edges = dict(chunked.num_edges)
+    out.edge_chunks = list(chunked.edge_chunks)
+    for etype, count in chunked.num_edges.items():
+        if etype is None or etype[0] == etype[2]:
+            out.edge_chunks += [ReversedChunk(c, count) for c in chunked.edge_chunks if c.etype == etype]
+            out.num_edges[etype] = 2 * count
+    return out

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable
 
@@ -24,7 +25,8 @@ from graphstore.ingest.synthetic import (_CENTROID_SCALE, _COMMUNITIES_PER_CLASS
 
 NODE_BLOCK = 1 << 16  # nodes per random block (part of the generator's definition: never change it)
 EDGE_CHUNK = 1 << 20  # undirected edges per edge chunk (likewise): 2**21 directed edges, ~100 MB to draw
-NODE_CHUNK = 1 << 20  # nodes per NodeChunk (a multiple of NODE_BLOCK; only the work split depends on it)
+NODE_CHUNK: int | None = None  # nodes per NodeChunk (None: NODE_BLOCK multiples of about NODE_CHUNK_BYTES of
+NODE_CHUNK_BYTES = 64 << 20  # attribute rows); only the work split depends on it
 _NODES, _EDGES, _SPLIT, _FEATURES, _KEY = range(5)  # stream tags
 _FEISTEL_ROUNDS = 4
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -120,14 +122,15 @@ class SyntheticNodeChunk:
     stop: int
     ntype: None = None
 
-    def read(self) -> dict[str, np.ndarray]:
+    def read(self, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        want = set(("y", "x", *MASKS) if columns is None else columns)
         ids = np.arange(self.start, self.stop, dtype=np.int64)
         labels = synthetic_nodes(self.spec, self.start, self.stop)[0] % self.spec.classes
-        out = {"y": labels, **split_masks(self.spec, ids)}
-        if self.spec.features > 0:
+        out = {"y": labels, **split_masks(self.spec, ids)} if want & {"y", *MASKS} else {}
+        if self.spec.features > 0 and "x" in want:
             centroids, key, noise = feature_params(self.spec)
             out["x"] = feature_rows(ids, labels, centroids, np.uint64(key), np.float32(noise))
-        return out
+        return {name: values for name, values in out.items() if name in want}
 
 
 def edge_chunks(spec: SyntheticSpec) -> list[SyntheticEdgeChunk]:
@@ -149,7 +152,8 @@ def synthetic_chunked(spec: SyntheticSpec) -> ChunkedSource:
     schema = {"y": ColumnSchema("<i8"), **{m: ColumnSchema("|b1") for m in MASKS}}
     if spec.features > 0:
         schema["x"] = ColumnSchema("<f4", (spec.features,))
-    nodes = [SyntheticNodeChunk(spec, lo, min(lo + NODE_CHUNK, spec.nodes)) for lo in range(0, spec.nodes, NODE_CHUNK)]
+    step = NODE_CHUNK or max(NODE_BLOCK, (NODE_CHUNK_BYTES // (4 * spec.features + 12)) // NODE_BLOCK * NODE_BLOCK)
+    nodes = [SyntheticNodeChunk(spec, lo, min(lo + step, spec.nodes)) for lo in range(0, spec.nodes, step)]
     return ChunkedSource({None: spec.nodes}, {None: schema}, {None: spec.num_edges}, {None: {}},
                          list(edge_chunks(spec)), list(nodes), name="synthetic", origin=spec.to_string())
 

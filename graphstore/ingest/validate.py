@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import numpy as np
 
@@ -184,3 +185,105 @@ def check_finite(source: GraphSource) -> None:
                         f"{where}, attribute {name!r}: row {start + int(bad[0])} holds NaN or inf; clean the data, "
                         "or pass --allow-nan (allow_nan=True) to store it as is"
                     )
+
+
+def read_edge_block(chunk: Any, num_src: int, num_dst: int) -> Any:
+    """Read one edge chunk and check it: one row per edge in every array, integer IDs in range.
+
+    Errors name the edge by its number in the input edge list (``chunk.start + row``).
+    """
+    block = chunk.read()
+    where, count = _where_edge(chunk.etype), chunk.stop - chunk.start
+    for end, ids, num_nodes in (("source", block.src, num_src), ("destination", block.dst, num_dst)):
+        ids = np.asarray(ids)
+        if ids.ndim != 1 or len(ids) != count:
+            raise InvalidInputError(f"{where}, {end} IDs of edges {chunk.start}..{chunk.stop - 1}: expected a 1-D "
+                                    f"array of {count} IDs, got shape {ids.shape}")
+        if not np.issubdtype(ids.dtype, np.integer):
+            raise InvalidInputError(f"{where}, {end} IDs have dtype {ids.dtype}; node IDs must be integers")
+        bad = np.flatnonzero((ids < 0) | (ids >= num_nodes))
+        if len(bad):
+            i = int(bad[0])
+            raise InvalidInputError(
+                f"{where}, {end} IDs: edge {chunk.start + i} has node ID {int(ids[i])}, outside [0, {num_nodes}) "
+                f"({len(bad)} such edges among edges {chunk.start}..{chunk.stop - 1}); node IDs must be 0-based "
+                "and below the node count (give num_nodes explicitly if nodes are missing)"
+            )
+    for name, rows in block.attrs.items():
+        if len(rows) != count:
+            raise InvalidInputError(f"{where}, attribute {name!r} has {len(rows)} rows for edges {chunk.start}.."
+                                    f"{chunk.stop - 1} ({count} edges); give exactly one row per edge")
+    return block
+
+
+class _Declared:
+    """The shape and dtype a chunked source declares for one attribute (what the checks above read)."""
+
+    def __init__(self, rows: int, schema: Any) -> None:
+        self.shape, self.dtype = (rows, *schema.shape), np.dtype(schema.dtype)
+
+
+def validate_chunked(source: Any, num_parts: int) -> None:
+    """:func:`validate_source` for a :class:`~graphstore.ingest.chunks.ChunkedSource`: everything its
+    declared counts and schemas tell. IDs and row counts are checked as each chunk is read."""
+    total_nodes = sum(source.num_nodes.values())
+    if not source.num_nodes or total_nodes == 0:
+        raise InvalidInputError("the graph has no nodes; give at least one node type with num_nodes > 0 "
+                                "(an edge list, or num_nodes)")
+    if (None in source.num_nodes) != (None in source.num_edges) or (None in source.num_nodes and
+                                                                   len(source.num_nodes) > 1):
+        raise InvalidInputError("mix of homogeneous (type None) and typed nodes/edges; use one or the other")
+    if not isinstance(num_parts, (int, np.integer)) or isinstance(num_parts, bool) or num_parts < 1:
+        raise InvalidInputError(f"--parts {num_parts!r} is invalid: the partition count must be an integer >= 1")
+    if num_parts > total_nodes:
+        raise InvalidInputError(
+            f"--parts {num_parts} is larger than the node count {total_nodes}: every partition needs nodes; "
+            f"use --parts {max(1, min(total_nodes, 8))} or fewer"
+        )
+    for ntype, count in source.num_nodes.items():
+        schema = source.node_schema.get(ntype, {})
+        _check_node_table(ntype, count, {n: _Declared(count, s) for n, s in schema.items()})
+    check_fits_memory(f"the node ID range ({total_nodes:,} nodes)", total_nodes * BYTES_PER_NODE,
+                      "node IDs must be 0..N-1: remap them to consecutive IDs (np.unique(ids, return_inverse=True)), "
+                      "or give num_nodes if the graph really has that many nodes")
+    if sum(source.num_edges.values()) == 0:
+        raise InvalidInputError("the edge list is empty: a graph dataset needs at least one edge")
+    for etype, count in source.num_edges.items():
+        _check_edge_schema(source, etype, count)
+
+
+def _check_edge_schema(source: Any, etype: EdgeType, count: int) -> None:
+    where = _where_edge(etype)
+    if etype is not None:
+        if len(etype) != 3 or etype[0] not in source.num_nodes or etype[2] not in source.num_nodes:
+            raise InvalidInputError(
+                f"{where} must be (src_type, relation, dst_type) with both node types in {list(source.num_nodes)}"
+            )
+        layout.check_attr_name(etype[1], "an edge relation")
+    for name, schema in source.edge_schema.get(etype, {}).items():
+        layout.check_attr_name(name, where)
+        if name in layout.TOPOLOGY:
+            raise InvalidInputError(f"{where}: attribute name {name!r} is reserved for the graph topology "
+                                    f"({sorted(layout.TOPOLOGY)}); rename it")
+        _check_rows(f"{where}, attribute {name!r}", _Declared(count, schema), count, "the edge count")
+
+
+def check_finite_chunk(item: tuple[str, Any], *, allow_nan: bool = False) -> None:
+    """Stage ``check``: refuse NaN/inf in any float attribute of one node or edge chunk (naming the row).
+
+    An in-place overwrite (object storage) runs this over every chunk first, so bad input never
+    costs the old dataset; ingest checks values again while writing.
+    """
+    kind, chunk = item
+    if kind == "nodes":
+        where, rows, first = _where_node(chunk.ntype), chunk.read(), chunk.start
+    else:
+        where, rows, first = _where_edge(chunk.etype), chunk.read().attrs, chunk.start
+    for name, values in rows.items():
+        values = np.asarray(values)
+        if values.dtype.kind != "f" or allow_nan:
+            continue
+        bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+        if len(bad):
+            raise InvalidInputError(f"{where}, attribute {name!r}: row {first + int(bad[0])} holds NaN or inf; clean "
+                                    "the data, or pass --allow-nan (allow_nan=True) to store it as is")

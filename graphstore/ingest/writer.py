@@ -94,6 +94,14 @@ class ArrayWriter:
 
         ``check(block, start)`` may raise to refuse the data; nothing is committed then.
         """
+        stream = self.stream(path, shape, dtype, check)
+        for start in range(0, shape[0], stream.chunk_rows):
+            stream.append(fill(start, min(start + stream.chunk_rows, shape[0])))
+        return stream.close()
+
+    def stream(self, path: str, shape: tuple[int, ...], dtype: Any,
+               check: Callable[[np.ndarray, int], None] | None = None) -> StreamArray:
+        """Create array ``path`` of ``shape`` to be filled in row order by :meth:`StreamArray.append`."""
         dtype = np.dtype(dtype)
         rows = chunk_rows_for(shape[0], tuple(shape[1:]), dtype, self.chunk_bytes)
         array = self._guard(f"creating {path}", lambda: zarr.create_array(
@@ -101,19 +109,14 @@ class ArrayWriter:
             compressors=None if self.compression == "none" else zarr.codecs.ZstdCodec(level=3),
             fill_value=0, config={"write_empty_chunks": True},
         ))
-        checksums = []
-        for index, start in enumerate(range(0, shape[0], rows)):
-            stop = min(start + rows, shape[0])
-            block = np.ascontiguousarray(fill(start, stop), dtype=dtype)
-            if block.shape != (stop - start, *shape[1:]):
-                raise InvalidInputError(f"{path}: rows {start}:{stop} came back with shape {block.shape}")
-            if check is not None:
-                check(block, start)
-            key = layout.chunk_key(path, index, len(shape))
-            self._guard(f"writing {key}", lambda: self._set(array, start, stop, block))
-            checksums.append(self._store.checksums.pop(key, None) or self._read_back(key))
-            self.bytes_written += block.nbytes
-        return ArrayInfo(tuple(int(s) for s in shape), dtype.name, rows, self.compression, tuple(checksums))
+        return StreamArray(self, path, array, tuple(int(s) for s in shape), dtype, rows, check)
+
+    def _write_chunk(self, array: Any, path: str, index: int, start: int, block: np.ndarray) -> str:
+        """Store one whole chunk; return its checksum."""
+        key = layout.chunk_key(path, index, array.ndim)
+        self._guard(f"writing {key}", lambda: self._set(array, start, start + len(block), block))
+        self.bytes_written += block.nbytes
+        return self._store.checksums.pop(key, None) or self._read_back(key)
 
     @staticmethod
     def _set(array: Any, start: int, stop: int, block: np.ndarray) -> None:
@@ -138,3 +141,47 @@ class ArrayWriter:
             group.update_attributes({layout.MANIFEST_ATTR: manifest_json})
 
         self._guard("writing the manifest", commit)
+
+
+class StreamArray:
+    """One array being written in row order from pieces of any length; whole chunks are stored as
+    they fill, so a writer holds at most one chunk of it (plus the piece being appended)."""
+
+    def __init__(self, writer: ArrayWriter, path: str, array: Any, shape: tuple[int, ...], dtype: np.dtype,
+                 chunk_rows: int, check: Callable[[np.ndarray, int], None] | None) -> None:
+        self.writer, self.path, self.array, self.shape, self.dtype = writer, path, array, shape, dtype
+        self.chunk_rows, self.check = chunk_rows, check
+        self.rows = 0  # rows appended so far
+        self._pending: list[np.ndarray] = []
+        self._pending_rows = 0
+        self._checksums: list[str] = []
+
+    def append(self, piece: np.ndarray) -> None:
+        """Append rows ``self.rows ..`` (their per-row shape must be the array's)."""
+        piece = np.ascontiguousarray(piece, dtype=self.dtype)
+        if piece.shape[1:] != self.shape[1:] or self.rows + len(piece) > self.shape[0]:
+            raise InvalidInputError(f"{self.path}: rows {self.rows}:{self.rows + len(piece)} came with shape "
+                                    f"{piece.shape}, but the array has shape {self.shape}")
+        if self.check is not None and len(piece):
+            self.check(piece, self.rows)
+        self.rows += len(piece)
+        self._pending.append(piece)
+        self._pending_rows += len(piece)
+        while self._pending_rows >= self.chunk_rows:
+            self._flush(self.chunk_rows)
+
+    def _flush(self, rows: int) -> None:
+        joined = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        block, rest = joined[:rows], joined[rows:]
+        self._pending, self._pending_rows = ([rest] if len(rest) else []), len(rest)
+        start = len(self._checksums) * self.chunk_rows
+        self._checksums.append(self.writer._write_chunk(self.array, self.path, len(self._checksums), start, block))
+
+    def close(self) -> ArrayInfo:
+        """Store the last, partial chunk; the array must be complete. Returns its manifest entry."""
+        if self.rows != self.shape[0]:
+            raise InvalidInputError(f"{self.path}: {self.rows} rows were written of {self.shape[0]}")
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        return ArrayInfo(self.shape, self.dtype.name, self.chunk_rows, self.writer.compression,
+                         tuple(self._checksums))

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import graphstore
-from graphstore.ingest.partition import _keep_undirected, partition_nodes, symmetric_adjacency
+from graphstore.ingest.adjacency import keep_undirected as _keep_undirected
+from graphstore.ingest.partition import partition_nodes, symmetric_adjacency
 from graphstore.ingest.synthetic import parse_synthetic_spec
 from graphstore.ingest.synthetic_chunks import synthetic_graph
 

@@ -162,9 +162,15 @@ def test_missing_edges_and_hetero_layout_are_refused(tmp_path) -> None:
         resolve_source(f"parquet:{tmp_path}")
 
 
-def test_resolve_chunked_refuses_to_undirected(tmp_path) -> None:
-    with pytest.raises(InvalidInputError, match="to_undirected"):
-        resolve_chunked(_bad(tmp_path), to_undirected=True)
+def test_to_undirected_appends_reverse_edges_as_chunks(tmp_path) -> None:
+    g = _graph(4)
+    src = _write(tmp_path / "in", g)
+    graphstore.ingest(f"parquet:{src}", tmp_path / "ds", num_parts=2, method="random", to_undirected=True)
+    want = _expected(g)
+    s, d = want.edges[None]
+    both = Expected(want.num_nodes, want.node_attrs, {None: (np.concatenate([s, d]), np.concatenate([d, s]))},
+                    {None: {"weight": np.concatenate([g["weight"], g["weight"]])}})
+    assert_roundtrip(graphstore.open_dataset(tmp_path / "ds"), both)
 
 
 @pytest.mark.s3
@@ -181,12 +187,12 @@ def test_s3_source(s3, tmp_path) -> None:
     np.testing.assert_array_equal(got.nodes[None].attrs["x"].take(np.arange(N)), expected.node_attrs[None]["x"])
 
 
-def test_unchunked_scheme_is_wrapped_whole_and_says_so(tmp_path, caplog) -> None:
+def test_unchunked_scheme_is_read_whole_and_says_so(tmp_path, caplog) -> None:
     path = tmp_path / "g.npz"
     np.savez(path, edge_index=np.array([[0, 1, 2], [1, 2, 0]]), x=np.eye(3, dtype=np.float32))
-    with caplog.at_level("WARNING", logger="graphstore.ingest.materialize"):
+    with caplog.at_level("WARNING", logger="graphstore.ingest.sources"):
         chunked = resolve_chunked(f"npz:{path}")
-    assert "npz" in caplog.text and "read whole" in caplog.text
+    assert "npz" in caplog.text and "read into this process whole" in caplog.text
     assert len(chunked.edge_chunks) == 1 and chunked.node_schema[None]["x"].shape == (3,)
     g = materialize(pickle.loads(pickle.dumps(chunked)))
     np.testing.assert_array_equal(g.edges[None].dst, [1, 2, 0])
