@@ -39,8 +39,10 @@ class _Bars:
         if stage == "partition":
             bar.n = done
             bar.refresh()
-        else:
-            bar.update(done)
+            return
+        if bar.n + done > bar.total or bar.total != total:  # a stage that runs again (rounds, levels)
+            bar.reset(total=total)
+        bar.update(done)
 
     def close(self) -> None:
         for bar in self.bars.values():

@@ -26,15 +26,17 @@ def _cpu_model() -> str:
 def machine() -> dict[str, Any]:
     """CPU model, cores, RAM, the versions that decide the speed of the code measured, and the load
     average when the run started (other work on the machine skews every figure)."""
-    import numba
-    import psutil
-    import torch
+    import sys
+    from importlib.metadata import version
 
+    import psutil
+
+    torch = sys.modules.get("torch")  # not imported here: an ingest benchmark's process tree stays torch-free
     return {"cpu": _cpu_model(), "logical_cores": os.cpu_count(), "physical_cores": psutil.cpu_count(logical=False),
             "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "ram_gib": round(psutil.virtual_memory().total / 2**30, 1), "os": platform.platform(),
-            "python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-            "numba": numba.__version__, "torch_threads": torch.get_num_threads(),
+            "python": platform.python_version(), "torch": version("torch"), "numpy": np.__version__,
+            "numba": version("numba"), "torch_threads": torch.get_num_threads() if torch else None,
             "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
 
 

@@ -52,9 +52,13 @@ class Budget:
         """Symmetric-adjacency entries one bucket may hold while it is deduplicated."""
         return max(1 << 16, self.task_bytes // BYTES_PER_ADJ_ENTRY)
 
+    def metis_entries(self, vertices: int) -> int:
+        """Adjacency entries METIS (and the repair) may see on a graph of ``vertices`` within one task."""
+        return max(0, self.task_bytes - vertices * BYTES_PER_METIS_VERTEX) // BYTES_PER_METIS_ENTRY
+
     def metis_fits(self, vertices: int, entries: int) -> bool:
         """Whether METIS (and the repair) on this graph fits one task."""
-        return vertices * BYTES_PER_METIS_VERTEX + entries * BYTES_PER_METIS_ENTRY <= self.task_bytes
+        return entries <= self.metis_entries(vertices)
 
     @property
     def coarse_vertices(self) -> int:
@@ -62,11 +66,6 @@ class Budget:
         entries) then fits METIS whatever the input graph's size."""
         entries = self.task_bytes // 2 // BYTES_PER_METIS_ENTRY
         return max(64, int(math.isqrt(entries)))
-
-    @property
-    def coarse_entries(self) -> int:
-        """Entries of the coarsened adjacency METIS may see (the heaviest, when there are more)."""
-        return max(1 << 12, self.task_bytes // 2 // BYTES_PER_METIS_ENTRY)
 
 
 def local_budget() -> Budget:

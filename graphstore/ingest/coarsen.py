@@ -14,6 +14,7 @@ towards the part most of their neighbours are in.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 import numpy as np
 from numba import njit
 
@@ -154,17 +155,17 @@ def contract(engine: Engine, scratch: Scratch, level: Level, cluster: np.ndarray
 
 
 def coarsen(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, clusters: int,
-            progress: Progress | None = None) -> tuple[Level, np.ndarray, np.ndarray]:
-    """Contract ``level`` until it has about ``clusters`` vertices (or stops shrinking).
+            fits: Callable[[int, int], bool], progress: Progress | None = None
+            ) -> tuple[Level, np.ndarray, np.ndarray]:
+    """Contract ``level`` until METIS on it ``fits(vertices, edges)`` one task, or it stops shrinking.
 
-    Returns the last level, its edge-weight histogram, and each vertex's vertex on that level.
+    No cluster outweighs ``weight.sum() / clusters``. Returns the last level, its edge-weight
+    histogram (see :func:`reduce_bucket`), and each vertex's vertex on that level.
     """
     cap = float(weight.sum()) / clusters
     mapping = np.arange(level.size, dtype=np.int64)
     hist = np.zeros((2, 64))
     for depth in range(1, MAX_LEVELS + 1):
-        if level.size <= clusters:
-            break
         cluster, count = cluster_level(engine, scratch, level, weight, cap, progress)
         logger.info("coarsening level %d: %d vertices into %d clusters", depth, level.size, count)
         if count > 0.95 * level.size:
@@ -172,6 +173,8 @@ def coarsen(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, 
         level, hist = contract(engine, scratch, level, cluster, count, f"level{depth}", progress)
         weight = np.bincount(cluster, weights=weight, minlength=count)
         mapping = cluster[mapping]
+        if fits(level.size, int(hist[0].sum())):
+            break
     return level, hist, mapping
 
 
@@ -245,22 +248,39 @@ def refine_bucket(bucket: int, *, scratch: Scratch, level: Level, parts: np.ndar
 
 def refine_parts(engine: Engine, scratch: Scratch, level: Level, parts: np.ndarray, weights: np.ndarray,
                  num_parts: int, target: float, progress: Progress | None = None) -> int:
-    """Label-propagation refinement of ``parts`` (in place) on the fine graph: rounds in which a node
+    """Label-propagation refinement of ``parts`` (in place) on a graph on disk: rounds in which a node
     moves to the part most of its neighbours are in while no constraint's load passes ``target`` times
     its mean. Each bucket gets an equal share of the headroom, so buckets moving at once cannot
     overfill a part. Returns how many moves were made."""
-    weight = weights.astype(np.float32)
-    cap = weight.sum(axis=0) / num_parts * target
+    def one_round(room: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        return np.concatenate(engine.map("refine", refine_bucket, list(range(level.buckets)), progress, None,
+                                         scratch=scratch, level=level, parts=parts, room=room / level.buckets,
+                                         weight=weight))
+    return _refine_rounds(one_round, parts, weights, num_parts, target)
+
+
+def refine_graph(xadj: np.ndarray, adjncy: np.ndarray, parts: np.ndarray, weights: np.ndarray, num_parts: int,
+                 target: float) -> int:
+    """:func:`refine_parts` on a graph in memory (one sequential pass a round); returns the moves made."""
+    def one_round(room: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        out = np.empty_like(parts)
+        _refine(xadj, adjncy, 0, parts.copy(), room, weight, out)
+        return out
+    return _refine_rounds(one_round, parts, weights, num_parts, target)
+
+
+def _refine_rounds(one_round: Callable[[np.ndarray, np.ndarray], np.ndarray], parts: np.ndarray,
+                   weights: np.ndarray, num_parts: int, target: float) -> int:
+    weight = weights.astype(np.float64)
+    cap = weight.sum(axis=0) / num_parts * (target - 1e-9)  # strictly within target, rounding included
     moves = 0
     for _ in range(MAX_ROUNDS):
         load = np.stack([np.bincount(parts, weights=weight[:, c], minlength=num_parts)
                          for c in range(weight.shape[1])], axis=1)
-        room = ((cap[None, :] - load) / level.buckets).astype(np.float32)
-        new = np.concatenate(engine.map("refine", refine_bucket, list(range(level.buckets)), progress, None,
-                                        scratch=scratch, level=level, parts=parts, room=room, weight=weight))
+        new = one_round(cap[None, :] - load, weight)
         changed = int(np.count_nonzero(new != parts))
         parts[:] = new
         moves += changed
-        if changed < SETTLED * level.size / 20:
+        if changed < SETTLED * len(parts) / 20:
             break
     return moves

@@ -8,7 +8,9 @@ the Dask engine sends each once, as a task of its own, instead of once per task.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -44,10 +46,11 @@ class LocalEngine:
 
     def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
             weights: Sequence[int] | None = None, **shared: Any) -> list[Any]:
-        out = []
+        out, started = [], time.perf_counter()
         for index, item in enumerate(items):
             out.append(fn(item, **shared))
             _tick(progress, stage, index, weights, len(items))
+        logger.debug("ingest stage %s: %d task(s) in %.2f s", stage, len(items), time.perf_counter() - started)
         return out
 
     def budget(self) -> Budget:
@@ -90,19 +93,25 @@ class DaskEngine:
         from distributed import as_completed
 
         token = uuid.uuid4().hex[:8]
-        # one task per shared input (not scatter): a result lost with its worker is recomputed
-        scattered = {k: self.client.submit(_Shared, v, key=f"shared-{stage}-{k}-{token}", pure=False)
-                     for k, v in shared.items()}
+        # one task per shared input (not scatter): a result lost with its worker is recomputed. Inputs
+        # of a few MB (one value per node) are expected: Dask's warning about large graphs is not news.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+            scattered = {k: self.client.submit(_Shared, v, key=f"shared-{stage}-{k}-{token}", pure=False)
+                         for k, v in shared.items()}
         logger.info("ingest stage %s: %d task(s) on the Dask cluster at %s", stage, len(items),
                     self.client.scheduler.address)
         futures = [self.client.submit(_call, fn, item, **scattered, key=f"{stage}-{token}-{i}", retries=self.retries,
                                       pure=False) for i, item in enumerate(items)]
+        started = time.perf_counter()
         try:
             for future in as_completed(futures):
                 if future.status != "finished":
                     self._raise(stage, futures.index(future), future)
                 _tick(progress, stage, futures.index(future), weights, len(items))
-            return self.client.gather(futures)
+            out = self.client.gather(futures)
+            logger.debug("ingest stage %s: %d task(s) in %.2f s", stage, len(items), time.perf_counter() - started)
+            return out
         finally:
             self.client.cancel(futures + list(scattered.values()))
 

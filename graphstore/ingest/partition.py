@@ -13,7 +13,7 @@ from graphstore.errors import InvalidInputError
 from graphstore.ingest.adjacency import NodeSpace, bucket_degrees, bucket_edges, load_adjacency
 from graphstore.ingest.budget import Budget, local_budget
 from graphstore.ingest.chunks import ChunkedSource
-from graphstore.ingest.coarsen import coarsen, load_level, refine_parts, weight_floor
+from graphstore.ingest.coarsen import coarsen, load_level, refine_graph, refine_parts, weight_floor
 from graphstore.ingest.engine import Engine, LocalEngine
 from graphstore.ingest.rebalance import TARGET, edge_cut, imbalance, part_loads, rebalance
 from graphstore.ingest.scratch import Scratch
@@ -154,7 +154,9 @@ def _whole_metis(num_parts: int, *, scratch: Scratch, space: NodeSpace, entries:
         logger.info("METIS sees a uniform %.1f%% sample of the edges (metis_max_edges=%d)", 100 * fraction, max_edges)
     parts, scheme, moved = _best_metis(xadj, adjncy, None, weights, names, num_parts, seed)
     _report(parts, weights, names, num_parts, scheme, moved)
-    return parts, {"metis_edge_fraction": round(fraction, 6), "metis_scheme": scheme, "rebalanced_nodes": moved}
+    refined = refine_graph(xadj, adjncy, parts, weights, num_parts, TARGET)
+    return parts, {"metis_edge_fraction": round(fraction, 6), "metis_scheme": scheme, "rebalanced_nodes": moved,
+                   "refined_nodes": refined}
 
 
 def _coarse_metis(engine: Engine, scratch: Scratch, space: NodeSpace, budget: Budget, weights: np.ndarray,
@@ -163,8 +165,9 @@ def _coarse_metis(engine: Engine, scratch: Scratch, space: NodeSpace, budget: Bu
     """Coarsen (multilevel label propagation), partition the clusters with METIS (edges weighted by
     the fine edges they stand for), project back to the nodes, refine there."""
     share = (weights / np.maximum(weights.sum(axis=0), 1)).sum(axis=1)  # every constraint has an equal say
-    top, hist, cluster = coarsen(engine, scratch, space.level, share, budget.coarse_vertices, progress)
-    floor = weight_floor(hist[0], budget.coarse_entries) if top.prefix != "csr" else 1
+    top, hist, cluster = coarsen(engine, scratch, space.level, share, budget.coarse_vertices, budget.metis_fits,
+                                 progress)
+    floor = weight_floor(hist[0], budget.metis_entries(top.size)) if top.prefix != "csr" else 1
     kept = float(hist[1][int(math.log2(floor)):].sum() / max(hist[1].sum(), 1)) if top.prefix != "csr" else 1.0
     coarse_weights = np.stack([np.bincount(cluster, weights=weights[:, c], minlength=top.size).astype(np.int64)
                                for c in range(weights.shape[1])], axis=1)

@@ -164,29 +164,6 @@ def _check_ids(where: str, ids: np.ndarray, num_nodes: int, num_edges: int) -> N
             )
 
 
-def check_finite(source: GraphSource) -> None:
-    """Refuse NaN/inf in any float attribute (read in bounded blocks) before anything is deleted.
-
-    Ingest checks values while writing; an in-place overwrite (object storage) calls this first, so
-    bad input never costs the old dataset.
-    """
-    tables = [(_where_node(t), table.attrs) for t, table in source.nodes.items()]
-    tables += [(_where_edge(t), table.attrs) for t, table in source.edges.items()]
-    for where, attrs in tables:
-        for name, rows in attrs.items():
-            if np.dtype(rows.dtype).kind != "f":
-                continue
-            step = max(1, _BLOCK // max(1, np.dtype(rows.dtype).itemsize * int(np.prod(rows.shape[1:]))))
-            for start in range(0, rows.shape[0], step):
-                block = np.asarray(rows.take(np.arange(start, min(start + step, rows.shape[0]))))
-                bad = np.flatnonzero(~np.isfinite(block.reshape(len(block), -1)).all(axis=1))
-                if len(bad):
-                    raise InvalidInputError(
-                        f"{where}, attribute {name!r}: row {start + int(bad[0])} holds NaN or inf; clean the data, "
-                        "or pass --allow-nan (allow_nan=True) to store it as is"
-                    )
-
-
 def read_edge_block(chunk: Any, num_src: int, num_dst: int) -> Any:
     """Read one edge chunk and check it: one row per edge in every array, integer IDs in range.
 
