@@ -25,7 +25,8 @@ from graphstore.ingest.partition import METIS_MAX_EDGES, partition_graph
 from graphstore.ingest.relabel import relabel
 from graphstore.ingest.scratch import scratch_dir
 from graphstore.ingest.sources import as_chunked, reads_in_chunks, resolve_chunked, resolve_source
-from graphstore.ingest.validate import check_finite_chunk, check_options, validate_chunked, validate_source
+from graphstore.ingest.validate import (check_finite_rows, check_options, read_edge_block, validate_chunked,
+                                        validate_source)
 from graphstore.ingest.writer import ArrayWriter
 from graphstore.linksplit import LinkSplit, check_fractions
 from graphstore.storage import LocalLocation, Location, open_location
@@ -163,9 +164,10 @@ def _ingest_in_place(source: ChunkedSource, location: Location, replacing: bool,
     Input values are checked before the old dataset is deleted, which happens only after
     partitioning, right before the first write: manifest first (it stops opening), then the rest.
     """
-    if replacing and not options["allow_nan"]:  # otherwise found while writing, after the old dataset is gone
+    if replacing:  # bad input is otherwise found while writing, after the old dataset is gone
         items = [("nodes", c) for c in source.node_chunks] + [("edges", c) for c in source.edge_chunks]
-        options["engine"].map("check", check_finite_chunk, items, options["progress"])
+        options["engine"].map("check", _check_chunk, items, options["progress"], None, allow_nan=options["allow_nan"],
+                              plan=NodePlan({}, dict(source.node_schema), {}), num_nodes=dict(source.num_nodes))
 
     writing = []
 
@@ -188,6 +190,20 @@ def _ingest_in_place(source: ChunkedSource, location: Location, replacing: bool,
         except Exception as exc:  # noqa: BLE001  (the original error matters more)
             logger.warning("could not delete the partial dataset at %s (%s)", location.url, type(exc).__name__)
         raise
+
+
+def _check_chunk(item: tuple[str, Any], *, allow_nan: bool, plan: NodePlan, num_nodes: dict[Any, int]) -> None:
+    """Stage ``check``: one node or edge chunk read and checked as the writing stages would (IDs in range,
+    row counts, dtypes, NaN/inf unless ``allow_nan``), before an in-place overwrite deletes anything."""
+    kind, chunk = item
+    if kind == "nodes":
+        rows, where = read_node_chunk(chunk, plan), plan.where(chunk.ntype)
+    else:
+        s_type, d_type = (None, None) if chunk.etype is None else (chunk.etype[0], chunk.etype[2])
+        rows = read_edge_block(chunk, num_nodes[s_type], num_nodes[d_type]).attrs
+        where = "the edges" if chunk.etype is None else f"edge type {chunk.etype!r}"
+    for name, values in rows.items() if not allow_nan else ():
+        check_finite_rows(where, name, values, chunk.start)
 
 
 def _link_split_rule(fractions: Any, by: str | None, edge_type: Any, time_attr: str | None,

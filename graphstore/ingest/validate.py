@@ -245,22 +245,12 @@ def _check_edge_schema(source: Any, etype: EdgeType, count: int) -> None:
         _check_rows(f"{where}, attribute {name!r}", _Declared(count, schema), count, "the edge count")
 
 
-def check_finite_chunk(item: tuple[str, Any], *, allow_nan: bool = False) -> None:
-    """Stage ``check``: refuse NaN/inf in any float attribute of one node or edge chunk (naming the row).
-
-    An in-place overwrite (object storage) runs this over every chunk first, so bad input never
-    costs the old dataset; ingest checks values again while writing.
-    """
-    kind, chunk = item
-    if kind == "nodes":
-        where, rows, first = _where_node(chunk.ntype), chunk.read(), chunk.start
-    else:
-        where, rows, first = _where_edge(chunk.etype), chunk.read().attrs, chunk.start
-    for name, values in rows.items():
-        values = np.asarray(values)
-        if values.dtype.kind != "f" or allow_nan:
-            continue
-        bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
-        if len(bad):
-            raise InvalidInputError(f"{where}, attribute {name!r}: row {first + int(bad[0])} holds NaN or inf; clean "
-                                    "the data, or pass --allow-nan (allow_nan=True) to store it as is")
+def check_finite_rows(where: str, name: str, values: np.ndarray, first: int) -> None:
+    """Refuse NaN/inf in a float attribute's rows (``first``: the input number of the first row)."""
+    values = np.asarray(values)
+    if values.dtype.kind != "f":
+        return
+    bad = np.flatnonzero(~np.isfinite(values.reshape(len(values), -1)).all(axis=1))
+    if len(bad):
+        raise InvalidInputError(f"{where}, attribute {name!r}: row {first + int(bad[0])} holds NaN or inf; clean "
+                                "the data, or pass --allow-nan (allow_nan=True) to store it as is")

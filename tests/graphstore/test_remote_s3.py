@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import graphstore
+from graphstore.ingest.sources import as_chunked
 from graphstore import layout
 from graphstore.cli import main
 from graphstore.errors import (DatasetExistsError, DatasetNotFoundError, InvalidInputError, StorageNotFoundError,
@@ -174,6 +175,12 @@ def test_overwrite_on_s3_deletes_the_manifest_first_and_never_for_bad_input(s3):
     with pytest.raises(InvalidInputError, match="NaN"):
         graphstore.ingest(bad, url, num_parts=2, overwrite=True, storage_options=s3.storage_options)
     assert graphstore.open_dataset(url, s3.storage_options).verify() == []  # bad input deleted nothing
+    out_of_range, _ = small_graph(n=500, e=2000, seed=3)
+    out_of_range.edges[None].dst[1500] = 500  # read chunk by chunk: found by the check before the overwrite
+    with pytest.raises(InvalidInputError, match=r"edge 1500 has node ID 500, outside \[0, 500\)"):
+        graphstore.ingest(as_chunked(out_of_range), url, num_parts=2, method="random", overwrite=True,
+                          storage_options=s3.storage_options)
+    assert graphstore.open_dataset(url, s3.storage_options).verify() == []
     source, expected = small_graph(n=500, e=2000, seed=4)
     location = Recording(open_location(url, s3.storage_options))
     graphstore.ingest(source, location, num_parts=2, overwrite=True)
