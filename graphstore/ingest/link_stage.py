@@ -81,8 +81,9 @@ def add_link_split(source: ChunkedSource, rule: LinkSplit, engine: Engine) -> di
         split, decided = assign(*(np.concatenate([c[k] for c in cols]) for k in range(3)), rule, symmetric)
         wrapped = {id(c): LinkSplitChunk(c, rule, symmetric, split[c.start: c.stop]) for c in mine}
         decided = {**decided, **counts(split)}
-    source.edge_chunks = [wrapped.get(id(c), c) for c in source.edge_chunks]
-    source.edge_schema[etype] = {**source.edge_schema.get(etype, {}), layout.LINK_SPLIT: ColumnSchema("|i1")}
+    source.edge_chunks = [wrapped.get(id(c), c) for c in source.edge_chunks]  # new containers: a caller's
+    source.edge_schema = {**source.edge_schema,  # ChunkedSource keeps its own (see pipeline._open_source)
+                          etype: {**source.edge_schema.get(etype, {}), layout.LINK_SPLIT: ColumnSchema("|i1")}}
     return {etype: {"attr": layout.LINK_SPLIT, **rule.describe(), **decided}}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -117,7 +118,7 @@ def _open_source(data: Any, to_undirected: bool | None, num_parts: int) -> Chunk
     """The SOURCE as chunks, checked at the door: a graph read whole is checked whole (every array), a
     chunked one by what it declares (its chunks are checked as they are read)."""
     if reads_in_chunks(data):
-        source = resolve_chunked(data, to_undirected=to_undirected)
+        source = copy.copy(resolve_chunked(data, to_undirected=to_undirected))  # never the caller's object
     else:
         graph = resolve_source(data, to_undirected=to_undirected)
         try:

@@ -217,3 +217,14 @@ def test_progress_reports_every_edge_of_both_edge_stages(client, tmp_path):
     for stage in ("route", "edges"):
         done = [c for c in calls if c[0] == stage]
         assert sum(d for _, d, _ in done) == 20000 and {t for _, _, t in done} == {20000}, stage
+
+
+def test_parquet_source_read_by_the_workers_gives_the_local_dataset(client, tmp_path):
+    from tests.graphstore.test_read_parquet import _expected, _graph, _write
+
+    g = _graph(7)  # unsorted, negative, sparse node IDs
+    src = _write(tmp_path / "in", g)
+    for engine, extra in (("local", {}), ("dask", {"client": client})):
+        graphstore.ingest(f"parquet:{src}", tmp_path / engine, num_parts=3, method="metis", engine=engine, **extra)
+    assert _stored(str(tmp_path / "local")) == _stored(str(tmp_path / "dask"))
+    assert_roundtrip(graphstore.open_dataset(tmp_path / "dask"), _expected(g))

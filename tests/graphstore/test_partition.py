@@ -181,3 +181,19 @@ def test_a_repaired_split_says_so_in_the_log_and_details(caplog):
     assert details["rebalanced_nodes"] > 0  # Cora at 4 parts needs the repair (see README's table)
     assert any(f"moved {details['rebalanced_nodes']} nodes" in r.getMessage() for r in caplog.records)
     assert max(_balances(source, assign[None], 4).values()) <= 1.05
+
+
+def test_refinement_lowers_the_cut_the_repair_left_and_keeps_balance():
+    from graphstore.ingest.partition import _best_metis, vertex_weights
+    from graphstore.ingest.adjacency import NodeSpace
+    source = _cora_source()
+    total = source.nodes[None].num_nodes
+    xadj, adjncy, _ = symmetric_adjacency(source, {None: 0}, total)
+    train = {None: source.nodes[None].attrs["train_mask"].take(np.arange(total)).astype(bool)}
+    weights, names = vertex_weights(NodeSpace.build({None: total}, 1), train,
+                                    np.bincount(source.edges[None].dst, minlength=total))
+    repaired, _, moved = _best_metis(xadj, adjncy, None, weights, names, 4, 0)
+    assign, details = partition_nodes(source, 4, "metis")
+    assert moved > 0 and details["refined_nodes"] > 0  # Cora at 4 parts needs the repair, then refines
+    assert _cut(source, assign) < 0.9 * _cut(source, {None: repaired})
+    assert max(_balances(source, assign[None], 4).values()) <= 1.05

@@ -112,3 +112,14 @@ def test_bench_trim_times_every_trimmed_model():
     out = _run("bench_trim", "--nodes", "2000", "--steps", "2", "--batch-size", "64", "--hidden", "16")
     assert [r["model"] for r in out["rows"]] == ["sage", "gat", "gin"]
     assert all(r["untrimmed_ms"] > 0 and r["trimmed_ms"] > 0 for r in out["rows"])
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_bench_ingest_runs_both_engines_and_verifies(tmp_path):
+    out = _run("bench_ingest", "--graphs", "synthetic:nodes=20000,avg_degree=6,features=4,classes=3", "--parts", "2",
+               "--workers", "1", "--memory-limit", "1GB", "--verify", "--seed", "3")
+    assert [r["engine"] for r in out["rows"]] == ["local", "dask"]
+    for row in out["rows"]:
+        assert row["edges"] == 120_000 and row["verify"] == "ok" and row["peak_rss_gb"] > 0 and row["seconds"] > 0
+    assert out["rows"][0]["edge_cut_fraction"] == out["rows"][1]["edge_cut_fraction"]  # one budget choice: same METIS
