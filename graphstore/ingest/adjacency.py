@@ -100,6 +100,7 @@ class BucketDegrees:
 
     in_degree: np.ndarray  # int64, one per node of the bucket
     entries: int  # distinct neighbour entries (both directions, no self-loops)
+    degree: np.ndarray  # int32: each node's distinct neighbours (its degree in the graph METIS sees)
 
 
 def bucket_degrees(bucket: int, *, scratch: Scratch, space: NodeSpace) -> BucketDegrees:
@@ -117,7 +118,7 @@ def bucket_degrees(bucket: int, *, scratch: Scratch, space: NodeSpace) -> Bucket
     key = key[distinct]
     counts = np.bincount(key // space.total, minlength=hi - lo).astype(np.int64)
     scratch.put(f"csr/{bucket:05d}", {"counts": counts, "adjncy": (key % space.total).astype(space.id_dtype())})
-    return BucketDegrees(in_degree, len(key))
+    return BucketDegrees(in_degree, len(key), counts.astype(np.int32))
 
 
 @dataclass(frozen=True)

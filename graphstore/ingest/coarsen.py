@@ -25,12 +25,17 @@ from graphstore.ingest.scratch import Scratch
 logger = logging.getLogger(__name__)
 
 MAX_ROUNDS = 8  # label-propagation rounds per level at most
+STREAMS = 2  # label-propagation tasks per round, each walking its run of buckets in order (more streams see
+# fewer of each other's moves and cluster worse; a fixed count keeps the result the same on every engine)
 MAX_LEVELS = 8
+REFINE_ROUNDS = 20  # refinement rounds per level at most
 SETTLED = 0.02  # a level stops once fewer than this fraction of its vertices changed cluster in a round
 
 
 @njit(cache=True)
-def _propagate(indptr, adjncy, adjwgt, lo, labels, room, weight, salt, out):  # pragma: no cover - numba
+def _propagate(indptr, adjncy, adjwgt, lo, labels, room, weight, degree, dsum, two_m, out):  # pragma: no cover
+    """One round over one bucket: each vertex moves to the cluster of highest modularity gain (edge weight
+    to it, less what a random graph with these degrees would put there), if that cluster has room."""
     width = 1
     for i in range(len(indptr) - 1):
         width = max(width, indptr[i + 1] - indptr[i])
@@ -47,61 +52,79 @@ def _propagate(indptr, adjncy, adjwgt, lo, labels, room, weight, salt, out):  # 
             buf[k] = labels[adjncy[indptr[i] + k]]
             wbuf[k] = 1.0 if adjwgt.shape[0] == 0 else adjwgt[indptr[i] + k]
         order = np.argsort(buf[:deg])
-        best, best_score, best_tie = own, 0.0, -1
+        expect = degree[v] / two_m
+        best, best_score = own, -expect * (dsum[own] - degree[v])  # staying, with no edge into its own cluster
+        stay = best_score
         k = 0
         while k < deg:
-            label, score = buf[order[k]], 0.0
+            label, w = buf[order[k]], 0.0
             while k < deg and buf[order[k]] == label:
-                score += wbuf[order[k]]
+                w += wbuf[order[k]]
                 k += 1
             if label == own:
-                if score > best_score or (score == best_score and best != own):
-                    best, best_score = own, score
+                stay = w - expect * (dsum[own] - degree[v])
+                if stay >= best_score:
+                    best, best_score = own, stay
                 continue
-            if room[label] < weight[v]:
-                continue
-            tie = (label * 0x2545F491 + v + salt) & 0xFFFF
-            if score > best_score or (score == best_score and best != own and tie > best_tie):
-                best, best_score, best_tie = label, score, tie
-        if best != own:
+            score = w - expect * dsum[label]
+            if score > best_score and score > stay and room[label] >= weight[v]:
+                best, best_score = label, score
+        if best != own and best_score > stay:
             room[own] += weight[v]
             room[best] -= weight[v]
-            labels[v] = best  # later vertices of this bucket see the move at once
+            dsum[own] -= degree[v]
+            dsum[best] += degree[v]
+            labels[v] = best  # later vertices of this stream see the move at once
             out[i] = best
 
 
-def propagate_bucket(bucket: int, *, scratch: Scratch, level: Level, labels: np.ndarray, room: np.ndarray,
-                     weight: np.ndarray, salt: int) -> np.ndarray:
-    """Stage ``cluster``: one round of label propagation over one bucket's vertices; their new labels.
+def _streams(level: Level) -> list[range]:
+    """The buckets each label-propagation task walks in order: :data:`STREAMS` runs of consecutive buckets."""
+    cuts = np.linspace(0, level.buckets, min(STREAMS, level.buckets) + 1).astype(int)
+    return [range(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
-    ``room`` is this bucket's share of every cluster's headroom below the cap, so buckets moving at
-    once cannot overfill a cluster.
+
+def propagate_stream(buckets: range, *, scratch: Scratch, level: Level, labels: np.ndarray, room: np.ndarray,
+                     weight: np.ndarray, degree: np.ndarray, dsum: np.ndarray, two_m: float) -> np.ndarray:
+    """Stage ``cluster``: one round of label propagation over a run of buckets, one bucket in memory at a
+    time, every move seen at once by the vertices after it; the run's new labels.
+
+    ``room`` is this stream's share of every cluster's headroom, so streams moving at once cannot
+    overfill a cluster; ``dsum`` is every cluster's total degree.
     """
-    indptr, adjncy, adjwgt = level.piece(scratch, bucket)
-    out = np.empty(len(indptr) - 1, labels.dtype)
-    _propagate(indptr, adjncy, np.zeros(0) if adjwgt is None else adjwgt, int(level.bounds[bucket]), labels.copy(),
-               room.copy(), weight, int(salt), out)
-    return out
+    labels, room, dsum, out = labels.copy(), room.copy(), dsum.copy(), []
+    for bucket in buckets:
+        indptr, adjncy, adjwgt = level.piece(scratch, bucket)
+        out.append(np.empty(len(indptr) - 1, labels.dtype))
+        _propagate(indptr, adjncy, np.zeros(0) if adjwgt is None else adjwgt, int(level.bounds[bucket]), labels,
+                   room, weight, degree, dsum, float(two_m), out[-1])
+    return np.concatenate(out) if out else np.zeros(0, labels.dtype)
 
 
-def cluster_level(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, cap: float,
-                  progress: Progress | None = None) -> tuple[np.ndarray, int]:
-    """Label propagation on one level until settled: each vertex's cluster (``0..C-1``) and ``C``."""
-    labels = np.arange(level.size, dtype=np.int64)
-    weight = weight.astype(np.float64)
-    for round_ in range(MAX_ROUNDS):
+def cluster_level(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, degree: np.ndarray,
+                  cap: float, progress: Progress | None = None) -> tuple[np.ndarray, int]:
+    """Size-constrained label propagation by modularity gain on one level, until settled: each vertex's
+    cluster (``0..C-1``) and ``C``. ``degree``: each vertex's total degree in the fine graph."""
+    labels = np.arange(level.size, dtype=np.int32 if level.size < 2**31 else np.int64)
+    weight, degree = weight.astype(np.float32), degree.astype(np.float64)
+    streams = _streams(level)
+    for _ in range(MAX_ROUNDS):
         sizes = np.bincount(labels, weights=weight, minlength=level.size)
-        room = (cap - sizes) / level.buckets
-        pieces = engine.map("cluster", propagate_bucket, list(range(level.buckets)), progress, None,
-                            scratch=scratch, level=level, labels=labels, room=room, weight=weight,
-                            salt=round_ * 7919 + 1)
+        # a cluster at most doubles in a round: clusters grow by majority, not by who moved first
+        room = (np.minimum(cap - sizes, np.maximum(sizes, weight.mean())) / len(streams)).astype(np.float32)
+        dsum = np.bincount(labels, weights=degree, minlength=level.size)
+        pieces = engine.map("cluster", propagate_stream, streams, progress, None, scratch=scratch, level=level,
+                            labels=labels, room=room, weight=weight, degree=degree, dsum=dsum,
+                            two_m=max(float(degree.sum()), 1.0))
+        del room, dsum
         new = np.concatenate(pieces)
         changed = int(np.count_nonzero(new != labels))
+        logger.debug("label propagation on %d vertices: %d moved", level.size, changed)
         labels = new
         if changed < SETTLED * level.size:
             break
     _, cluster = np.unique(labels, return_inverse=True)
-    return cluster.astype(np.int64), int(cluster.max()) + 1 if len(cluster) else 0
+    return cluster.astype(labels.dtype), int(cluster.max()) + 1 if len(cluster) else 0
 
 
 def _split(count: int, buckets: int) -> np.ndarray:
@@ -154,28 +177,31 @@ def contract(engine: Engine, scratch: Scratch, level: Level, cluster: np.ndarray
     return nxt, np.sum(hists, axis=0)
 
 
-def coarsen(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, clusters: int,
-            fits: Callable[[int, int], bool], progress: Progress | None = None
-            ) -> tuple[Level, np.ndarray, np.ndarray]:
-    """Contract ``level`` until METIS on it ``fits(vertices, edges)`` one task, or it stops shrinking.
+def coarsen(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, degree: np.ndarray,
+            clusters: int, fits: Callable[[int, int], bool], progress: Progress | None = None
+            ) -> tuple[list[tuple[Level, np.ndarray]], Level, np.ndarray]:
+    """Contract ``level`` until it has at most ``4 * clusters`` vertices and METIS on it ``fits(vertices,
+    edges)`` one task, or until it stops shrinking.
 
-    No cluster outweighs ``weight.sum() / clusters``. Returns the last level, its edge-weight
-    histogram (see :func:`reduce_bucket`), and each vertex's vertex on that level.
+    No cluster outweighs ``weight.sum() / clusters``. Returns the levels contracted, each with the
+    cluster (next level's vertex) of each of its vertices, the last level, and that level's edge-weight
+    histogram (see :func:`reduce_bucket`).
     """
     cap = float(weight.sum()) / clusters
-    mapping = np.arange(level.size, dtype=np.int64)
     hist = np.zeros((2, 64))
+    levels: list[tuple[Level, np.ndarray]] = []
     for depth in range(1, MAX_LEVELS + 1):
-        cluster, count = cluster_level(engine, scratch, level, weight, cap, progress)
+        cluster, count = cluster_level(engine, scratch, level, weight, degree, cap, progress)
         logger.info("coarsening level %d: %d vertices into %d clusters", depth, level.size, count)
         if count > 0.95 * level.size:
             break
+        levels.append((level, cluster))
         level, hist = contract(engine, scratch, level, cluster, count, f"level{depth}", progress)
         weight = np.bincount(cluster, weights=weight, minlength=count)
-        mapping = cluster[mapping]
+        degree = np.bincount(cluster, weights=degree, minlength=count)
         if fits(level.size, int(hist[0].sum())):
             break
-    return level, hist, mapping
+    return levels, level, hist
 
 
 def weight_floor(histogram: np.ndarray, max_entries: int) -> int:
@@ -206,81 +232,110 @@ def load_level(scratch: Scratch, level: Level, floor: int) -> tuple[np.ndarray, 
 
 
 @njit(cache=True)
-def _refine(indptr, adjncy, lo, parts, room, weight, out):  # pragma: no cover - numba
-    counts = np.zeros(room.shape[0], np.int64)
+def _propose(indptr, adjncy, adjwgt, lo, parts, over, target, gain):  # pragma: no cover - numba
+    """For each vertex, the other part most of its edge weight leads to, and the gain of moving there
+    (edge weight there less edge weight at home). Vertices propose a move when it gains, or, in a part
+    that is ``over`` its cap, whatever it costs (-inf: no other part to go to)."""
+    num_parts = len(over)
+    counts = np.zeros(num_parts, np.float64)
     for i in range(len(indptr) - 1):
-        v = lo + i
-        own = parts[v]
-        out[i] = own
-        if indptr[i + 1] == indptr[i]:
-            continue
-        counts[:] = 0
+        own = parts[lo + i]
+        counts[:] = 0.0
         for k in range(indptr[i], indptr[i + 1]):
-            counts[parts[adjncy[k]]] += 1
-        best, best_gain = own, 0
-        for p in range(room.shape[0]):
-            gain = counts[p] - counts[own]
-            if p == own or gain <= best_gain:
+            counts[parts[adjncy[k]]] += 1.0 if adjwgt.shape[0] == 0 else adjwgt[k]
+        target[i], gain[i] = own, -np.inf
+        for p in range(num_parts):
+            if p != own and counts[p] - counts[own] > gain[i]:
+                target[i], gain[i] = p, counts[p] - counts[own]
+        if gain[i] <= 0 and not over[own]:
+            target[i], gain[i] = own, -np.inf
+
+
+@njit(cache=True)
+def _accept(movers, target, gain, parts, weight, load, cap, passes):  # pragma: no cover - numba
+    """Apply proposed moves, best gain first (``movers`` in that order), each only while its target part
+    stays within ``cap`` in every constraint; a move that loses edge weight only while its own part is
+    still over ``cap``. Later passes take moves that earlier departures made room for (so parts can
+    trade vertices). Returns how many moved."""
+    done = np.zeros(len(movers), np.bool_)
+    moved = 0
+    for _ in range(passes):
+        before = moved
+        for j in range(len(movers)):
+            if done[j]:
                 continue
-            fits = True
-            for c in range(room.shape[1]):
-                if room[p, c] < weight[v, c]:
+            v, b = movers[j], target[j]
+            a = parts[v]
+            fits, needed = True, gain[j] > 0
+            for c in range(load.shape[1]):
+                if load[b, c] + weight[v, c] > cap[c]:
                     fits = False
-            if fits:
-                best, best_gain = p, gain
-        if best != own:
-            for c in range(room.shape[1]):
-                room[best, c] -= weight[v, c]
-                room[own, c] += weight[v, c]
-            parts[v] = best
-            out[i] = best
+                if load[a, c] > cap[c] and weight[v, c] > 0:
+                    needed = True
+            if fits and needed:
+                for c in range(load.shape[1]):
+                    load[b, c] += weight[v, c]
+                    load[a, c] -= weight[v, c]
+                parts[v] = b
+                done[j] = True
+                moved += 1
+        if moved == before:
+            break
+    return moved
 
 
-def refine_bucket(bucket: int, *, scratch: Scratch, level: Level, parts: np.ndarray, room: np.ndarray,
-                  weight: np.ndarray) -> np.ndarray:
-    """Stage ``refine``: move each node of one bucket to the part holding more of its neighbours, where
-    that part has ``room`` (this bucket's share of every constraint's headroom); the bucket's new parts."""
-    indptr, adjncy, _ = level.piece(scratch, bucket)
-    out = np.empty(len(indptr) - 1, parts.dtype)
-    _refine(indptr, adjncy, int(level.bounds[bucket]), parts.copy(), room.copy(), weight, out)
-    return out
+def propose_stream(buckets: range, *, scratch: Scratch, level: Level, parts: np.ndarray,
+                   over: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stage ``refine``: the moves a run of buckets' vertices propose, as (vertices, target parts, gains)."""
+    found = []
+    for bucket in buckets:
+        indptr, adjncy, adjwgt = level.piece(scratch, bucket)
+        target, gain = np.empty(len(indptr) - 1, parts.dtype), np.empty(len(indptr) - 1, np.float64)
+        _propose(indptr, adjncy, np.zeros(0) if adjwgt is None else adjwgt, int(level.bounds[bucket]), parts, over,
+                 target, gain)
+        keep = np.flatnonzero(gain > -np.inf)
+        found.append((keep + int(level.bounds[bucket]), target[keep], gain[keep]))
+    return tuple(np.concatenate([f[k] for f in found]) for k in range(3)) if found else \
+        (np.zeros(0, np.int64), np.zeros(0, parts.dtype), np.zeros(0, np.float64))
 
 
 def refine_parts(engine: Engine, scratch: Scratch, level: Level, parts: np.ndarray, weights: np.ndarray,
                  num_parts: int, target: float, progress: Progress | None = None) -> int:
-    """Label-propagation refinement of ``parts`` (in place) on a graph on disk: rounds in which a node
-    moves to the part most of its neighbours are in while no constraint's load passes ``target`` times
-    its mean. Each bucket gets an equal share of the headroom, so buckets moving at once cannot
-    overfill a part. Returns how many moves were made."""
-    def one_round(room: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        return np.concatenate(engine.map("refine", refine_bucket, list(range(level.buckets)), progress, None,
-                                         scratch=scratch, level=level, parts=parts, room=room / level.buckets,
-                                         weight=weight))
-    return _refine_rounds(one_round, parts, weights, num_parts, target)
+    """Balanced label-propagation refinement of ``parts`` (in place) on a graph on disk: in each round every
+    vertex proposes the part most of its edge weight leads to (the streams in parallel), and the client
+    applies the proposals best gain first while no constraint's load passes ``target`` times its mean;
+    vertices of a part over that leave it, least loss first, until it is not. Returns the moves made."""
+    def proposals(over: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        found = engine.map("refine", propose_stream, [range(b, b + 1) for b in range(level.buckets)], progress,
+                           None, scratch=scratch, level=level, parts=parts, over=over)
+        return tuple(np.concatenate([f[k] for f in found]) for k in range(3))
+    return _refine_rounds(proposals, parts, weights, num_parts, target)
 
 
 def refine_graph(xadj: np.ndarray, adjncy: np.ndarray, parts: np.ndarray, weights: np.ndarray, num_parts: int,
                  target: float) -> int:
-    """:func:`refine_parts` on a graph in memory (one sequential pass a round); returns the moves made."""
-    def one_round(room: np.ndarray, weight: np.ndarray) -> np.ndarray:
-        out = np.empty_like(parts)
-        _refine(xadj, adjncy, 0, parts.copy(), room, weight, out)
-        return out
-    return _refine_rounds(one_round, parts, weights, num_parts, target)
+    """:func:`refine_parts` on a graph in memory; returns the moves made."""
+    def proposals(over: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        node_target, gain = np.empty_like(parts), np.empty(len(parts), np.float64)
+        _propose(xadj, adjncy, np.zeros(0), 0, parts, over, node_target, gain)
+        keep = np.flatnonzero(gain > -np.inf)
+        return keep, node_target[keep], gain[keep]
+    return _refine_rounds(proposals, parts, weights, num_parts, target)
 
 
-def _refine_rounds(one_round: Callable[[np.ndarray, np.ndarray], np.ndarray], parts: np.ndarray,
-                   weights: np.ndarray, num_parts: int, target: float) -> int:
+def _refine_rounds(proposals: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
+                   parts: np.ndarray, weights: np.ndarray, num_parts: int, target: float) -> int:
     weight = weights.astype(np.float64)
     cap = weight.sum(axis=0) / num_parts * (target - 1e-9)  # strictly within target, rounding included
     moves = 0
-    for _ in range(MAX_ROUNDS):
+    for _ in range(REFINE_ROUNDS):
         load = np.stack([np.bincount(parts, weights=weight[:, c], minlength=num_parts)
                          for c in range(weight.shape[1])], axis=1)
-        new = one_round(cap[None, :] - load, weight)
-        changed = int(np.count_nonzero(new != parts))
-        parts[:] = new
+        movers, to, gain = proposals((load > cap[None, :]).any(axis=1))
+        order = np.argsort(-gain, kind="stable")
+        changed = int(_accept(movers[order], to[order], gain[order], parts, weight, load, cap, 4))
         moves += changed
+        logger.debug("refinement round: %d of %d vertices moved", changed, len(parts))
         if changed < SETTLED * len(parts) / 20:
             break
     return moves

@@ -11,8 +11,8 @@ import numpy as np
 class Relabel:
     """The range partition book of one node type and the maps between input and global IDs."""
 
-    order: np.ndarray  # global ID -> input ID (increasing within a partition)
-    new_of_orig: np.ndarray  # input ID -> global ID
+    order: np.ndarray  # global ID -> input ID (increasing within a partition); int32 below 2**31 nodes
+    new_of_orig: np.ndarray  # input ID -> global ID (the same dtype)
     offsets: np.ndarray  # partition p owns global IDs [offsets[p], offsets[p + 1])
 
     @property
@@ -33,7 +33,7 @@ def relabel(assign: np.ndarray, num_parts: int) -> Relabel:
     >>> r.order.tolist(), r.new_of_orig.tolist(), r.offsets.tolist()
     ([1, 3, 0, 2], [2, 0, 3, 1], [0, 2, 4])
     """
-    order = np.argsort(assign, kind="stable").astype(np.int64)
+    order = np.argsort(assign, kind="stable").astype(np.int32 if len(assign) < 2**31 else np.int64)
     new_of_orig = np.empty_like(order)
     new_of_orig[order] = np.arange(len(order), dtype=np.int64)
     offsets = np.zeros(num_parts + 1, np.int64)
