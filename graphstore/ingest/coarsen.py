@@ -28,6 +28,7 @@ MAX_ROUNDS = 8  # label-propagation rounds per level at most
 STREAMS = 2  # label-propagation tasks per round, each walking its run of buckets in order (more streams see
 # fewer of each other's moves and cluster worse; a fixed count keeps the result the same on every engine)
 MAX_LEVELS = 8
+GROWTH = 4  # a cluster grows at most this many times over in one round
 REFINE_ROUNDS = 20  # refinement rounds per level at most
 SETTLED = 0.02  # a level stops once fewer than this fraction of its vertices changed cluster in a round
 
@@ -106,13 +107,15 @@ def cluster_level(engine: Engine, scratch: Scratch, level: Level, weight: np.nda
     """Size-constrained label propagation by modularity gain on one level, until settled: each vertex's
     cluster (``0..C-1``) and ``C``. ``degree``: each vertex's total degree in the fine graph."""
     labels = np.arange(level.size, dtype=np.int32 if level.size < 2**31 else np.int64)
-    weight, degree = weight.astype(np.float32), degree.astype(np.float64)
+    weight, degree = weight.astype(np.float32), degree.astype(np.float32)  # 4 bytes a vertex on the wire
     streams = _streams(level)
     for _ in range(MAX_ROUNDS):
         sizes = np.bincount(labels, weights=weight, minlength=level.size)
-        # a cluster at most doubles in a round: clusters grow by majority, not by who moved first
-        room = (np.minimum(cap - sizes, np.maximum(sizes, weight.mean())) / len(streams)).astype(np.float32)
-        dsum = np.bincount(labels, weights=degree, minlength=level.size)
+        # a cluster grows at most GROWTH-fold (from at least the mean vertex) in a round: clusters grow by
+        # majority, not by who moved first
+        room = np.minimum(cap - sizes, GROWTH * np.maximum(sizes, weight.mean()))
+        room = (room / len(streams)).astype(np.float32)
+        dsum = np.bincount(labels, weights=degree, minlength=level.size).astype(np.float32)
         pieces = engine.map("cluster", propagate_stream, streams, progress, None, scratch=scratch, level=level,
                             labels=labels, room=room, weight=weight, degree=degree, dsum=dsum,
                             two_m=max(float(degree.sum()), 1.0))
@@ -199,7 +202,7 @@ def coarsen(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, 
         level, hist = contract(engine, scratch, level, cluster, count, f"level{depth}", progress)
         weight = np.bincount(cluster, weights=weight, minlength=count)
         degree = np.bincount(cluster, weights=degree, minlength=count)
-        if fits(level.size, int(hist[0].sum())):
+        if level.size <= 4 * clusters and fits(level.size, int(hist[0].sum())):
             break
     return levels, level, hist
 
@@ -294,9 +297,10 @@ def propose_stream(buckets: range, *, scratch: Scratch, level: Level, parts: np.
         _propose(indptr, adjncy, np.zeros(0) if adjwgt is None else adjwgt, int(level.bounds[bucket]), parts, over,
                  target, gain)
         keep = np.flatnonzero(gain > -np.inf)
-        found.append((keep + int(level.bounds[bucket]), target[keep], gain[keep]))
+        found.append(((keep + int(level.bounds[bucket])).astype(parts.dtype), target[keep],
+                      gain[keep].astype(np.float32)))
     return tuple(np.concatenate([f[k] for f in found]) for k in range(3)) if found else \
-        (np.zeros(0, np.int64), np.zeros(0, parts.dtype), np.zeros(0, np.float64))
+        (np.zeros(0, parts.dtype), np.zeros(0, parts.dtype), np.zeros(0, np.float32))
 
 
 def refine_parts(engine: Engine, scratch: Scratch, level: Level, parts: np.ndarray, weights: np.ndarray,
@@ -313,11 +317,12 @@ def refine_parts(engine: Engine, scratch: Scratch, level: Level, parts: np.ndarr
 
 
 def refine_graph(xadj: np.ndarray, adjncy: np.ndarray, parts: np.ndarray, weights: np.ndarray, num_parts: int,
-                 target: float) -> int:
-    """:func:`refine_parts` on a graph in memory; returns the moves made."""
+                 target: float, adjwgt: np.ndarray | None = None) -> int:
+    """:func:`refine_parts` on a graph in memory (edge weights ``adjwgt``, or 1); returns the moves made."""
     def proposals(over: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         node_target, gain = np.empty_like(parts), np.empty(len(parts), np.float64)
-        _propose(xadj, adjncy, np.zeros(0), 0, parts, over, node_target, gain)
+        _propose(xadj, adjncy, np.zeros(0) if adjwgt is None else adjwgt.astype(np.float64), 0, parts, over,
+                 node_target, gain)
         keep = np.flatnonzero(gain > -np.inf)
         return keep, node_target[keep], gain[keep]
     return _refine_rounds(proposals, parts, weights, num_parts, target)
