@@ -1,0 +1,148 @@
+"""Per-block arrays the engine derives from a block's stored ones, built once and then reused:
+alias tables of the edge weights and each destination's edges sorted by time.
+
+Built at first use (numba, one pass over the block) and kept per process; for dataset blocks of 16 MiB
+of sources or more also written to the dataset's cache directory (``<cache_dir>/derived``, keyed by the stored arrays'
+checksums, atomic rename) and memory-mapped from there, so every process and every later run on the
+machine shares one copy in page cache instead of building its own. Ingest is not involved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from typing import Callable
+
+import numpy as np
+from numba import njit
+
+logger = logging.getLogger(__name__)
+
+STORE_MIN_BYTES = 1 << 24  # smaller sources are rebuilt by each process (a fraction of a second), never stored
+_BUILT: dict[tuple, tuple] = {}  # (kind, id of each source array) -> (sources, result)
+_LOCK = threading.Lock()
+
+
+@njit(cache=True, nogil=True)
+def alias_table(indptr, weight):
+    """Walker's alias table of each destination's edges (Vose's construction), interleaved per CSC
+    position ``p``: ``out[2p]`` the probability of keeping column ``p``, ``out[2p + 1]`` the offset (within
+    the destination's edges) of its alias. Non-positive and NaN weights are never drawn; a destination
+    without a positive weight has ``out[2 * start] = -1``."""
+    out = np.empty(2 * len(weight), np.float64)
+    max_deg = 0
+    for v in range(len(indptr) - 1):
+        max_deg = max(max_deg, indptr[v + 1] - indptr[v])
+    q, small, large = np.empty(max_deg, np.float64), np.empty(max_deg, np.int64), np.empty(max_deg, np.int64)
+    for v in range(len(indptr) - 1):
+        s, n = indptr[v], indptr[v + 1] - indptr[v]
+        total, heaviest = 0.0, 0
+        for j in range(n):
+            w = weight[s + j]
+            if w > 0:
+                total += w
+                heaviest = j if not weight[s + heaviest] >= w else heaviest
+        if n and total <= 0.0:
+            out[2 * s] = -1.0
+            continue
+        _vose(weight, s, n, total, heaviest, q, small, large, out)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _vose(weight, s, n, total, heaviest, q, small, large, out):
+    ns = nl = 0
+    for j in range(n):
+        w = weight[s + j]
+        q[j] = (w if w > 0 else 0.0) * n / total
+        if q[j] < 1.0:
+            small[ns] = j
+            ns += 1
+        else:
+            large[nl] = j
+            nl += 1
+    while ns > 0 and nl > 0:
+        ns, nl = ns - 1, nl - 1
+        lo, hi = small[ns], large[nl]
+        out[2 * (s + lo)], out[2 * (s + lo) + 1] = q[lo], hi
+        q[hi] = (q[hi] + q[lo]) - 1.0
+        if q[hi] < 1.0:
+            small[ns] = hi
+            ns += 1
+        else:
+            large[nl] = hi
+            nl += 1
+    for i in range(nl):
+        out[2 * (s + large[i])], out[2 * (s + large[i]) + 1] = 1.0, large[i]
+    for i in range(ns):  # rounding leftovers: kept if drawable, else always sent to the heaviest edge
+        j = small[i]
+        keep = weight[s + j] > 0
+        out[2 * (s + j)], out[2 * (s + j) + 1] = (1.0 if keep else 0.0), (j if keep else heaviest)
+
+
+@njit(cache=True, nogil=True)
+def time_sorted(indptr, key):
+    """Each destination's edges in time order: ``(times, offsets)`` per CSC position, the ``i``-th of a
+    destination being its edge at offset ``offsets[...]`` (int32, within the destination's edges). Equal
+    times are ordered latest position first, so the last ``k`` of a prefix are the earliest positions
+    among equal times (the rule of the scan it replaces)."""
+    tkey, toff = np.empty(len(key), np.int64), np.empty(len(key), np.int32)
+    for v in range(len(indptr) - 1):
+        s, n = indptr[v], indptr[v + 1] - indptr[v]
+        if n == 0:
+            continue
+        ordered = True
+        for j in range(1, n):
+            ordered &= key[s + j] > key[s + j - 1]
+        if ordered:
+            for j in range(n):
+                tkey[s + j], toff[s + j] = key[s + j], j
+            continue
+        order = np.argsort(key[s: s + n][::-1], kind="mergesort")
+        for i in range(n):
+            j = n - 1 - order[i]
+            tkey[s + i], toff[s + i] = key[s + j], j
+    return tkey, toff
+
+
+def derived(kind: str, sources: tuple[np.ndarray, ...], build: Callable[[], tuple[np.ndarray, ...]], count: int,
+            origin: str = "", cache_dir: str | None = None) -> tuple[np.ndarray, ...]:
+    """The arrays ``build()`` derives from ``sources``, built once per process (kept while the sources
+    live); with ``origin`` (what the sources are, e.g. a dataset's checksums) and ``cache_dir`` also
+    stored there and memory-mapped (copy-on-write: writable, as the kernels want)."""
+    key = (kind, *(id(a) for a in sources))
+    with _LOCK:
+        hit = _BUILT.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
+            return hit[1]
+    stored = origin and cache_dir and sum(a.nbytes for a in sources) >= STORE_MIN_BYTES
+    result = _stored(kind, origin, cache_dir, build, count) if stored else build()
+    with _LOCK:
+        _BUILT[key] = (sources, result)  # holding the sources keeps their ids from being reused
+    return result
+
+
+def _stored(kind: str, origin: str, cache_dir: str, build: Callable[[], tuple[np.ndarray, ...]], count: int
+            ) -> tuple[np.ndarray, ...]:
+    digest = hashlib.sha256(f"{kind}|{origin}".encode()).hexdigest()[:32]
+    folder = os.path.join(cache_dir, "derived")
+    paths = [os.path.join(folder, f"{kind}-{digest}-{i}.npy") for i in range(count)]
+    try:
+        if os.path.exists(paths[0]):  # written last: the others are complete
+            return tuple(np.load(p, mmap_mode="c") for p in paths)
+    except (OSError, ValueError):
+        logger.warning("derived %s arrays in %s are unreadable; building them again", kind, folder)
+    result = build()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        for path, array in reversed(list(zip(paths, result))):  # the first one is written last: the commit
+            tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+            with open(tmp, "wb") as f:
+                np.save(f, array)
+            os.replace(tmp, path)
+        return tuple(np.load(p, mmap_mode="c") for p in paths)
+    except OSError as exc:  # a read-only or full cache: keep the arrays in memory
+        logger.warning("cannot store derived %s arrays in %s (%s); keeping them in memory", kind, folder, exc)
+        return result
