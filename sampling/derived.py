@@ -27,11 +27,12 @@ _LOCK = threading.Lock()
 
 @njit(cache=True, nogil=True)
 def alias_table(indptr, weight):
-    """Walker's alias table of each destination's edges (Vose's construction), interleaved per CSC
-    position ``p``: ``out[2p]`` the probability of keeping column ``p``, ``out[2p + 1]`` the offset (within
-    the destination's edges) of its alias. Non-positive and NaN weights are never drawn; a destination
-    without a positive weight has ``out[2 * start] = -1``."""
-    out = np.empty(2 * len(weight), np.float64)
+    """Walker's alias table of each destination's edges (Vose's construction), 8 bytes per CSC position
+    ``p`` (uint32): ``out[2p]`` the threshold below which 32 uniform bits keep column ``p`` (0: a
+    non-positive or NaN weight, never kept; a kept column's threshold is at least 1), ``out[2p + 1]``
+    the offset (within the destination's edges) of its alias, which a column that is always kept
+    aliases to itself. A destination without a positive weight has ``out[2 * start + 1] = 2**32 - 1``."""
+    out = np.empty(2 * len(weight), np.uint32)
     max_deg = 0
     for v in range(len(indptr) - 1):
         max_deg = max(max_deg, indptr[v + 1] - indptr[v])
@@ -45,10 +46,21 @@ def alias_table(indptr, weight):
                 total += w
                 heaviest = j if not weight[s + heaviest] >= w else heaviest
         if n and total <= 0.0:
-            out[2 * s] = -1.0
+            for j in range(n):
+                out[2 * (s + j)], out[2 * (s + j) + 1] = 0, 0xFFFFFFFF
             continue
         _vose(weight, s, n, total, heaviest, q, small, large, out)
     return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set(out, s, j, prob, alias, drawable):
+    if not drawable:
+        out[2 * (s + j)], out[2 * (s + j) + 1] = 0, alias
+    elif prob >= 1.0:
+        out[2 * (s + j)], out[2 * (s + j) + 1] = 0xFFFFFFFF, j
+    else:
+        out[2 * (s + j)], out[2 * (s + j) + 1] = max(np.uint32(1), np.uint32(prob * 4294967296.0)), alias
 
 
 @njit(cache=True, nogil=True)
@@ -66,7 +78,7 @@ def _vose(weight, s, n, total, heaviest, q, small, large, out):
     while ns > 0 and nl > 0:
         ns, nl = ns - 1, nl - 1
         lo, hi = small[ns], large[nl]
-        out[2 * (s + lo)], out[2 * (s + lo) + 1] = q[lo], hi
+        _set(out, s, lo, q[lo], hi, weight[s + lo] > 0)
         q[hi] = (q[hi] + q[lo]) - 1.0
         if q[hi] < 1.0:
             small[ns] = hi
@@ -75,20 +87,19 @@ def _vose(weight, s, n, total, heaviest, q, small, large, out):
             large[nl] = hi
             nl += 1
     for i in range(nl):
-        out[2 * (s + large[i])], out[2 * (s + large[i]) + 1] = 1.0, large[i]
+        _set(out, s, large[i], 1.0, large[i], True)
     for i in range(ns):  # rounding leftovers: kept if drawable, else always sent to the heaviest edge
         j = small[i]
-        keep = weight[s + j] > 0
-        out[2 * (s + j)], out[2 * (s + j) + 1] = (1.0 if keep else 0.0), (j if keep else heaviest)
+        _set(out, s, j, 1.0, heaviest, weight[s + j] > 0)
 
 
 @njit(cache=True, nogil=True)
 def time_sorted(indptr, key):
-    """Each destination's edges in time order: ``(times, offsets)`` per CSC position, the ``i``-th of a
-    destination being its edge at offset ``offsets[...]`` (int32, within the destination's edges). Equal
-    times are ordered latest position first, so the last ``k`` of a prefix are the earliest positions
-    among equal times (the rule of the scan it replaces)."""
-    tkey, toff = np.empty(len(key), np.int64), np.empty(len(key), np.int32)
+    """Each destination's edges in time order, interleaved per CSC position: ``out[2i]`` the time of the
+    ``i``-th edge in that order (within its destination's range), ``out[2i + 1]`` its offset among the
+    destination's edges. Equal times are ordered latest position first, so the last ``k`` of a prefix
+    are the earliest positions among equal times (the rule of the scan it replaces)."""
+    out = np.empty(2 * len(key), np.int64)
     for v in range(len(indptr) - 1):
         s, n = indptr[v], indptr[v + 1] - indptr[v]
         if n == 0:
@@ -98,13 +109,13 @@ def time_sorted(indptr, key):
             ordered &= key[s + j] > key[s + j - 1]
         if ordered:
             for j in range(n):
-                tkey[s + j], toff[s + j] = key[s + j], j
+                out[2 * (s + j)], out[2 * (s + j) + 1] = key[s + j], j
             continue
         order = np.argsort(key[s: s + n][::-1], kind="mergesort")
         for i in range(n):
             j = n - 1 - order[i]
-            tkey[s + i], toff[s + i] = key[s + j], j
-    return tkey, toff
+            out[2 * (s + i)], out[2 * (s + i) + 1] = key[s + j], j
+    return out
 
 
 def derived(kind: str, sources: tuple[np.ndarray, ...], build: Callable[[], tuple[np.ndarray, ...]], count: int,

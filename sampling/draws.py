@@ -35,6 +35,20 @@ def _uniform01(s0, s1, s2, s3):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _column(n, s0, s1, s2, s3):
+    """An alias draw from one 64-bit number: a column in ``[0, n)`` from the high half (Lemire's
+    multiply-shift; the rare rejection draws again) and 32 uniform bits from the low half."""
+    nn = np.uint64(n)
+    while True:
+        r, s0, s1, s2, s3 = _next(s0, s1, s2, s3)
+        m = (r >> np.uint64(32)) * nn
+        low = m & np.uint64(0xFFFFFFFF)
+        if low >= nn or low >= (np.uint64(0x100000000) - nn) % nn:  # the modulo only in the rare case
+            break
+    return np.int64(m >> np.uint64(32)), np.uint32(r & np.uint64(0xFFFFFFFF)), s0, s1, s2, s3
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _search(cum, base, count, u):
     """The first offset ``j < count`` with ``cum[base + j] > u`` (the last one if none is); branch-free
     halving; a short segment is counted instead (independent compares the CPU vectorises)."""
@@ -124,26 +138,35 @@ def _weighted(state, cum, base, count, k, replace, out, e):
 @njit(cache=True, nogil=True)
 def _weighted_alias(state, alias, weight, cum, start, count, k, replace, out, e):
     """As :func:`_weighted` over a node's whole CSC segment ``[start, start + count)``, a draw being one
-    alias-table read (``alias[2p]`` the probability of keeping column ``p``, ``alias[2p + 1]`` the
-    offset of its alias; ``alias[2 * start] < 0``: no positive weight). ``cum`` is scratch."""
-    if count == 0 or alias[2 * start] < 0.0:
+    read of its alias table (:func:`sampling.derived.alias_table`: per position a uint32 threshold and
+    the offset of its alias); ``cum`` is scratch. Repeats are found in a bit mask (up to 64 edges)."""
+    if count == 0 or np.int32(alias[2 * start + 1]) < 0:
         return 0
     m = 0
     if k < 0 or (not replace and count <= k):
         for j in range(count):
-            if weight[start + j] > 0.0:
+            if alias[2 * (start + j)] > 0:  # a positive weight
                 out[e + m] = j
                 m += 1
         return m
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     tries = k if replace else 2 * k + 8
+    mask = np.uint64(0)
     while m < k and tries > 0:
         tries -= 1
-        j, s0, s1, s2, s3 = _below(count, s0, s1, s2, s3)
-        u, s0, s1, s2, s3 = _uniform01(s0, s1, s2, s3)
-        if u >= alias[2 * (start + j)]:
+        j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
+        if low >= alias[2 * (start + j)]:
             j = np.int64(alias[2 * (start + j) + 1])
-        if replace or not _taken(out, e, m, j):
+        if replace:
+            out[e + m] = j
+            m += 1
+        elif count <= 64:
+            bit = np.uint64(1) << np.uint64(j)
+            if not mask & bit:
+                mask |= bit
+                out[e + m] = j
+                m += 1
+        elif not _taken(out, e, m, j):
             out[e + m] = j
             m += 1
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3

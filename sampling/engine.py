@@ -70,15 +70,14 @@ class BlockArgs:
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
 
     def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None) -> None:
-        self.times = self.tkeys = self.toffs = self.node_time = None
+        self.times = self.tcuts = self.node_time = None
         edge_times = variants.temporal and all(len(b.time) == len(b.indices) for b in blocks)
         node_time = _ready(node_time, np.int64) if variants.temporal and node_time is not None else None
         self.timed = edge_times or node_time is not None
         if edge_times and node_time is not None:  # both constrain: scanned
             self.times, self.node_time = tuple(_ready(b.time, np.int64) for b in blocks), node_time
         elif self.timed:
-            cuts = [_time_sorted(b, node_time) for b in blocks]
-            self.tkeys, self.toffs = tuple(c[0] for c in cuts), tuple(c[1] for c in cuts)
+            self.tcuts = tuple(_time_sorted(b, node_time) for b in blocks)
 
     def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> tuple:
         """The variant tuple; ``timed``: limits are given (else times are ignored); ``exclusion`` =
@@ -86,7 +85,7 @@ class BlockArgs:
         t = timed and self.timed
         excl, mul, mode = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0))
         return (self.src, self.stride, self.weights, self.aliases, self.times if t else None,
-                self.tkeys if t else None, self.toffs if t else None, self.node_time if t else None,
+                self.tcuts if t else None, self.node_time if t else None,
                 bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
 
 
@@ -96,16 +95,16 @@ def _aliases(block: CSCBlock, weight: np.ndarray) -> np.ndarray:
                            *_origin(block, "weight"))[0]
 
 
-def _time_sorted(block: CSCBlock, node_time: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _time_sorted(block: CSCBlock, node_time: np.ndarray | None) -> np.ndarray:
     indptr = _ready(block.indptr, np.int64)
     if node_time is None:
         time = _ready(block.time, np.int64)
-        return derived.derived("tsorted", (block.indptr, block.time), lambda: derived.time_sorted(indptr, time), 2,
-                               *_origin(block, "time"))
+        return derived.derived("tsorted", (block.indptr, block.time), lambda: (derived.time_sorted(indptr, time),),
+                               1, *_origin(block, "time"))[0]
     indices = block.indices
     return derived.derived("nsorted", (block.indptr, block.indices, node_time),
-                           lambda: derived.time_sorted(indptr, node_time[np.asarray(indices)]), 2,
-                           *_origin(block, "node-time"))
+                           lambda: (derived.time_sorted(indptr, node_time[np.asarray(indices)]),), 1,
+                           *_origin(block, "node-time"))[0]
 
 
 def _origin(block: CSCBlock, what: str) -> tuple[str, str | None]:

@@ -11,8 +11,8 @@ pays for another, and variants combine (weighted + temporal + disjoint + masked 
   redrawn (successive draws ∝ weight), after a few the rest are drawn exactly from the weight left.
   When other filters leave a subset of the edges, the subset's cumulative weights are searched.
 - temporal: an edge is a candidate when its time is at or before its frontier node's limit (its
-  subgraph's seed time). With ``tkeys``/``toffs`` (each destination's edges sorted by time, built once
-  per block) the cut is a binary search and ``last`` takes the end of the prefix; otherwise
+  subgraph's seed time). With ``tcuts`` (each destination's edges sorted by time, built once per
+  block) the cut is a search and ``last`` takes the end of the prefix; otherwise
   ``times`` (per CSC position) and/or ``node_time`` (per source node) are scanned.
 - edge mask: ``splits`` (link split per CSC position) admits edges whose split ``v`` has bit ``1 << v``
   in ``allowed``; ``excl`` (sorted keys) drops the links of a link batch (``excl_mode`` 1: key
@@ -79,20 +79,25 @@ def _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, e
 
 
 @njit(cache=True, nogil=True)
-def _sorted_candidates(src, stride, tkey, toff, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst,
-                       cand):
-    """Over a time-sorted segment: the offsets (in time order, latest last) of the edges at or before
-    ``limit`` (a binary search) that the mask and the exclusion admit; returns how many."""
-    lo, hi = 0, deg
-    while lo < hi:  # the first edge later than the limit
-        mid = (lo + hi) >> 1
-        if tkey[start + mid] <= limit:
-            lo = mid + 1
-        else:
-            hi = mid
+def _sorted_candidates(src, stride, tcut, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst, cand):
+    """Over a time-sorted segment (``tcut``: interleaved time, offset): the offsets (in time order, latest
+    last) of the edges at or before ``limit`` that the mask and the exclusion admit; returns how many.
+    The cut is counted branch-free over a short segment, else found by binary search."""
+    if deg <= 32:
+        lo = 0
+        for j in range(deg):
+            lo += 1 if tcut[2 * (start + j)] <= limit else 0
+    else:
+        lo, hi = 0, deg
+        while lo < hi:  # the first edge later than the limit
+            mid = (lo + hi) >> 1
+            if tcut[2 * (start + mid)] <= limit:
+                lo = mid + 1
+            else:
+                hi = mid
     c = 0
     for j in range(lo):
-        off = toff[start + j]
+        off = tcut[2 * (start + j) + 1]
         cand[c] = off
         if split is None and excl is None:
             c += 1
@@ -112,18 +117,20 @@ def _filtered_cum(weight, start, cand, count, wkeys):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fetch_ahead(start, deg, b, weights, aliases, times, tkeys, splits):
+def _fetch_ahead(start, deg, b, weights, aliases, times, tcuts, splits):
     if deg == 0:
         return
-    if aliases is not None:
-        prefetch(aliases[b], 2 * start)
+    if aliases is not None:  # draws land anywhere in the segment: fetch its lines (8 edges each)
+        for j in range(0, min(deg, 64), 8):
+            prefetch(aliases[b], 2 * (start + j))
     elif weights is not None:
         prefetch(weights[b], start)
     if times is not None:
         prefetch(times[b], start)
         prefetch(times[b], start + deg - 1)
-    if tkeys is not None:
-        prefetch(tkeys[b], start)
+    if tcuts is not None:  # a segment is read whole (up to 32 edges): fetch its lines (4 edges each)
+        for j in range(0, min(deg, 32), 4):
+            prefetch(tcuts[b], 2 * (start + j))
     if splits is not None:
         prefetch(splits[b], start)
 
@@ -137,22 +144,22 @@ def _at(arrays, b):
 
 
 @njit(cache=True, nogil=True)
-def _count(src, stride, times, tkey, toff, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg,
-           limit, dst, cand, tkeys_buf):
+def _count(src, stride, times, tcut, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst,
+           cand, tkeys_buf):
     """How many candidates a filtered node has (their offsets into ``cand``)."""
-    if tkey is not None:
-        return _sorted_candidates(src, stride, tkey, toff, split, allowed, excl, excl_mul, excl_mode, start, deg,
-                                  limit, dst, cand)
+    if tcut is not None:
+        return _sorted_candidates(src, stride, tcut, split, allowed, excl, excl_mul, excl_mode, start, deg, limit,
+                                  dst, cand)
     return _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit,
                        dst, cand, tkeys_buf)
 
 
 @njit(cache=True, nogil=True)
-def _choose(state, count, k, replace, latest, filtered, start, tkey, tkeys_buf, weight, alias, wkeys, scratch, pos,
+def _choose(state, count, k, replace, latest, filtered, start, tcut, tkeys_buf, weight, alias, wkeys, scratch, pos,
             e):
     """Draw among ``count`` candidates (or the whole segment when not ``filtered``) into ``pos[e:]``."""
     if latest and 0 <= k < count:
-        if tkey is not None:  # time-sorted candidates: the latest are the last k
+        if tcut is not None:  # time-sorted candidates: the latest are the last k
             for j in range(k):
                 pos[e + j] = count - k + j
             return k
@@ -167,8 +174,7 @@ def _choose(state, count, k, replace, latest, filtered, start, tkey, tkeys_buf, 
 
 @njit(cache=True, nogil=True)
 def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
-               weights, aliases, times, tkeys, toffs, node_time, limits, last, splits, allowed, excl, excl_mul,
-               excl_mode):
+               weights, aliases, times, tcuts, node_time, limits, last, splits, allowed, excl, excl_mul, excl_mode):
     """The picks of block ``b``'s frontier nodes (``order[t]``, ID ``ids[t]``, for ``t`` in its bounds):
     their CSC positions into ``pos[e:]`` and their frontier positions ``f_lo + order[t]`` into
     ``col[e:]``; returns the end. ``limits`` is per frontier position; the variants as in the module
@@ -176,21 +182,21 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
     scratch, cand, tkeys_buf, wkeys = bufs
     filtered = limits is not None or splits is not None or excl is not None
     latest = last and limits is not None
-    src_b, split_b, times_b, tkey_b, toff_b = src[b], _at(splits, b), _at(times, b), _at(tkeys, b), _at(toffs, b)
+    src_b, split_b, times_b, tcut_b = src[b], _at(splits, b), _at(times, b), _at(tcuts, b)
     weight_b, alias_b = _at(weights, b), _at(aliases, b)
     for t in range(bounds[b], bounds[b + 1]):
         if t + _AHEAD < bounds[b + 1]:  # the attribute arrays are read at each node: fetch ahead
-            _fetch_ahead(starts[t + _AHEAD], degs[t + _AHEAD], b, weights, aliases, times, tkeys, splits)
+            _fetch_ahead(starts[t + _AHEAD], degs[t + _AHEAD], b, weights, aliases, times, tcuts, splits)
         deg, start = degs[t], starts[t]
         if deg == 0:
             continue
         count = deg
         if filtered:
             limit = limits[order[t]] if limits is not None else 0
-            count = _count(src_b, stride, times_b, tkey_b, toff_b, node_time, split_b, allowed, excl, excl_mul,
-                           excl_mode, start, deg, limit, ids[t], cand, tkeys_buf)
+            count = _count(src_b, stride, times_b, tcut_b, node_time, split_b, allowed, excl, excl_mul, excl_mode,
+                           start, deg, limit, ids[t], cand, tkeys_buf)
         _weights_of(weight_b, alias_b, filtered, start, cand, count, wkeys)
-        m = _choose(state, count, k, replace, latest, filtered, start, tkey_b, tkeys_buf, weight_b, alias_b, wkeys,
+        m = _choose(state, count, k, replace, latest, filtered, start, tcut_b, tkeys_buf, weight_b, alias_b, wkeys,
                     scratch, pos, e)
         for j in range(e, e + m):
             pos[j] = start + (cand[pos[j]] if filtered else pos[j])

@@ -43,7 +43,7 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     ``n_edges`` on (grown as needed): global source IDs, frontier positions, edge IDs, CSC positions.
     ``block_edges[b]`` gets block ``b``'s first edge. ``in_order``: visit the frontier in its own
     order within a block (else, for large frontiers, by ID). ``var`` = ``(src, stride, weights,
-    aliases, times, tkeys, toffs, node_time, last, splits, allowed, excl, excl_mul, excl_mode)``
+    aliases, times, tcuts, node_time, last, splits, allowed, excl, excl_mul, excl_mode)``
     (:func:`sampling.picks.pick_block`), ``limits`` per frontier node or ``None``. Returns
     ``(end, out, bufs)``.
     """
@@ -62,12 +62,12 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
         total += d if (k < 0 or (not replace and d < k)) else (k if d > 0 else 0)
         max_deg = max(max_deg, d)
     row, col, eid, pos, bufs = _room(row, col, eid, pos, bufs, n_edges + total, max_deg)
-    src, stride, weights, aliases, times, tkeys, toffs, node_time, last, splits, allowed, excl, mul, mode = var
+    src, stride, weights, aliases, times, tcuts, node_time, last, splits, allowed, excl, mul, mode = var
     e = n_edges
     for b in range(len(offsets) - 1):
         block_edges[b] = e
         e = pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
-                       weights, aliases, times, tkeys, toffs, node_time, limits, last, splits, allowed, excl, mul,
+                       weights, aliases, times, tcuts, node_time, limits, last, splits, allowed, excl, mul,
                        mode)
     block_edges[len(offsets) - 1] = e
     if use_packed:
