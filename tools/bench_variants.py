@@ -7,7 +7,8 @@ Usage::
 
 A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6))
 in memory, fanout [15, 10, 5], batch 1,024, one thread: sampled edges per second of the plain,
-weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5) and disjoint variants;
+weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5, about half of every node's
+edges eligible; ``temporal_uniform_end``: every seed at 10**6, every edge eligible) and disjoint variants;
 ``hetero``: every edge type of a ``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another
 graph: its ratio compares engines, not graphs); ``distributed``: rank 0 of 2 over the same random graph
 ingested into 2 partitions, the other partition served over a loopback transport (in process). Each
@@ -45,6 +46,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "weighted": {"weight_attr": "weight"},
     "temporal_uniform": {"time_attr": "time"},
     "temporal_last": {"time_attr": "time", "temporal_strategy": "last"},
+    "temporal_uniform_end": {"time_attr": "time"},  # seeds at the end of the time range: every edge eligible
     "disjoint": {"disjoint": True},
     "hetero": {},
     "distributed": {},
@@ -111,9 +113,10 @@ def homogeneous_sampler(data: Data, name: str) -> Callable[[torch.Tensor], int]:
     options = VARIANTS[name]
     sampler = NeighborSampler(data, FANOUT, seed=0, **options)
     timed = "time_attr" in options
+    seed_time = 10**6 if name.endswith("_end") else SEED_TIME
 
     def sample(seeds: torch.Tensor) -> int:
-        when = torch.full((len(seeds),), SEED_TIME, dtype=torch.int64) if timed else None
+        when = torch.full((len(seeds),), seed_time, dtype=torch.int64) if timed else None
         return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when)).row.numel())
 
     return sample
