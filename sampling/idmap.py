@@ -17,6 +17,7 @@ from sampling.prefetch import prefetch_write
 DENSE_MAX_NODES = 1 << 24  # up to this many nodes the de-duplication map is a dense int32 array (64 MiB)
 _ONE = np.uint64(1)
 _AHEAD = 32  # de-duplication looks this many edges ahead to start fetching their map entries
+_AHEAD_NODES = 8  # disjoint de-duplication: frontier nodes ahead whose edges it starts fetching
 
 
 @njit(cache=True, nogil=True)
@@ -200,13 +201,14 @@ def _edge_ranges(col, lo, hi, f_lo, f_hi):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _put(table, mask, key, val):
-    """Slot of ``key`` in a small interleaved table, inserting it with ``val`` if absent; ``(slot, new)``."""
+def _put(keys, vals, mask, key, val):
+    """Slot of ``key`` in a small table (keys apart from values: probes touch the keys only), inserting
+    it with ``val`` if absent; ``(slot, new)``."""
     slot = _hash(key, mask)
-    while table[2 * slot] != key and table[2 * slot] != -1:
+    while keys[slot] != key and keys[slot] != -1:
         slot = (slot + 1) & mask
-    if table[2 * slot] == -1:
-        table[2 * slot], table[2 * slot + 1] = key, val
+    if keys[slot] == -1:
+        keys[slot], vals[slot] = key, val
         return slot, True
     return slot, False
 
@@ -219,8 +221,8 @@ def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_
     The frontier ``[f_lo, f_hi)`` is ordered by subgraph (seeds are; each hop appends its new nodes
     subgraph by subgraph); ``starts[j, b]`` is the first local ID of subgraph ``b`` among the nodes found
     in hop ``j - 1`` (``j = 0``: the seeds), ``starts[j, -1]`` their end; row ``h + 1`` is filled here.
-    ``table`` (interleaved, all -1) and ``slots`` are scratch, grown as needed and left empty. Returns
-    ``(n_nodes, valid, table, slots)`` as :func:`dedup_hash`."""
+    ``table`` (keys, all -1, then as many values) and ``slots`` are scratch, grown as needed and left
+    empty. Returns ``(n_nodes, valid, table, slots)`` as :func:`dedup_hash`."""
     num_sub = starts.shape[1] - 1
     first, count = _edge_ranges(col, lo, hi, f_lo, f_hi)
     t = f_lo
@@ -240,27 +242,34 @@ def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_
             table = np.full(2 * cap, -1, np.int64)
         if len(slots) < prior + edges:
             slots = np.empty(2 * (prior + edges), np.int64)
+        keys, vals = table[:cap], table[len(table) // 2: len(table) // 2 + cap]
         mask, m = cap - 1, 0
         for j in range(h + 1):  # the subgraph's nodes so far
             for i in range(starts[j, b], starts[j, b + 1]):
-                slots[m], _ = _put(table, mask, nodes[i], i)
+                slots[m], _ = _put(keys, vals, mask, nodes[i], i)
                 m += 1
         for u in range(t - f_lo, t_end - f_lo):
+            if u + _AHEAD_NODES < t_end - f_lo:  # each node's edges lie elsewhere: fetch ahead
+                prefetch_write(row, first[u + _AHEAD_NODES])
             for x in range(first[u], first[u] + count[u]):
                 g = row[x]
                 if g < 0 or g >= num_nodes:
-                    for i in range(m):
-                        table[2 * slots[i]] = -1
+                    _clear(keys, slots, m)
                     return n_nodes, False, table, slots
-                slot, new = _put(table, mask, g, n_nodes)
+                slot, new = _put(keys, vals, mask, g, n_nodes)
                 if new:
                     slots[m] = slot
                     m += 1
                     nodes[n_nodes], batch_of[n_nodes] = g, b
                     n_nodes += 1
-                row[x] = table[2 * slot + 1]
-        for i in range(m):
-            table[2 * slots[i]] = -1
+                row[x] = vals[slot]
+        _clear(keys, slots, m)
         t = t_end
     starts[h + 1, num_sub] = n_nodes
     return n_nodes, True, table, slots
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _clear(keys, slots, m):
+    for i in range(m):
+        keys[slots[i]] = -1
