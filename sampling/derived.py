@@ -94,6 +94,17 @@ def _vose(weight, s, n, total, heaviest, q, small, large, out):
 
 
 @njit(cache=True, nogil=True)
+def weighted_packed(packed, alias):
+    """The packed (source, edge ID) pairs with each edge's alias-table entry beside them (int32, 4 per
+    edge): a weighted pick and the gather of what it picked read the same cache line."""
+    out = np.empty(2 * len(packed), np.int32)
+    for p in range(len(packed) // 2):
+        out[4 * p], out[4 * p + 1] = packed[2 * p], packed[2 * p + 1]
+        out[4 * p + 2], out[4 * p + 3] = np.int32(alias[2 * p]), np.int32(alias[2 * p + 1])
+    return out
+
+
+@njit(cache=True, nogil=True)
 def time_sorted(indptr, key):
     """Each destination's edges in time order, interleaved per CSC position: ``out[2i]`` the time of the
     ``i``-th edge in that order (within its destination's range), ``out[2i + 1]`` its offset among the

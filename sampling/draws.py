@@ -136,16 +136,18 @@ def _weighted(state, cum, base, count, k, replace, out, e):
 
 
 @njit(cache=True, nogil=True)
-def _weighted_alias(state, alias, weight, cum, start, count, k, replace, out, e):
+def _weighted_alias(state, alias, astride, weight, cum, start, count, k, replace, out, e):
     """As :func:`_weighted` over a node's whole CSC segment ``[start, start + count)``, a draw being one
     read of its alias table (:func:`sampling.derived.alias_table`: per position a uint32 threshold and
-    the offset of its alias); ``cum`` is scratch. Repeats are found in a bit mask (up to 64 edges)."""
-    if count == 0 or np.int32(alias[2 * start + 1]) < 0:
+    the offset of its alias, at ``alias[astride * p]`` and the next: a uint32 array, ``astride`` 2, or the
+    weighted packed layout, int32, 4, offset by 2); ``cum`` is scratch. Repeats are found in a bit mask
+    (up to 64 edges)."""
+    if count == 0 or np.int32(alias[astride * start + 1]) < 0:
         return 0
     m = 0
     if k < 0 or (not replace and count <= k):
         for j in range(count):
-            if alias[2 * (start + j)] > 0:  # a positive weight
+            if alias[astride * (start + j)] != 0:  # a positive weight
                 out[e + m] = j
                 m += 1
         return m
@@ -155,17 +157,16 @@ def _weighted_alias(state, alias, weight, cum, start, count, k, replace, out, e)
     while m < k and tries > 0:
         tries -= 1
         j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
-        if low >= alias[2 * (start + j)]:
-            j = np.int64(alias[2 * (start + j) + 1])
+        at = astride * (start + j)
+        j = np.int64(alias[at + 1]) if low >= np.uint32(alias[at]) else j  # a select, not a jump
         if replace:
             out[e + m] = j
             m += 1
-        elif count <= 64:
+        elif count <= 64:  # branch-free: always written, kept by advancing the count
             bit = np.uint64(1) << np.uint64(j)
-            if not mask & bit:
-                mask |= bit
-                out[e + m] = j
-                m += 1
+            out[e + m] = j
+            m += 1 if (mask & bit) == 0 else 0
+            mask |= bit
         elif not _taken(out, e, m, j):
             out[e + m] = j
             m += 1

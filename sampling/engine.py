@@ -49,20 +49,25 @@ class BlockArgs:
     def __init__(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None = None,
                  packed: bool = True) -> None:
         self.blocks = blocks
-        self.use_packed = packed and all(len(b.packed) == 2 * len(b.indices) and len(b.indices) for b in blocks)
+        packs = packed and all(len(b.packed) == 2 * len(b.indices) and len(b.indices) for b in blocks)
         i64, i32 = np.zeros(0, np.int64), np.zeros(0, np.int32)
         indptrs = tuple(_ready(b.indptr, np.int64) for b in blocks)
-        indices = tuple(i64 if self.use_packed else _ready(b.indices, np.int64) for b in blocks)
-        eids = tuple(i64 if self.use_packed else _ready(b.eid, np.int64) for b in blocks)
-        packed_ = tuple(_ready(b.packed, np.int32) if self.use_packed else i32 for b in blocks)
-        self.offsets = np.array([b.lo for b in blocks] + [blocks[-1].hi], np.int64)
-        self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets)
-        self.src, self.stride = (packed_, 2) if self.use_packed else (indices, 1)
-        self.parts = np.array([b.part for b in blocks], np.int32)
+        indices = tuple(i64 if packs else _ready(b.indices, np.int64) for b in blocks)
+        eids = tuple(i64 if packs else _ready(b.eid, np.int64) for b in blocks)
+        packed_ = tuple(_ready(b.packed, np.int32) if packs else i32 for b in blocks)
         self.weights = self.aliases = None
+        self.astride = 2
         if variants.weighted:
             self.weights = tuple(_ready(b.weight, np.float64) for b in blocks)
             self.aliases = tuple(_aliases(b, w) for b, w in zip(blocks, self.weights))
+            if packs:  # the alias entries beside the packed pairs: a pick and its gather share a line
+                packed_ = tuple(_weighted_packed(b, p, a) for b, p, a in zip(blocks, packed_, self.aliases))
+                self.aliases, self.astride = tuple(p[2:] for p in packed_), 4
+        self.use_packed = (4 if variants.weighted else 2) if packs else 0  # int32 per edge in ``packed``
+        self.offsets = np.array([b.lo for b in blocks] + [blocks[-1].hi], np.int64)
+        self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets)
+        self.src, self.stride = (packed_, self.use_packed) if packs else (indices, 1)
+        self.parts = np.array([b.part for b in blocks], np.int32)
         self._times(blocks, variants, node_time)
         masked = any(len(b.split) for b in blocks)
         self.splits = tuple(_ready(b.split, np.int8) for b in blocks) if masked else None
@@ -84,7 +89,7 @@ class BlockArgs:
         ``(sorted keys, multiplier, mode)`` of links to drop (:func:`sampling.edgemask.exclusion`)."""
         t = timed and self.timed
         excl, mul, mode = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0))
-        return (self.src, self.stride, self.weights, self.aliases, self.times if t else None,
+        return (self.src, self.stride, self.weights, self.aliases, self.astride, self.times if t else None,
                 self.tcuts if t else None, self.node_time if t else None,
                 bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
 
@@ -93,6 +98,11 @@ def _aliases(block: CSCBlock, weight: np.ndarray) -> np.ndarray:
     indptr = _ready(block.indptr, np.int64)
     return derived.derived("alias", (block.indptr, block.weight), lambda: (derived.alias_table(indptr, weight),), 1,
                            *_origin(block, "weight"))[0]
+
+
+def _weighted_packed(block: CSCBlock, packed: np.ndarray, alias: np.ndarray) -> np.ndarray:
+    return derived.derived("wpacked", (block.packed, block.weight), lambda: (derived.weighted_packed(packed, alias),),
+                           1, *_origin(block, "weight-packed"))[0]
 
 
 def _time_sorted(block: CSCBlock, node_time: np.ndarray | None) -> np.ndarray:

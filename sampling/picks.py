@@ -117,12 +117,12 @@ def _filtered_cum(weight, start, cand, count, wkeys):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fetch_ahead(start, deg, b, weights, aliases, times, tcuts, splits):
+def _fetch_ahead(start, deg, b, weights, aliases, astride, times, tcuts, splits):
     if deg == 0:
         return
-    if aliases is not None:  # draws land anywhere in the segment: fetch its lines (8 edges each)
-        for j in range(0, min(deg, 64), 8):
-            prefetch(aliases[b], 2 * (start + j))
+    if aliases is not None:  # draws land anywhere in the segment: fetch its lines
+        for j in range(0, min(deg, 64), 16 // astride):
+            prefetch(aliases[b], astride * (start + j))
     elif weights is not None:
         prefetch(weights[b], start)
     if times is not None:
@@ -155,8 +155,8 @@ def _count(src, stride, times, tcut, node_time, split, allowed, excl, excl_mul, 
 
 
 @njit(cache=True, nogil=True)
-def _choose(state, count, k, replace, latest, filtered, start, tcut, tkeys_buf, weight, alias, wkeys, scratch, pos,
-            e):
+def _choose(state, count, k, replace, latest, filtered, start, tcut, tkeys_buf, weight, alias, astride, wkeys,
+            scratch, pos, e):
     """Draw among ``count`` candidates (or the whole segment when not ``filtered``) into ``pos[e:]``."""
     if latest and 0 <= k < count:
         if tcut is not None:  # time-sorted candidates: the latest are the last k
@@ -167,14 +167,15 @@ def _choose(state, count, k, replace, latest, filtered, start, tcut, tkeys_buf, 
     if weight is not None:
         if alias is not None:
             if not filtered:
-                return _weighted_alias(state, alias, weight, wkeys, start, count, k, replace, pos, e)
+                return _weighted_alias(state, alias, astride, weight, wkeys, start, count, k, replace, pos, e)
         return _weighted(state, wkeys, 0, count, k, replace, pos, e)
     return _uniform(state, count, k, replace, pos, e, scratch)
 
 
 @njit(cache=True, nogil=True)
 def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
-               weights, aliases, times, tcuts, node_time, limits, last, splits, allowed, excl, excl_mul, excl_mode):
+               weights, aliases, astride, times, tcuts, node_time, limits, last, splits, allowed, excl, excl_mul,
+               excl_mode):
     """The picks of block ``b``'s frontier nodes (``order[t]``, ID ``ids[t]``, for ``t`` in its bounds):
     their CSC positions into ``pos[e:]`` and their frontier positions ``f_lo + order[t]`` into
     ``col[e:]``; returns the end. ``limits`` is per frontier position; the variants as in the module
@@ -186,7 +187,7 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
     weight_b, alias_b = _at(weights, b), _at(aliases, b)
     for t in range(bounds[b], bounds[b + 1]):
         if t + _AHEAD < bounds[b + 1]:  # the attribute arrays are read at each node: fetch ahead
-            _fetch_ahead(starts[t + _AHEAD], degs[t + _AHEAD], b, weights, aliases, times, tcuts, splits)
+            _fetch_ahead(starts[t + _AHEAD], degs[t + _AHEAD], b, weights, aliases, astride, times, tcuts, splits)
         deg, start = degs[t], starts[t]
         if deg == 0:
             continue
@@ -196,8 +197,8 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
             count = _count(src_b, stride, times_b, tcut_b, node_time, split_b, allowed, excl, excl_mul, excl_mode,
                            start, deg, limit, ids[t], cand, tkeys_buf)
         _weights_of(weight_b, alias_b, filtered, start, cand, count, wkeys)
-        m = _choose(state, count, k, replace, latest, filtered, start, tcut_b, tkeys_buf, weight_b, alias_b, wkeys,
-                    scratch, pos, e)
+        m = _choose(state, count, k, replace, latest, filtered, start, tcut_b, tkeys_buf, weight_b, alias_b, astride,
+                    wkeys, scratch, pos, e)
         for j in range(e, e + m):
             pos[j] = start + (cand[pos[j]] if filtered else pos[j])
             col[j] = f_lo + order[t]

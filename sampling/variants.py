@@ -19,9 +19,10 @@ from numba import njit
 
 from sampling.idmap import (dedup_dense, dedup_disjoint, dedup_hash, dedup_subgraphs, forget, forget_disjoint,
                             insert_seeds, insert_seeds_disjoint, pow2, rehash)
-from sampling.multihop import _by_block, _by_id, _gather, _gather_packed, _grow, _next, _pointers, buffer_len
+from sampling.multihop import _AHEAD_EDGES, _by_block, _by_id, _gather, _grow, _next, _pointers, buffer_len
 from sampling.draws import _weighted, cumulative_weights  # noqa: F401  (re-exported: tests use them)
 from sampling.picks import pick_block
+from sampling.prefetch import prefetch
 
 
 @njit(cache=True, nogil=True)
@@ -39,11 +40,12 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     """One hop for the frontier ``nodes[f_lo:f_hi]`` (each owned by a block of ``topo``): phases 1 to 3.
 
     ``topo`` = ``(indptrs, indices, eids, packed, use_packed, offsets)`` as for
-    :func:`sampling.multihop.sample_multihop`; ``out`` = ``(row, col, eid, pos)``, written from
+    :func:`sampling.multihop.sample_multihop`, except that ``use_packed`` is the int32 count per edge of
+    ``packed`` (0: not used); ``out`` = ``(row, col, eid, pos)``, written from
     ``n_edges`` on (grown as needed): global source IDs, frontier positions, edge IDs, CSC positions.
     ``block_edges[b]`` gets block ``b``'s first edge. ``in_order``: visit the frontier in its own
     order within a block (else, for large frontiers, by ID). ``var`` = ``(src, stride, weights,
-    aliases, times, tcuts, node_time, last, splits, allowed, excl, excl_mul, excl_mode)``
+    aliases, astride, times, tcuts, node_time, last, splits, allowed, excl, excl_mul, excl_mode)``
     (:func:`sampling.picks.pick_block`), ``limits`` per frontier node or ``None``. Returns
     ``(end, out, bufs)``.
     """
@@ -62,19 +64,32 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
         total += d if (k < 0 or (not replace and d < k)) else (k if d > 0 else 0)
         max_deg = max(max_deg, d)
     row, col, eid, pos, bufs = _room(row, col, eid, pos, bufs, n_edges + total, max_deg)
-    src, stride, weights, aliases, times, tcuts, node_time, last, splits, allowed, excl, mul, mode = var
+    src, stride, weights, aliases, astride, times, tcuts, node_time, last, splits, allowed, excl, mul, mode = var
     e = n_edges
     for b in range(len(offsets) - 1):
         block_edges[b] = e
         e = pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
-                       weights, aliases, times, tcuts, node_time, limits, last, splits, allowed, excl, mul,
+                       weights, aliases, astride, times, tcuts, node_time, limits, last, splits, allowed, excl, mul,
                        mode)
     block_edges[len(offsets) - 1] = e
     if use_packed:
-        _gather_packed(packed, block_edges, pos, row, eid)
+        _gather_strided(packed, int(use_packed), block_edges, pos, row, eid)
     else:
         _gather(indices, eids, block_edges, pos, row, eid)
     return e, (row, col, eid, pos), bufs
+
+
+@njit(cache=True, nogil=True)
+def _gather_strided(packed, stride, edge_bounds, pos, row, eid):
+    """Phase 3 over a packed layout of ``stride`` int32 per edge, source and edge ID first (2: the stored
+    pairs; 4: with the edge's alias-table entry, :func:`sampling.derived.weighted_packed`)."""
+    for b in range(len(edge_bounds) - 1):
+        pk = packed[b]
+        for x in range(edge_bounds[b], edge_bounds[b + 1]):
+            if x + _AHEAD_EDGES < edge_bounds[b + 1]:
+                prefetch(pk, stride * pos[x + _AHEAD_EDGES])
+            row[x] = pk[stride * pos[x]]
+            eid[x] = pk[stride * pos[x] + 1]
 
 
 @njit(cache=True, nogil=True)
