@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import threading
+from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
@@ -21,7 +22,8 @@ from numba import njit
 logger = logging.getLogger(__name__)
 
 STORE_MIN_BYTES = 1 << 24  # smaller sources are rebuilt by each process (a fraction of a second), never stored
-_BUILT: dict[tuple, tuple] = {}  # (kind, id of each source array) -> (sources, result)
+_BUILT: OrderedDict[tuple, tuple] = OrderedDict()  # (kind, id of each source array) -> (sources, result)
+_KEEP = 64  # derived arrays kept per process (the least recently used go first)
 _LOCK = threading.Lock()
 
 
@@ -131,18 +133,20 @@ def time_sorted(indptr, key):
 
 def derived(kind: str, sources: tuple[np.ndarray, ...], build: Callable[[], tuple[np.ndarray, ...]], count: int,
             origin: str = "", cache_dir: str | None = None) -> tuple[np.ndarray, ...]:
-    """The arrays ``build()`` derives from ``sources``, built once per process (kept while the sources
-    live); with ``origin`` (what the sources are, e.g. a dataset's checksums) and ``cache_dir`` also
+    """The arrays ``build()`` derives from ``sources``, built once per process (the last 64 kept); with ``origin`` (what the sources are, e.g. a dataset's checksums) and ``cache_dir`` also
     stored there and memory-mapped (copy-on-write: writable, as the kernels want)."""
     key = (kind, *(id(a) for a in sources))
     with _LOCK:
         hit = _BUILT.get(key)
         if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
+            _BUILT.move_to_end(key)
             return hit[1]
     stored = origin and cache_dir and sum(a.nbytes for a in sources) >= STORE_MIN_BYTES
     result = _stored(kind, origin, cache_dir, build, count) if stored else build()
     with _LOCK:
         _BUILT[key] = (sources, result)  # holding the sources keeps their ids from being reused
+        while len(_BUILT) > _KEEP:
+            _BUILT.popitem(last=False)
     return result
 
 

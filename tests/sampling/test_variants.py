@@ -223,3 +223,32 @@ def test_heterogeneous_variants_in_the_per_hop_driver():
         assert len(pairs) == len(out.node[nt]), f"a {nt} appears twice in one subgraph"
     for et in (writes, cites):
         assert np.array_equal(out.batch[et[0]][out.row[et]], out.batch[et[2]][out.col[et]]), et
+
+
+def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp_path, monkeypatch):
+    """Alias tables and time-sorted edges of a dataset block go to its cache directory (keyed by the
+    manifest) and a later process maps them instead of building them; the samples are the same."""
+    import graphstore
+    from sampling import derived
+
+    monkeypatch.setattr(derived, "STORE_MIN_BYTES", 0)  # the test graph is far below the threshold
+    g = graphs["dataset3"]
+    seeds, times = np.arange(0, 400, 9), np.full(45, 600)
+
+    def sample():
+        ds = graphstore.open_dataset(g.data.url, cache_dir=tmp_path)
+        sampler = NeighborSampler(ds, [3, 2], weight_attr="weight", time_attr="edge_time", seed=2)
+        out = _sample(sampler, seeds, times)
+        return out, sampler.fast_path.blocks
+
+    first, blocks = sample()
+    stored = sorted(p.name.split("-")[0] for p in (tmp_path / "derived").iterdir())
+    assert stored == ["alias"] * 3 + ["tsorted"] * 3 + ["wpacked"] * 3, stored
+    monkeypatch.setattr(derived, "_BUILT", type(derived._BUILT)())  # as a new process: nothing built in memory
+    monkeypatch.setattr(derived, "alias_table", None)  # would fail if called: the stored tables are read
+    monkeypatch.setattr(derived, "time_sorted", None)
+    monkeypatch.setattr(derived, "weighted_packed", None)
+    again, mapped = sample()
+    assert all(isinstance(t, np.memmap) for t in mapped.tcuts) and all(isinstance(p, np.memmap) for p in mapped.topo[3])
+    assert torch.equal(first.edge, again.edge) and torch.equal(first.node, again.node)
+    assert (g.edge_time[first.edge.numpy()] <= 600).all()
