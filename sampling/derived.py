@@ -133,7 +133,8 @@ def time_sorted(indptr, key):
 
 def derived(kind: str, sources: tuple[np.ndarray, ...], build: Callable[[], tuple[np.ndarray, ...]], count: int,
             origin: str = "", cache_dir: str | None = None) -> tuple[np.ndarray, ...]:
-    """The arrays ``build()`` derives from ``sources``, built once per process (the last 64 kept); with ``origin`` (what the sources are, e.g. a dataset's checksums) and ``cache_dir`` also
+    """The arrays ``build()`` derives from ``sources``, built once per process (the last 64 kept); with
+    ``origin`` (what the sources are, e.g. a dataset's checksums) and ``cache_dir`` also
     stored there and memory-mapped (copy-on-write: writable, as the kernels want)."""
     key = (kind, *(id(a) for a in sources))
     with _LOCK:

@@ -78,8 +78,8 @@ class _Nodes:
             self.disjoint)
         self.count = n
         if not valid:
-            raise CorruptDatasetError(f"a neighbor ID read from the topology is not a node ID (0..{self.num_nodes - 1});"
-                                      " run `graphstore verify` on the dataset")
+            raise CorruptDatasetError(f"a neighbor ID read from the topology is not a node ID "
+                                      f"(0..{self.num_nodes - 1}); run `graphstore verify` on the dataset")
 
     def end_hop(self) -> None:
         self.front = (self.front[1], self.count)

@@ -168,7 +168,7 @@ def test_time_sorted_cut_orders_each_destination_and_breaks_ties_by_earlier_posi
     time = np.array([5, 1, 5, 3, 9, 2, 9])
     cut = time_sorted(indptr, time).reshape(-1, 2)
     assert cut[:, 0].tolist() == [1, 3, 5, 5, 2, 9, 9]
-    assert cut[:, 1].tolist() == [1, 3, 2, 0, 1, 2, 0], "equal times: the later position first, so 'last' keeps the earlier"
+    assert cut[:, 1].tolist() == [1, 3, 2, 0, 1, 2, 0], "equal times: later position first ('last' keeps the earlier)"
     data = Data(edge_index=torch.tensor([[1, 2, 3, 4], [0, 0, 0, 0]]), num_nodes=5, time=torch.tensor([7, 7, 7, 1]))
     out = _sample(NeighborSampler(data, [2], time_attr="time", temporal_strategy="last"), [0], [10])
     assert sorted(out.edge.tolist()) == [0, 1], "ties at the cut: the earlier edges, as the scan did"
