@@ -21,11 +21,10 @@ from graphstore.dataset import Dataset
 from graphstore.errors import InvalidInputError
 from graphstore.stores import ReadOnlyError, _ids
 from sampling.sampler import NeighborSampler
-from sampling.topology import CSCBlock, EdgeTopology, from_dataset
+from sampling.server import EDGE_ATTR, GATHER, SAMPLE, PartitionServer  # noqa: F401  (re-exported)
+from sampling.topology import EdgeTopology, from_dataset
 from sampling.transport import Transport
-from sampling.wire import EDGE_IDS, POSITIONS, pack, pack_sample, unpack, unpack_sample
-
-SAMPLE, GATHER, EDGE_ATTR = "graphstore.sample", "graphstore.gather", "graphstore.edge_attr"
+from sampling.wire import EDGE_IDS, POSITIONS, pack, unpack, unpack_sample
 
 
 @dataclass(frozen=True)
@@ -117,77 +116,16 @@ class RemoteBlock:
     returns: int = EDGE_IDS | POSITIONS  # edge IDs / CSC positions the batch needs (else -1 here, unsent)
     is_remote = True
 
-    def start(self, nodes: np.ndarray, fanout: int, replace: bool, node_time: np.ndarray, seed_time: np.ndarray,
-              strategy: int, exclusion: tuple | None = None) -> Callable[[], tuple[np.ndarray, ...]]:
+    def start(self, nodes: np.ndarray, fanout: int, replace: bool, limits: np.ndarray, strategy: int,
+              exclusion: tuple | None, seed: int) -> Callable[[], tuple[np.ndarray, ...]]:
+        """Send one hop's request for ``nodes`` (their time ``limits``, empty if none; ``seed`` seeds the
+        server's draws, so a seeded sampler samples the same wherever it runs); returns a getter of
+        ``(counts, neighbours, edge IDs, positions)``."""
         peer = self.layout.server(self.part, self.transport.rank)
         future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, pack(nodes), fanout, replace,
-                                     pack(seed_time), strategy, self.options, exclusion, self.returns)
+                                     pack(limits), strategy, self.options, exclusion, self.returns, seed)
         self.stats.add(requests=1)
         return lambda: unpack_sample(_waited(self.stats, future))
-
-
-class PartitionServer:
-    """What a rank answers for its partition: sampling, node rows (own and halo), edge attributes."""
-
-    def __init__(self, dataset: Dataset, part: int) -> None:
-        self.dataset, self.part = dataset, part
-        self.feature_store, self.graph_store = dataset.partition(part)
-        self._topologies: dict[tuple, dict[Any, EdgeTopology]] = {}
-        self._node_time: dict[str | None, dict[Any, np.ndarray]] = {}
-        self._lock = threading.Lock()
-
-    def register(self, transport: Transport) -> None:
-        transport.register(SAMPLE, self.sample)
-        transport.register(GATHER, self.gather)
-        transport.register(EDGE_ATTR, self.edge_attr)
-
-    def _topology(self, options: tuple) -> dict[Any, EdgeTopology]:
-        with self._lock:
-            if options not in self._topologies:
-                weight_attr, time_attr, mask = options
-                self._topologies[options] = from_dataset(self.dataset, [self.part], weight_attr, time_attr, mask=mask)
-                from sampling.sampler import _node_times
-
-                self._node_time[options[1]] = _node_times(self.dataset, options[1])
-            return self._topologies[options]
-
-    def sample(self, edge_type: Any, part: int, nodes: Any, fanout: int, replace: bool, seed_time: Any,
-               strategy: int, options: tuple, exclusion: tuple | None = None, returns: int = EDGE_IDS | POSITIONS
-               ) -> tuple[Any, ...]:
-        """One hop for ``nodes`` of this partition, by the caller's options: its link split mask
-        (``options[2]``) and the links of its batch to leave out (``exclusion``) are applied here, by
-        the kernel, so the fanout counts admitted edges only. Integers come and go packed
-        (:func:`sampling.wire.pack`); edge IDs and positions only when ``returns`` asks for them."""
-        nodes, seed_time = unpack(nodes), unpack(seed_time)
-        if part != self.part:
-            raise InvalidInputError(f"rank serving partition {self.part} was asked to sample partition {part}")
-        topo = self._topology(options)[edge_type]
-        block = topo.blocks[0]
-        _check_request(np.asarray(nodes), block.lo, block.hi, self.part, seed_time)
-        node_time = self._node_time[options[1]].get(topo.src_type, np.zeros(0, np.int64))
-        extra = (exclusion,) if exclusion is not None else ()
-        return pack_sample(block.start(nodes, fanout, replace, node_time, seed_time, strategy, *extra)(), returns)
-
-    def gather(self, node_type: Any, names: list[str], ids: Any) -> list[Any]:
-        """Rows of ``ids`` (packed or not); integer attributes (labels, IDs, times) answer packed."""
-        ids = unpack(ids)
-        return [pack(self.feature_store.get_tensor(node_type, name, ids)) for name in names]
-
-    def edge_attr(self, edge_type: Any, name: str, positions: Any) -> Any:
-        """Edge attribute ``name`` at CSC ``positions`` (packed or not); integer values answer packed."""
-        return pack(self.graph_store.edge_attr(name, edge_type, unpack(positions)))
-
-
-def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np.ndarray) -> None:
-    """A peer's sampling request names only nodes this partition owns (the kernels do not bounds-check)."""
-    if nodes.ndim != 1 or nodes.dtype.kind not in "iu":
-        raise InvalidInputError(f"partition {part} was sent node IDs of dtype {nodes.dtype} and shape {nodes.shape}")
-    if len(nodes) and (int(nodes.min()) < lo or int(nodes.max()) >= hi):
-        bad = nodes[(nodes < lo) | (nodes >= hi)]
-        raise InvalidInputError(f"partition {part} was sent node ID {int(bad[0])} outside its range [{lo}, {hi}) "
-                                f"({len(bad)} such IDs): the sender's data is damaged; run `graphstore verify`")
-    if seed_time is not None and len(seed_time) and len(seed_time) != len(nodes):
-        raise InvalidInputError(f"partition {part} was sent {len(seed_time)} seed times for {len(nodes)} nodes")
 
 
 class DistributedSampler(NeighborSampler):

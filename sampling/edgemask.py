@@ -157,7 +157,7 @@ def pyg_split(store: Any, mask: MessageEdges, eid: np.ndarray) -> np.ndarray:
 def exclusion(edge_types: list[Any], input_type: Any, row: Any, col: Any, num_dst: int
               ) -> dict[Any, tuple[np.ndarray, int, int]]:
     """Per edge type, the ``(sorted keys, multiplier, mode)`` the kernels use to drop the links
-    ``row[i] -> col[i]`` of a batch and their reverses (see :func:`sampling.kernels.sample_block`)."""
+    ``row[i] -> col[i]`` of a batch and their reverses (see :mod:`sampling.picks`)."""
     keys = np.unique(_np(row) * num_dst + _np(col))
     out = {}
     for etype in edge_types:

@@ -17,6 +17,7 @@ from sampling.prefetch import prefetch_write
 DENSE_MAX_NODES = 1 << 24  # up to this many nodes the de-duplication map is a dense int32 array (64 MiB)
 _ONE = np.uint64(1)
 _AHEAD = 32  # de-duplication looks this many edges ahead to start fetching their map entries
+_AHEAD_NODES = 8  # disjoint de-duplication: frontier nodes ahead whose edges it starts fetching
 
 
 @njit(cache=True, nogil=True)
@@ -138,19 +139,20 @@ def forget(seen, table, nodes, n_nodes):
 
 
 @njit(cache=True, nogil=True)
-def dedup_disjoint(table, row, col, lo, hi, nodes, batch_of, n_nodes, num_nodes):
+def dedup_disjoint(table, row, col, col_batch, lo, hi, nodes, batch_of, n_nodes, num_nodes):
     """Phase 4 of disjoint sampling: local IDs keyed by (subgraph, node) in the interleaved hash table
-    (key ``subgraph * num_nodes + node``); a new node's global ID goes to ``nodes``, its subgraph to
-    ``batch_of``. Returns ``(n_nodes, valid)`` as :func:`dedup_hash`."""
+    (key ``subgraph * num_nodes + node``; edge ``x`` is in subgraph ``col_batch[col[x]]``); a new node's
+    global ID goes to ``nodes``, its subgraph to ``batch_of``. Returns ``(n_nodes, valid)`` as
+    :func:`dedup_hash`."""
     mask = len(table) // 2 - 1
     for x in range(lo, hi):
         g = row[x]
         if g < 0 or g >= num_nodes:
             return n_nodes, False
         if x + _AHEAD < hi:
-            ahead = batch_of[col[x + _AHEAD]] * num_nodes + row[x + _AHEAD]
+            ahead = col_batch[col[x + _AHEAD]] * num_nodes + row[x + _AHEAD]
             prefetch_write(table, 2 * _hash(ahead, mask))
-        b = batch_of[col[x]]
+        b = col_batch[col[x]]
         slot = _slot(table, b * num_nodes + g)
         if table[2 * slot] == -1:
             table[2 * slot] = b * num_nodes + g
@@ -175,11 +177,99 @@ def forget_disjoint(table, nodes, batch_of, n_nodes, num_nodes):
 
 
 @njit(cache=True, nogil=True)
-def insert_seeds_disjoint(table, seeds, nodes, batch_of, num_nodes):
-    """Seed ``i`` is subgraph ``i``'s first node (local ID ``i``)."""
+def insert_seeds_disjoint(table, seeds, nodes, batch_of, num_nodes, first):
+    """Seed ``i`` is subgraph ``first + i``'s first node (local ID ``i``)."""
     for i in range(len(seeds)):
-        slot = _slot(table, i * num_nodes + seeds[i])
-        table[2 * slot] = i * num_nodes + seeds[i]
+        key = (first + i) * num_nodes + seeds[i]
+        slot = _slot(table, key)
+        table[2 * slot] = key
         table[2 * slot + 1] = i
         nodes[i] = seeds[i]
-        batch_of[i] = i
+        batch_of[i] = first + i
+
+
+@njit(cache=True, nogil=True)
+def _edge_ranges(col, lo, hi, f_lo, f_hi):
+    """First edge and edge count of each frontier node (a node's edges are contiguous)."""
+    first, count = np.zeros(f_hi - f_lo, np.int64), np.zeros(f_hi - f_lo, np.int64)
+    for x in range(lo, hi):
+        t = col[x] - f_lo
+        if count[t] == 0:
+            first[t] = x
+        count[t] += 1
+    return first, count
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _put(keys, vals, mask, key, val):
+    """Slot of ``key`` in a small table (keys apart from values: probes touch the keys only), inserting
+    it with ``val`` if absent; ``(slot, new)``."""
+    slot = _hash(key, mask)
+    while keys[slot] != key and keys[slot] != -1:
+        slot = (slot + 1) & mask
+    if keys[slot] == -1:
+        keys[slot], vals[slot] = key, val
+        return slot, True
+    return slot, False
+
+
+@njit(cache=True, nogil=True)
+def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_nodes, starts, h, table, slots):
+    """Phase 4 of disjoint sampling, one subgraph at a time, through a small table that holds only that
+    subgraph's nodes (it stays in L1/L2, unlike one table keyed by (subgraph, node) for the batch).
+
+    The frontier ``[f_lo, f_hi)`` is ordered by subgraph (seeds are; each hop appends its new nodes
+    subgraph by subgraph); ``starts[j, b]`` is the first local ID of subgraph ``b`` among the nodes found
+    in hop ``j - 1`` (``j = 0``: the seeds), ``starts[j, -1]`` their end; row ``h + 1`` is filled here.
+    ``table`` (keys, all -1, then as many values) and ``slots`` are scratch, grown as needed and left
+    empty. Returns ``(n_nodes, valid, table, slots)`` as :func:`dedup_hash`."""
+    num_sub = starts.shape[1] - 1
+    first, count = _edge_ranges(col, lo, hi, f_lo, f_hi)
+    t = f_lo
+    for b in range(num_sub):
+        starts[h + 1, b] = n_nodes
+        if t >= f_hi or batch_of[t] != b:
+            continue
+        t_end, edges = t, 0
+        while t_end < f_hi and batch_of[t_end] == b:
+            edges += count[t_end - f_lo]
+            t_end += 1
+        prior = 0
+        for j in range(h + 1):
+            prior += starts[j, b + 1] - starts[j, b]
+        cap = pow2(2 * (prior + edges))
+        if len(table) < 2 * cap:
+            table = np.full(2 * cap, -1, np.int64)
+        if len(slots) < prior + edges:
+            slots = np.empty(2 * (prior + edges), np.int64)
+        keys, vals = table[:cap], table[len(table) // 2: len(table) // 2 + cap]
+        mask, m = cap - 1, 0
+        for j in range(h + 1):  # the subgraph's nodes so far
+            for i in range(starts[j, b], starts[j, b + 1]):
+                slots[m], _ = _put(keys, vals, mask, nodes[i], i)
+                m += 1
+        for u in range(t - f_lo, t_end - f_lo):
+            if u + _AHEAD_NODES < t_end - f_lo:  # each node's edges lie elsewhere: fetch ahead
+                prefetch_write(row, first[u + _AHEAD_NODES])
+            for x in range(first[u], first[u] + count[u]):
+                g = row[x]
+                if g < 0 or g >= num_nodes:
+                    _clear(keys, slots, m)
+                    return n_nodes, False, table, slots
+                slot, new = _put(keys, vals, mask, g, n_nodes)
+                if new:
+                    slots[m] = slot
+                    m += 1
+                    nodes[n_nodes], batch_of[n_nodes] = g, b
+                    n_nodes += 1
+                row[x] = vals[slot]
+        _clear(keys, slots, m)
+        t = t_end
+    starts[h + 1, num_sub] = n_nodes
+    return n_nodes, True, table, slots
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _clear(keys, slots, m):
+    for i in range(m):
+        keys[slots[i]] = -1

@@ -16,13 +16,14 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
 from graphstore.errors import InvalidInputError
-from sampling import kernels, multihop, subgraph
+from sampling import multihop, perhop, subgraph
 from sampling.edgemask import MessageEdges, exclusion
-from sampling.fastpath import FastPath, Variants, kernel_ready, variants_ready
-from sampling.frontier import Frontier, NodeTable
+from sampling.engine import Variants
+from sampling.fastpath import FastPath
+from sampling.picks import STRATEGY_LAST, STRATEGY_UNIFORM
 from sampling.topology import CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg, is_hetero_pyg
 
-STRATEGIES = {"uniform": kernels.STRATEGY_UNIFORM, "last": kernels.STRATEGY_LAST}
+STRATEGIES = {"uniform": STRATEGY_UNIFORM, "last": STRATEGY_LAST}
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class NeighborSampler(BaseSampler):
         self._node_time: dict[Any, np.ndarray] | None = None
         self._seed = seed
         self._fast_path: FastPath | None | bool = False  # False: not decided yet
+        self._runs: dict[Any, list] = {}  # per edge type: the per-hop driver's block runs
         self._local = threading.local()  # per thread: generator state (and its process) and de-duplication tables
         self._threads_seeded = itertools.count(1)  # next() is atomic: two threads never share a stream
         self._epoch = 0  # bumped by the loaders before each pass, so forked workers draw new streams
@@ -171,22 +173,28 @@ class NeighborSampler(BaseSampler):
         if self._fast_path is False:
             topo = self.topology
             c = self.config
-            ok = (not self.is_hetero and None in topo
-                  and all(type(b) is CSCBlock and kernel_ready(b) for b in topo[None].blocks))
-            variants = self._variants()
-            ok = ok and variants_ready(topo[None], variants)
+            ok = not self.is_hetero and None in topo and all(type(b) is CSCBlock for b in topo[None].blocks)
             self._fast_path = FastPath(topo[None], self.num_nodes, self._fanouts, c.replace,
-                                       variants=variants) if ok else None
+                                       variants=self._variants()) if ok else None
             if self._fast_path is not None and not self._fast_path.covers_sources:
                 self._fast_path = None  # e.g. one partition's store: sources outside it must raise NotOwnedError
         return self._fast_path
 
-    def _variants(self) -> Variants:
+    def _variants(self, src_type: Any = None) -> Variants:
+        """The variants of edge types whose sources are of ``src_type``."""
         c = self.config
-        node_time = self.node_time.get(None) if self.is_temporal else None
+        node_time = self.node_time.get(src_type) if self.is_temporal else None
         return Variants(weighted=c.weight_attr is not None, temporal=self.is_temporal,
                         last=c.temporal_strategy == "last", disjoint=self.disjoint,
                         node_time=None if node_time is None else np.ascontiguousarray(node_time, np.int64))
+
+    def engine_runs(self, etype: Any) -> list[tuple[Any, Any]]:
+        """The per-hop driver's runs of ``etype``'s blocks (:func:`sampling.perhop.engine_runs`), built once."""
+        runs = self._runs.get(etype)
+        if runs is None:
+            topo = self.topology[etype]
+            runs = self._runs[etype] = perhop.engine_runs(topo, self._variants(topo.src_type))
+        return runs
 
     @property
     def is_temporal(self) -> bool:
@@ -202,6 +210,7 @@ class NeighborSampler(BaseSampler):
             state["_topology"] = None  # memory-mapped: cheap to rebuild in the worker
             state["_node_time"] = None
             state["_fast_path"] = False
+            state["_runs"] = {}
         state["_local"] = None
         state["_threads_seeded"] = None
         return state
@@ -226,17 +235,6 @@ class NeighborSampler(BaseSampler):
         self._epoch = int(epoch)
         self._threads_seeded = itertools.count(1)
         self._local = threading.local()
-
-    def node_tables(self) -> dict[Any, NodeTable]:
-        """Per node type, this process's de-duplication table, emptied for a new batch (reused: no
-        allocation per batch)."""
-        tables = getattr(self._local, "tables", None)
-        if tables is None:  # one set per thread: a prefetch thread never shares a main thread's
-            counts = self.num_nodes if isinstance(self.num_nodes, dict) else {None: self.num_nodes}
-            tables = self._local.tables = {t: NodeTable(n, self.disjoint) for t, n in counts.items()}
-        for table in tables.values():
-            table.reset()
-        return tables
 
     # -- BaseSampler --
 
@@ -303,27 +301,23 @@ class NeighborSampler(BaseSampler):
         else:
             words = [self._seed % 2**64, info.id + 1 if info else 0, self._epoch, count]
         mixed = int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0])
-        kernels.seed_rng(mixed % 2**32)
         self._local.rng = multihop.rng_state(mixed)
         self._local.pid = pid
 
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()
         excluded, strict = self.exclusion()
-        if not excluded and not isinstance(seed, dict) and self.fast_path is not None:
+        if not isinstance(seed, dict) and self.fast_path is not None:
             seeds = _seed_array(seed)
-            if not self.is_temporal:
-                return self.fast_path.sample(seeds, self._local)
-            times = _seed_array(seed_time) if seed_time is not None else self.default_seed_times({None: seeds})[None]
-            return self.fast_path.sample(seeds, self._local, times)
+            times = None
+            if self.is_temporal:
+                times = _seed_array(seed_time) if seed_time is not None else self.default_seed_times({None: seeds})[None]
+            return self.fast_path.sample(seeds, self._local, times, excluded.get(None), strict)
         seeds = seed if isinstance(seed, dict) else {None: seed}
         times = seed_time if isinstance(seed_time, dict) or seed_time is None else {None: seed_time}
         if self.is_temporal and times is None:
             times = self.default_seed_times(seeds)
-        frontier = Frontier(self, seeds, times, excluded, strict)
-        for fanouts in self._fanouts:
-            frontier.hop(fanouts)
-        return frontier.output(self.is_hetero)
+        return perhop.sample(self, self._local, seeds, times, excluded, strict, self.is_hetero)
 
     def default_seed_times(self, seeds: dict[Any, Any]) -> dict[Any, np.ndarray]:
         """PyG's rule when no seed time is given: each seed at its own time (``time_attr`` of its node)."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import ctypes
+import hashlib
+import json
 import mmap
 import os
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,7 +21,6 @@ _EMPTY_F = np.zeros(0, np.float64)
 _EMPTY_I32 = np.zeros(0, np.int32)
 _INT32_MAX = 2**31 - 1
 _EMPTY_I8 = np.zeros(0, np.int8)
-_NO_EXCLUSION = (np.zeros(0, np.int64), 0, 0)
 
 
 @dataclass(frozen=True)
@@ -37,18 +38,9 @@ class CSCBlock:
     packed: np.ndarray = field(default_factory=lambda: _EMPTY_I32)  # int32 [2m] (source, edge ID) pairs, or empty
     split: np.ndarray = field(default_factory=lambda: _EMPTY_I8)  # link split per CSC position (empty: no mask)
     allowed: int = 0  # bit v set: edges of split v carry messages (used when split is not empty)
+    origin: str = ""  # what the arrays are (a dataset's, by checksum): derived arrays are cached under it
+    cache_dir: str | None = None  # where derived arrays of a dataset block are stored (with origin)
     is_remote = False
-
-    def start(self, nodes: np.ndarray, fanout: int, replace: bool, node_time: np.ndarray, seed_time: np.ndarray,
-              strategy: int, exclusion: tuple = _NO_EXCLUSION) -> Callable[[], tuple[np.ndarray, ...]]:
-        """Sample ``nodes`` (owned here) now; returns a getter of ``(counts, neighbors, edge_ids, positions)``.
-        ``exclusion`` = ``(sorted keys, multiplier, mode)`` of links the kernel must not return."""
-        from sampling import kernels
-
-        result = kernels.sample_block(self.indptr, self.indices, self.eid, self.lo, nodes, fanout, replace,
-                                      self.weight, self.time, node_time, 0, seed_time, strategy, self.split,
-                                      self.allowed, *exclusion)
-        return lambda: result
 
 
 @dataclass
@@ -189,16 +181,15 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
                  disjoint: bool = False, mask: Any = None) -> dict[Any, EdgeTopology]:
     """Topology of a graphstore dataset: one memory-mapped block per partition in ``parts``.
 
-    The arrays the sampler will read are prefaulted: the packed pairs when the one-call engine can
-    serve it (homogeneous, every partition, any variant), and edge times when temporal, else the
-    int64 ``indices``/``eid`` arrays that the general path and the partition servers read. ``mask``
-    (:class:`sampling.edgemask.MessageEdges`) puts its edge type's link split into the blocks.
+    The arrays the sampler will read are prefaulted: the packed pairs when the dataset has them (every
+    driver of the engine reads those), else the int64 ``indices``/``eid``; and edge times when temporal.
+    ``mask`` (:class:`sampling.edgemask.MessageEdges`) puts its edge type's link split into the blocks.
     """
     from sampling.edgemask import dataset_split, reverse_split
 
-    fast_path = not dataset.is_hetero and sorted(parts) == list(range(dataset.num_parts))  # any variant
     if mask is not None:
         mask.target(dataset.edge_types)  # raises for an unknown edge type
+    digest = hashlib.sha256(json.dumps(dataset.manifest.to_json(), sort_keys=True).encode()).hexdigest()[:24]
     out = {}
     for info in dataset.manifest.edge_types:
         src = next(t for t in dataset.manifest.node_types if t.key == info.src)
@@ -208,7 +199,7 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
             _, gs = dataset.partition(part)
             indptr, indices, eid = gs.csc_arrays(info.name)
             packed = gs.packed_csc(info.name)
-            for array in (indptr, packed) if fast_path and packed is not None else (indptr, indices, eid):
+            for array in (indptr, packed) if packed is not None else (indptr, indices, eid):
                 prefault(array)
             if time_attr and time_attr in info.attrs:
                 prefault(gs.edge_attr(time_attr, info.name).numpy())  # read at random by temporal sampling
@@ -222,8 +213,10 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
                 split = dataset_split(dataset, part, info.name, mask)
             elif mask is not None and mask.reverses(info.name, dataset.edge_types):
                 split = reverse_split(dataset, part, info.name, mask)  # rev_writes: held out like writes
+            origin = f"{dataset.url}|{digest}|{part}|{info.name}|w={weight_attr}|t={time_attr}"
             blocks.append(CSCBlock(lo, hi, indptr, indices, eid, weight, time, part,
-                                   _EMPTY_I32 if packed is None else packed, split, mask.bits if len(split) else 0))
+                                   _EMPTY_I32 if packed is None else packed, split, mask.bits if len(split) else 0,
+                                   origin, dataset.cache_config.directory))
         out[info.name] = EdgeTopology(info.name, src.name, dst.name, blocks, src.num_nodes, dst.num_nodes)
     return out
 

@@ -8,7 +8,7 @@ On an ogbn-products-shaped synthetic graph (ingested once into --data), fanout [
 1,024, one thread: sampled edges per second and batches per second for (a) sampling alone, (b)
 sampling plus feature fetch through ``sampling.NeighborLoader`` by ``num_workers`` (also over the
 disjoint sampling, where sampling is a larger share of a batch); sampling alone also over the unpacked
-int64 arrays and through the general per-hop path (hetero and distributed sampling); and, in the same run on the same
+int64 arrays and through the engine's per-hop driver (hetero and distributed sampling); and, in the same run on the same
 seeds, (c) a plain torch reference sampler with the same semantics and (d) PyG's NeighborSampler
 over pyg-lib when pyg-lib is importable (skipped with a message otherwise). Every pass draws fresh
 random seed nodes (``--seed`` to draw the same ones again); the variants compared within a pass get the
@@ -94,10 +94,10 @@ def _rate(fn, draw, repeats: int = 1, count: int | None = None) -> tuple[float, 
 def _sampler_rate(ds: graphstore.Dataset, draw, path: str, repeats: int, seed: int) -> tuple[float, float]:
     """Sampling alone with ``path``: "fast" (the one-call kernel over the packed layout, the default),
     "unpacked" (the same kernel over the int64 indices/eid arrays: datasets without ``packed``) or
-    "general" (the per-hop path hetero and distributed sampling and link batches excluding their seed
-    edges take; weighted, temporal and disjoint sampling run in the one-call kernel: tools/bench_variants.py)."""
+    "per_hop" (the engine's per-hop driver, which heterogeneous and distributed sampling take, forced on
+    this homogeneous graph; the variants are measured by tools/bench_variants.py)."""
     sampler = NeighborSampler(ds, FANOUT, seed=seed)
-    if path == "general":
+    if path == "per_hop":
         sampler._fast_path = None
     elif path == "unpacked":
         sampler._fast_path = FastPath(sampler.topology[None], sampler.num_nodes, sampler._fanouts, False,
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> dict:
     seed = args.seed % 2**31
     ours = _sampler_rate(ds, draw, "fast", args.repeats, seed)
     unpacked = _sampler_rate(ds, draw, "unpacked", args.repeats, seed)
-    general = _sampler_rate(ds, draw, "general", 1, seed)
+    per_hop = _sampler_rate(ds, draw, "per_hop", 1, seed)
     with_features, loader_bps = _loader_rate(ds, draw, 100, args.batch_size, 0, seed)
     workers = {w: _loader_rate(ds, draw, 101, args.batch_size, w, seed)[1] for w in (args.workers,)}
     workers[f"{args.workers}, rows fetched in the workers"] = _loader_rate(
@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> dict:
            "batch_size": args.batch_size, "threads": 1,
            "ours": {"edges_per_s": ours[0], "batches_per_s": ours[1]},
            "ours_unpacked": {"edges_per_s": unpacked[0], "batches_per_s": unpacked[1]},
-           "ours_general_path": {"edges_per_s": general[0], "batches_per_s": general[1]},
+           "ours_per_hop_driver": {"edges_per_s": per_hop[0], "batches_per_s": per_hop[1]},
            "ours_with_features": {"edges_per_s": with_features, "batches_per_s": loader_bps},
            "loader_batches_per_s_by_workers": {0: loader_bps, **workers},
            "disjoint_loader_batches_per_s_by_workers": disjoint_workers,
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     g = out["graph"]
     print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges, {g['parts']} partitions; fanout {FANOUT}, "
           f"batch {out['batch_size']}, 1 thread")
-    for name in ("ours", "ours_unpacked", "ours_general_path", "ours_with_features", "torch_reference", "pyg_lib"):
+    for name in ("ours", "ours_unpacked", "ours_per_hop_driver", "ours_with_features", "torch_reference", "pyg_lib"):
         r = out[name]
         if r:
             print(f"  {name:<20} {r['edges_per_s'] / 1e6:8.2f} M sampled edges/s  {r['batches_per_s']:8.2f} batches/s")

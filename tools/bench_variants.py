@@ -2,18 +2,19 @@
 
 Usage::
 
-    python tools/bench_variants.py [--json] [--nodes 200000] [--edges 4000000] [--batches 4] [--repeats 3]
+    python tools/bench_variants.py [--json] [--nodes 1000000] [--edges 20000000] [--batches 4] [--repeats 3]
                                    [--mag-papers 20000] [--variants plain,weighted,...]
 
 A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6))
 in memory, fanout [15, 10, 5], batch 1,024, one thread: sampled edges per second of the plain,
-weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5) and disjoint variants;
+weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5, about half of every node's
+edges eligible; ``temporal_uniform_end``: every seed at 10**6, every edge eligible) and disjoint variants;
 ``hetero``: every edge type of a ``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another
 graph: its ratio compares engines, not graphs); ``distributed``: rank 0 of 2 over the same random graph
 ingested into 2 partitions, the other partition served over a loopback transport (in process). Each
 also as a ratio of the plain path measured in the same run. The median of ``--repeats`` passes over
-the same ``--batches`` seed batches, the homogeneous variants' passes interleaved (one of each per
-repeat, so a change in load moves them alike); a warm-up batch (numba compilation) is never measured.
+the same ``--batches`` seed batches, every variant's passes interleaved (one of each per repeat, so a
+change in load moves them alike); a warm-up batch (numba compilation, derived arrays) is never measured.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "weighted": {"weight_attr": "weight"},
     "temporal_uniform": {"time_attr": "time"},
     "temporal_last": {"time_attr": "time", "temporal_strategy": "last"},
+    "temporal_uniform_end": {"time_attr": "time"},  # seeds at the end of the time range: every edge eligible
     "disjoint": {"disjoint": True},
     "hetero": {},
     "distributed": {},
@@ -76,8 +78,9 @@ def _edges(out: Any) -> int:
     return int(sum(r.numel() for r in out.row.values())) if isinstance(out.row, dict) else int(out.row.numel())
 
 
-def hetero_rate(papers: int, batches: int, batch_size: int, repeats: int, seed: int, tmp: Path) -> float:
-    """Sampled edges/s over every edge type of a synthetic-mag graph, from paper seeds."""
+def hetero_sampler(papers: int, batches: int, batch_size: int, seed: int, tmp: Path
+                   ) -> tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]:
+    """Sampling over every edge type of a synthetic-mag graph from paper seeds, and its seed batches."""
     dest = tmp / "mag"
     graphstore.ingest(f"synthetic-mag:papers={papers},classes=16,features=8,seed=0", dest)
     ds = graphstore.open_dataset(dest)
@@ -85,12 +88,12 @@ def hetero_rate(papers: int, batches: int, batch_size: int, repeats: int, seed: 
     rng = np.random.default_rng(seed)
     n = ds.num_nodes("paper")
     seeds = [torch.from_numpy(rng.choice(n, min(batch_size, n), replace=False)) for _ in range(batches)]
-    return _rate(lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s, input_type="paper"))),
-                 seeds, repeats)
+    return (lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s, input_type="paper")))), seeds
 
 
-def distributed_rate(data: Data, batches: list[torch.Tensor], repeats: int, tmp: Path) -> float:
-    """Sampled edges/s of rank 0 of 2 (own partition local, the other over a loopback transport)."""
+def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path
+                        ) -> tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]:
+    """Rank 0 of 2 (own partition local, the other over a loopback transport), and its seed batches."""
     from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
     from sampling.transport import LoopbackTransport
 
@@ -103,30 +106,32 @@ def distributed_rate(data: Data, batches: list[torch.Tensor], repeats: int, tmp:
     sampler = DistributedSampler(ds, FANOUT, transports[0], RankLayout(2, 2), seed=0)
     lo, hi = (int(v) for v in ds.node_offsets()[:2])
     owned = [s % (hi - lo) + lo for s in batches]  # rank 0's seeds are its own nodes (as in training)
-    return _rate(lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s))), owned, repeats)
+    return (lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s)))), owned
 
 
-def measure(data: Data, batches: list[torch.Tensor], repeats: int, names: list[str]) -> dict[str, float]:
-    """Sampled edges/s of each homogeneous variant in ``names`` on ``data`` over the same seed batches:
-    the passes are interleaved (every variant once per repeat), so a change in machine load during
-    the run moves every variant alike; the median pass of each."""
-    samples = {}
-    for name in names:
-        if name in ("hetero", "distributed"):
-            continue
-        options = VARIANTS[name]
-        sampler = NeighborSampler(data, FANOUT, seed=0, **options)
-        timed = "time_attr" in options
+def homogeneous_sampler(data: Data, name: str) -> Callable[[torch.Tensor], int]:
+    options = VARIANTS[name]
+    sampler = NeighborSampler(data, FANOUT, seed=0, **options)
+    timed = "time_attr" in options
+    seed_time = 10**6 if name.endswith("_end") else SEED_TIME
 
-        def sample(seeds: torch.Tensor, sampler: NeighborSampler = sampler, timed: bool = timed) -> int:
-            when = torch.full((len(seeds),), SEED_TIME, dtype=torch.int64) if timed else None
-            return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when)).row.numel())
+    def sample(seeds: torch.Tensor) -> int:
+        when = torch.full((len(seeds),), seed_time, dtype=torch.int64) if timed else None
+        return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when)).row.numel())
 
-        sample(batches[0])  # warm: numba compilation, cumulative weights
-        samples[name] = sample
+    return sample
+
+
+def measure(samples: dict[str, tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]], repeats: int
+            ) -> dict[str, float]:
+    """Sampled edges/s of each sampler over its seed batches: the passes are interleaved (every sampler
+    once per repeat), so a change in machine load during the run moves every variant alike; the
+    median pass of each. A warm-up batch (numba compilation, derived arrays) is never measured."""
+    for sample, batches in samples.values():
+        sample(batches[0])
     runs: dict[str, list[float]] = {name: [] for name in samples}
     for _ in range(repeats):
-        for name, sample in samples.items():
+        for name, (sample, batches) in samples.items():
             start, edges = time.perf_counter(), 0
             for seeds in batches:
                 edges += sample(seeds)
@@ -136,29 +141,33 @@ def measure(data: Data, batches: list[torch.Tensor], repeats: int, names: list[s
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
+    start = time.perf_counter()
     data = random_graph(args.nodes, args.edges, args.seed % 2**32)
     rng = benchinfo.rng(args.seed, 1)
     batches = [torch.from_numpy(rng.choice(args.nodes, args.batch_size, replace=False)) for _ in range(args.batches)]
-    rates = measure(data, batches, args.repeats, args.variants)
     tmp = Path(tempfile.mkdtemp(prefix="bench-variants-"))
     try:
+        samples = {name: (homogeneous_sampler(data, name), batches) for name in args.variants
+                   if name not in ("hetero", "distributed")}
         if "hetero" in args.variants:
-            rates["hetero"] = hetero_rate(args.mag_papers, args.batches, args.batch_size, args.repeats, args.seed, tmp)
+            samples["hetero"] = hetero_sampler(args.mag_papers, args.batches, args.batch_size, args.seed, tmp)
         if "distributed" in args.variants:
-            rates["distributed"] = distributed_rate(data, batches, args.repeats, tmp)
+            samples["distributed"] = distributed_sampler(data, batches, tmp)
+        setup = time.perf_counter() - start
+        rates = measure(samples, args.repeats)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     plain = rates.get("plain")
     return {"graph": {"nodes": args.nodes, "edges": args.edges}, "fanout": FANOUT, "batch_size": args.batch_size,
-            "threads": 1, "edges_per_s": rates,
+            "threads": 1, "setup_seconds": setup, "edges_per_s": rates,
             "ratio_to_plain": {k: v / plain for k, v in rates.items()} if plain else {}}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--nodes", type=int, default=200_000)
-    parser.add_argument("--edges", type=int, default=4_000_000)
+    parser.add_argument("--nodes", type=int, default=1_000_000)
+    parser.add_argument("--edges", type=int, default=20_000_000)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)

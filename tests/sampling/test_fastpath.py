@@ -219,21 +219,22 @@ def test_a_pair_of_dataset_stores_returns_input_edge_ids(graphs):
 
 
 def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
-    """The packed pairs only where the one-call engine (any variant) serves the sampler; else the int64
-    arrays (the general path and the partition servers of distributed sampling read those)."""
+    """The packed pairs wherever the dataset has them: both drivers of the one engine (one-call, per-hop)
+    and the partition servers read those; the int64 arrays only for a dataset without them."""
+    from graphstore.stores import ZarrGraphStore
     from sampling import topology
 
     ds = graphs["dataset3"].data
     touched: list[int] = []
     monkeypatch.setattr(topology, "prefault", lambda a: touched.append(a.dtype.itemsize))
-    cases = [({"parts": [0, 1, 2]}, True), ({"parts": [0, 1, 2], "disjoint": True}, True),  # any variant: one engine
-             ({"parts": [0, 1, 2], "weight_attr": "weight"}, True), ({"parts": [1]}, False)]
-    for kw, fast in cases:
+    cases = [{"parts": [0, 1, 2]}, {"parts": [0, 1, 2], "disjoint": True}, {"parts": [0, 1, 2], "weight_attr": "weight"},
+             {"parts": [1]}]
+    for kw in cases:
         touched.clear()
         kw = {"weight_attr": None, "time_attr": None, **kw}
         topology.from_dataset(ds, **kw)
-        packed_read = 4 in touched  # packed is the only int32 topology array
-        assert packed_read == fast and len(touched) == len(kw["parts"]) * (2 if fast else 3), (kw, touched)
+        packed_read = touched.count(4)  # packed is the only int32 topology array
+        assert packed_read == len(kw["parts"]) and len(touched) == 2 * len(kw["parts"]), (kw, touched)
     from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
 
     for disjoint in (False, True):  # a pair of dataset stores prefaults as the dataset does (any variant)
@@ -241,8 +242,12 @@ def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
         NeighborSampler((DatasetFeatureStore(ds), DatasetGraphStore(ds)), [2], disjoint=disjoint)
         assert 4 in touched and len(touched) == 2 * ds.num_parts, (disjoint, touched)
     touched.clear()
-    NeighborSampler(ds.partition(1), [2], disjoint=True)  # one partition's stores: the general path's arrays
-    assert 4 not in touched and len(touched) == 3, touched
+    NeighborSampler(ds.partition(1), [2], disjoint=True)  # one partition's stores: the per-hop driver, packed too
+    assert touched == [8, 4], touched
+    touched.clear()
+    monkeypatch.setattr(ZarrGraphStore, "packed_csc", lambda self, edge_type=None: None)
+    topology.from_dataset(ds, [1], None, None)  # no packed pairs stored: the int64 arrays
+    assert touched == [8, 8, 8], touched
 
 
 def test_numpy_integer_fanouts_are_accepted_and_bools_refused(graphs):

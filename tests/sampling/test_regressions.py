@@ -16,19 +16,29 @@ from graphstore.errors import InvalidInputError, NotOwnedError
 from sampling import NeighborSampler
 from sampling.dist_loader import DistributedNeighborLoader, Prefetcher
 from sampling.distributed import DistributedFeatureStore, PartitionServer, RankLayout, RemoteStats
-from sampling.frontier import NodeTable
 from sampling.transport import LoopbackTransport
 
 
-def test_table_reset_empties_it_after_growth_and_repeated_seeds():
+def test_maps_are_empty_after_batches_with_growth_and_repeated_seeds():
+    """(Was a test of the deleted general path's NodeTable.reset.) After batches whose hash tables grow
+    and whose seeds repeat, both drivers leave this thread's maps empty for the next batch."""
+    from sampling.fastpath import FastPath
+
     rng = np.random.default_rng(0)
-    for trial in range(50):
-        table = NodeTable(10**6, disjoint=False, capacity=16)
-        seeds = rng.integers(0, 10**6, 5)
-        table.add(np.concatenate([seeds, seeds[:2]]), np.zeros(7, np.int64), force_new=True)
-        table.add(rng.integers(0, 10**6, 300), np.zeros(300, np.int64))  # forces several rehashes
-        table.reset()
-        assert (table.keys == -1).all(), f"trial {trial}: stale keys survived reset"
+    data = HeteroData()
+    data["a"].num_nodes = 5000
+    data["a", "to", "a"].edge_index = torch.from_numpy(rng.integers(0, 5000, (2, 80000)))
+    homo = Data(edge_index=data["a", "to", "a"].edge_index, num_nodes=5000)
+    hetero = NeighborSampler(data, [10, 10], disjoint=True, seed=0)  # per-hop driver, (subgraph, node) hash
+    plain = NeighborSampler(homo, [10, 10], seed=0)
+    plain._fast_path = FastPath(plain.topology[None], 5000, plain._fanouts, False, dense_max_nodes=0)  # hash map
+    for trial in range(20):
+        seeds = rng.integers(0, 5000, 20)
+        seeds = torch.from_numpy(np.concatenate([seeds, seeds[:2]]))
+        hetero.sample_from_nodes(NodeSamplerInput(None, seeds, input_type="a"))
+        plain.sample_from_nodes(NodeSamplerInput(None, seeds))
+        for table in (hetero._local.hop_maps["a"][2], plain._local.table):  # interleaved (key, value) slots
+            assert len(table) > 1 << 12 and (table[0::2] == -1).all(), f"trial {trial}: stale keys survived"
 
 
 def test_repeated_seeds_keep_true_edges():

@@ -141,3 +141,114 @@ def test_every_variant_combined_in_one_call(graphs):
     eligible = np.array([np.count_nonzero((g.dst == s) & (g.edge_time <= t)) for s, t in zip(seeds, times)])
     counts = np.bincount(col[first], minlength=30)[:30]
     assert np.array_equal(counts, np.where(eligible > 0, 5, 0)), "with replacement: k draws wherever one is eligible"
+
+
+def test_alias_draws_without_replacement_are_successive_draws():
+    """The sampler's alias-table picks (k=2 of weights 1..4, no replacement) follow successive draws:
+    P({i, j}) = w_i/W * w_j/(W - w_i) + (i <-> j); zero, negative and NaN weights are never drawn."""
+    w = np.array([1.0, 2.0, 3.0, 4.0, 0.0, -1.0, np.nan])
+    data = Data(edge_index=torch.stack([torch.arange(1, 8), torch.zeros(7, dtype=torch.long)]), num_nodes=8,
+                weight=torch.from_numpy(w))
+    sampler = _variant(NeighborSampler(data, [2], weight_attr="weight", seed=9))
+    assert sampler.fast_path.blocks.aliases is not None, "unfiltered weighted picks read the alias table"
+    eid = _sample(sampler, [0] * 20000).edge.numpy().reshape(-1, 2)
+    assert (eid < 4).all() and (eid[:, 0] != eid[:, 1]).all()
+    pairs = list(itertools.combinations(range(4), 2))
+    keys = np.sort(eid, axis=1) @ np.array([4, 1])
+    observed = [int(np.count_nonzero(keys == 4 * i + j)) for i, j in pairs]
+    total = w[:4].sum()
+    expected = [w[i] / total * w[j] / (total - w[i]) + w[j] / total * w[i] / (total - w[j]) for i, j in pairs]
+    assert chisquare(observed, np.array(expected) * sum(observed)).pvalue > 1e-3, (observed, expected)
+
+
+def test_time_sorted_cut_orders_each_destination_and_breaks_ties_by_earlier_position():
+    from sampling.derived import time_sorted
+
+    indptr = np.array([0, 4, 4, 7])
+    time = np.array([5, 1, 5, 3, 9, 2, 9])
+    cut = time_sorted(indptr, time).reshape(-1, 2)
+    assert cut[:, 0].tolist() == [1, 3, 5, 5, 2, 9, 9]
+    assert cut[:, 1].tolist() == [1, 3, 2, 0, 1, 2, 0], "equal times: later position first ('last' keeps the earlier)"
+    data = Data(edge_index=torch.tensor([[1, 2, 3, 4], [0, 0, 0, 0]]), num_nodes=5, time=torch.tensor([7, 7, 7, 1]))
+    out = _sample(NeighborSampler(data, [2], time_attr="time", temporal_strategy="last"), [0], [10])
+    assert sorted(out.edge.tolist()) == [0, 1], "ties at the cut: the earlier edges, as the scan did"
+
+
+def _hetero_graph(seed: int = 0):
+    from torch_geometric.data import HeteroData
+
+    rng = np.random.default_rng(seed)
+    data = HeteroData()
+    data["paper"].num_nodes, data["author"].num_nodes = 300, 100
+    for et, (s, d) in {("author", "writes", "paper"): (100, 300), ("paper", "cites", "paper"): (300, 300)}.items():
+        m = 3000
+        data[et].edge_index = torch.from_numpy(np.stack([rng.integers(0, s, m), rng.integers(0, d, m)]))
+        data[et].time = torch.from_numpy(rng.integers(0, 1000, m))
+        data[et].weight = torch.from_numpy(rng.random(m) + 0.1)
+    star = ("author", "writes", "paper")  # paper 0: 40 more authors with weights 1..4
+    data[star].edge_index = torch.cat([data[star].edge_index, torch.stack([torch.arange(40), torch.zeros(40).long()])], 1)
+    data[star].weight = torch.cat([data[star].weight, torch.from_numpy(np.tile(np.arange(1.0, 5.0), 10))])
+    data[star].time = torch.cat([data[star].time, torch.zeros(40, dtype=torch.long)])
+    return data
+
+
+def test_heterogeneous_variants_in_the_per_hop_driver():
+    """Weighted (chi-square on a star), temporal (never past the seed time, 'last' the latest) and disjoint
+    (no shared (subgraph, node)) sampling of a heterogeneous graph, one kernel call per edge type per hop."""
+    data = _hetero_graph()
+    writes, cites = ("author", "writes", "paper"), ("paper", "cites", "paper")
+    sampler = NeighborSampler(data, [200], replace=True, weight_attr="weight", seed=3)
+    assert sampler.fast_path is None
+    eid = np.concatenate([sampler.sample_from_nodes(NodeSamplerInput(None, torch.tensor([0]), input_type="paper"))
+                          .edge[writes].numpy() for _ in range(60)])
+    w = data[writes].weight.numpy()
+    star = eid[eid >= 3000]
+    by_weight = np.bincount(w[star].astype(int), minlength=5)[1:]
+    assert by_weight.sum() > 3000 and chisquare(by_weight, np.arange(1, 5) / 10 * by_weight.sum()).pvalue > 1e-3
+    rng = np.random.default_rng(1)
+    seeds, times = torch.from_numpy(rng.choice(300, 40, replace=False)), torch.from_numpy(rng.integers(200, 900, 40))
+    for strategy in ("uniform", "last"):
+        out = NeighborSampler(data, [3, 2], time_attr="time", temporal_strategy=strategy, seed=4).sample_from_nodes(
+            NodeSamplerInput(None, seeds, times, input_type="paper"))
+        checked = 0
+        for et in (writes, cites):
+            e, col, batch = out.edge[et].numpy(), out.col[et].numpy(), out.batch[et[2]].numpy()
+            assert (data[et].time.numpy()[e] <= times.numpy()[batch[col]]).all(), (strategy, et)
+            checked += len(e)
+        assert checked > 100
+    out = NeighborSampler(data, [4, 3], disjoint=True, seed=5).sample_from_nodes(
+        NodeSamplerInput(None, seeds, input_type="paper"))
+    for nt in ("paper", "author"):
+        pairs = set(zip(out.batch[nt].tolist(), out.node[nt].tolist()))
+        assert len(pairs) == len(out.node[nt]), f"a {nt} appears twice in one subgraph"
+    for et in (writes, cites):
+        assert np.array_equal(out.batch[et[0]][out.row[et]], out.batch[et[2]][out.col[et]]), et
+
+
+def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp_path, monkeypatch):
+    """Alias tables and time-sorted edges of a dataset block go to its cache directory (keyed by the
+    manifest) and a later process maps them instead of building them; the samples are the same."""
+    import graphstore
+    from sampling import derived
+
+    monkeypatch.setattr(derived, "STORE_MIN_BYTES", 0)  # the test graph is far below the threshold
+    g = graphs["dataset3"]
+    seeds, times = np.arange(0, 400, 9), np.full(45, 600)
+
+    def sample():
+        ds = graphstore.open_dataset(g.data.url, cache_dir=tmp_path)
+        sampler = NeighborSampler(ds, [3, 2], weight_attr="weight", time_attr="edge_time", seed=2)
+        out = _sample(sampler, seeds, times)
+        return out, sampler.fast_path.blocks
+
+    first, blocks = sample()
+    stored = sorted(p.name.split("-")[0] for p in (tmp_path / "derived").iterdir())
+    assert stored == ["alias"] * 3 + ["tsorted"] * 3 + ["wpacked"] * 3, stored
+    monkeypatch.setattr(derived, "_BUILT", type(derived._BUILT)())  # as a new process: nothing built in memory
+    monkeypatch.setattr(derived, "alias_table", None)  # would fail if called: the stored tables are read
+    monkeypatch.setattr(derived, "time_sorted", None)
+    monkeypatch.setattr(derived, "weighted_packed", None)
+    again, mapped = sample()
+    assert all(isinstance(t, np.memmap) for t in mapped.tcuts) and all(isinstance(p, np.memmap) for p in mapped.topo[3])
+    assert torch.equal(first.edge, again.edge) and torch.equal(first.node, again.node)
+    assert (g.edge_time[first.edge.numpy()] <= 600).all()

@@ -32,7 +32,7 @@ def test_bench_sampler_reports_every_row(tmp_path):
     out = _run("bench_sampler", "--data", str(tmp_path / "ds"), "--spec", TINY, "--parts", "2", "--batches", "3",
                "--repeats", "1", "--batch-size", "64")
     assert (out["graph"]["nodes"], out["graph"]["parts"]) == (4000, 2) and out["graph"]["edges"] > 0
-    for row in ("ours", "ours_unpacked", "ours_general_path", "ours_with_features", "torch_reference"):
+    for row in ("ours", "ours_unpacked", "ours_per_hop_driver", "ours_with_features", "torch_reference"):
         assert out[row]["edges_per_s"] > 0 and out[row]["batches_per_s"] > 0, row
     assert set(out["loader_batches_per_s_by_workers"]) == {"0", "2", "2, rows fetched in the workers"}
     assert set(out["disjoint_loader_batches_per_s_by_workers"]) == {"0", "2"}
@@ -45,7 +45,8 @@ def test_bench_sampler_reports_every_row(tmp_path):
 def test_bench_variants_reports_every_variant_and_its_ratio():
     out = _run("bench_variants", "--nodes", "3000", "--edges", "30000", "--batches", "2", "--repeats", "1",
                "--batch-size", "64", "--mag-papers", "2000")
-    names = {"plain", "weighted", "temporal_uniform", "temporal_last", "disjoint", "hetero", "distributed"}
+    names = {"plain", "weighted", "temporal_uniform", "temporal_last", "temporal_uniform_end", "disjoint", "hetero",
+             "distributed"}
     assert set(out["edges_per_s"]) == names and all(v > 0 for v in out["edges_per_s"].values())
     plain = out["edges_per_s"]["plain"]
     assert out["ratio_to_plain"] == pytest.approx({k: v / plain for k, v in out["edges_per_s"].items()})

@@ -1,0 +1,175 @@
+"""Per-block arrays the engine derives from a block's stored ones, built once and then reused:
+alias tables of the edge weights and each destination's edges sorted by time.
+
+Built at first use (numba, one pass over the block) and kept per process; for dataset blocks of 16 MiB
+of sources or more also written to the dataset's cache directory (``<cache_dir>/derived``, keyed by the stored arrays'
+checksums, atomic rename) and memory-mapped from there, so every process and every later run on the
+machine shares one copy in page cache instead of building its own. Ingest is not involved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+import numpy as np
+from numba import njit
+
+logger = logging.getLogger(__name__)
+
+STORE_MIN_BYTES = 1 << 24  # smaller sources are rebuilt by each process (a fraction of a second), never stored
+_BUILT: OrderedDict[tuple, tuple] = OrderedDict()  # (kind, id of each source array) -> (sources, result)
+_KEEP = 64  # derived arrays kept per process (the least recently used go first)
+_LOCK = threading.Lock()
+
+
+@njit(cache=True, nogil=True)
+def alias_table(indptr, weight):
+    """Walker's alias table of each destination's edges (Vose's construction), 8 bytes per CSC position
+    ``p`` (uint32): ``out[2p]`` the threshold below which 32 uniform bits keep column ``p`` (0: a
+    non-positive or NaN weight, never kept; a kept column's threshold is at least 1), ``out[2p + 1]``
+    the offset (within the destination's edges) of its alias, which a column that is always kept
+    aliases to itself. A destination without a positive weight has ``out[2 * start + 1] = 2**32 - 1``."""
+    out = np.empty(2 * len(weight), np.uint32)
+    max_deg = 0
+    for v in range(len(indptr) - 1):
+        max_deg = max(max_deg, indptr[v + 1] - indptr[v])
+    q, small, large = np.empty(max_deg, np.float64), np.empty(max_deg, np.int64), np.empty(max_deg, np.int64)
+    for v in range(len(indptr) - 1):
+        s, n = indptr[v], indptr[v + 1] - indptr[v]
+        total, heaviest = 0.0, 0
+        for j in range(n):
+            w = weight[s + j]
+            if w > 0:
+                total += w
+                heaviest = j if not weight[s + heaviest] >= w else heaviest
+        if n and total <= 0.0:
+            for j in range(n):
+                out[2 * (s + j)], out[2 * (s + j) + 1] = 0, 0xFFFFFFFF
+            continue
+        _vose(weight, s, n, total, heaviest, q, small, large, out)
+    return out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _set(out, s, j, prob, alias, drawable):
+    if not drawable:
+        out[2 * (s + j)], out[2 * (s + j) + 1] = 0, alias
+    elif prob >= 1.0:
+        out[2 * (s + j)], out[2 * (s + j) + 1] = 0xFFFFFFFF, j
+    else:
+        out[2 * (s + j)], out[2 * (s + j) + 1] = max(np.uint32(1), np.uint32(prob * 4294967296.0)), alias
+
+
+@njit(cache=True, nogil=True)
+def _vose(weight, s, n, total, heaviest, q, small, large, out):
+    ns = nl = 0
+    for j in range(n):
+        w = weight[s + j]
+        q[j] = (w if w > 0 else 0.0) * n / total
+        if q[j] < 1.0:
+            small[ns] = j
+            ns += 1
+        else:
+            large[nl] = j
+            nl += 1
+    while ns > 0 and nl > 0:
+        ns, nl = ns - 1, nl - 1
+        lo, hi = small[ns], large[nl]
+        _set(out, s, lo, q[lo], hi, weight[s + lo] > 0)
+        q[hi] = (q[hi] + q[lo]) - 1.0
+        if q[hi] < 1.0:
+            small[ns] = hi
+            ns += 1
+        else:
+            large[nl] = hi
+            nl += 1
+    for i in range(nl):
+        _set(out, s, large[i], 1.0, large[i], True)
+    for i in range(ns):  # rounding leftovers: kept if drawable, else always sent to the heaviest edge
+        j = small[i]
+        _set(out, s, j, 1.0, heaviest, weight[s + j] > 0)
+
+
+@njit(cache=True, nogil=True)
+def weighted_packed(packed, alias):
+    """The packed (source, edge ID) pairs with each edge's alias-table entry beside them (int32, 4 per
+    edge): a weighted pick and the gather of what it picked read the same cache line."""
+    out = np.empty(2 * len(packed), np.int32)
+    for p in range(len(packed) // 2):
+        out[4 * p], out[4 * p + 1] = packed[2 * p], packed[2 * p + 1]
+        out[4 * p + 2], out[4 * p + 3] = np.int32(alias[2 * p]), np.int32(alias[2 * p + 1])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def time_sorted(indptr, key):
+    """Each destination's edges in time order, interleaved per CSC position: ``out[2i]`` the time of the
+    ``i``-th edge in that order (within its destination's range), ``out[2i + 1]`` its offset among the
+    destination's edges. Equal times are ordered latest position first, so the last ``k`` of a prefix
+    are the earliest positions among equal times (the rule of the scan it replaces)."""
+    out = np.empty(2 * len(key), np.int64)
+    for v in range(len(indptr) - 1):
+        s, n = indptr[v], indptr[v + 1] - indptr[v]
+        if n == 0:
+            continue
+        ordered = True
+        for j in range(1, n):
+            ordered &= key[s + j] > key[s + j - 1]
+        if ordered:
+            for j in range(n):
+                out[2 * (s + j)], out[2 * (s + j) + 1] = key[s + j], j
+            continue
+        order = np.argsort(key[s: s + n][::-1], kind="mergesort")
+        for i in range(n):
+            j = n - 1 - order[i]
+            out[2 * (s + i)], out[2 * (s + i) + 1] = key[s + j], j
+    return out
+
+
+def derived(kind: str, sources: tuple[np.ndarray, ...], build: Callable[[], tuple[np.ndarray, ...]], count: int,
+            origin: str = "", cache_dir: str | None = None) -> tuple[np.ndarray, ...]:
+    """The arrays ``build()`` derives from ``sources``, built once per process (the last 64 kept); with
+    ``origin`` (what the sources are, e.g. a dataset's checksums) and ``cache_dir`` also
+    stored there and memory-mapped (copy-on-write: writable, as the kernels want)."""
+    key = (kind, *(id(a) for a in sources))
+    with _LOCK:
+        hit = _BUILT.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], sources)):
+            _BUILT.move_to_end(key)
+            return hit[1]
+    stored = origin and cache_dir and sum(a.nbytes for a in sources) >= STORE_MIN_BYTES
+    result = _stored(kind, origin, cache_dir, build, count) if stored else build()
+    with _LOCK:
+        _BUILT[key] = (sources, result)  # holding the sources keeps their ids from being reused
+        while len(_BUILT) > _KEEP:
+            _BUILT.popitem(last=False)
+    return result
+
+
+def _stored(kind: str, origin: str, cache_dir: str, build: Callable[[], tuple[np.ndarray, ...]], count: int
+            ) -> tuple[np.ndarray, ...]:
+    digest = hashlib.sha256(f"{kind}|{origin}".encode()).hexdigest()[:32]
+    folder = os.path.join(cache_dir, "derived")
+    paths = [os.path.join(folder, f"{kind}-{digest}-{i}.npy") for i in range(count)]
+    try:
+        if os.path.exists(paths[0]):  # written last: the others are complete
+            return tuple(np.load(p, mmap_mode="c") for p in paths)
+    except (OSError, ValueError):
+        logger.warning("derived %s arrays in %s are unreadable; building them again", kind, folder)
+    result = build()
+    try:
+        os.makedirs(folder, exist_ok=True)
+        for path, array in reversed(list(zip(paths, result))):  # the first one is written last: the commit
+            tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
+            with open(tmp, "wb") as f:
+                np.save(f, array)
+            os.replace(tmp, path)
+        return tuple(np.load(p, mmap_mode="c") for p in paths)
+    except OSError as exc:  # a read-only or full cache: keep the arrays in memory
+        logger.warning("cannot store derived %s arrays in %s (%s); keeping them in memory", kind, folder, exc)
+        return result

@@ -1,0 +1,121 @@
+"""The arguments of the sampling kernels for a run of local blocks: topology tuples and the arrays of
+the variants a sampler uses (weights' alias tables, time-sorted edges, split masks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sampling import derived
+from sampling.topology import CSCBlock
+
+
+@dataclass(frozen=True)
+class Variants:
+    """The per-edge decisions of a sampler (all off: the plain path). ``node_time`` (per node, global
+    IDs) is the source nodes' times when ``temporal`` and the time is a node attribute."""
+
+    weighted: bool = False
+    temporal: bool = False
+    last: bool = False
+    disjoint: bool = False
+    node_time: np.ndarray | None = None
+
+    @property
+    def plain(self) -> bool:
+        return not (self.weighted or self.temporal or self.disjoint)
+
+
+def _ready(array: np.ndarray, dtype: Any) -> np.ndarray:
+    """``array`` as the kernels take it: contiguous, writable (copy-on-write maps are) and of ``dtype``
+    (a copy only when it is not)."""
+    if array.dtype == dtype and array.flags.c_contiguous and array.flags.writeable:
+        return array
+    return np.array(array, dtype=dtype, order="C")
+
+
+class BlockArgs:
+    """Kernel arguments of ``blocks`` (consecutive destination ranges) under ``variants``.
+
+    ``topo`` is :func:`sampling.variants.hop_picks`'s topology tuple; :meth:`var` its variant tuple.
+    The packed layout is read when every block has it (also by the filters, for source IDs). Times:
+    edge times (``CSCBlock.time``) or the source type's ``node_time``; with exactly one of them each
+    destination's edges are cut by a binary search over a time-sorted copy (:mod:`sampling.derived`),
+    with both they are scanned; with neither there is no time constraint (``timed`` is False).
+    """
+
+    def __init__(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None = None,
+                 packed: bool = True) -> None:
+        self.blocks = blocks
+        packs = packed and all(len(b.packed) == 2 * len(b.indices) and len(b.indices) for b in blocks)
+        i64, i32 = np.zeros(0, np.int64), np.zeros(0, np.int32)
+        indptrs = tuple(_ready(b.indptr, np.int64) for b in blocks)
+        indices = tuple(i64 if packs else _ready(b.indices, np.int64) for b in blocks)
+        eids = tuple(i64 if packs else _ready(b.eid, np.int64) for b in blocks)
+        packed_ = tuple(_ready(b.packed, np.int32) if packs else i32 for b in blocks)
+        self.weights = self.aliases = None
+        self.astride = 2
+        if variants.weighted:
+            self.weights = tuple(_ready(b.weight, np.float64) for b in blocks)
+            self.aliases = tuple(_aliases(b, w) for b, w in zip(blocks, self.weights))
+            if packs:  # the alias entries beside the packed pairs: a pick and its gather share a line
+                packed_ = tuple(_weighted_packed(b, p, a) for b, p, a in zip(blocks, packed_, self.aliases))
+                self.aliases, self.astride = tuple(p[2:] for p in packed_), 4
+        self.use_packed = (4 if variants.weighted else 2) if packs else 0  # int32 per edge in ``packed``
+        self.offsets = np.array([b.lo for b in blocks] + [blocks[-1].hi], np.int64)
+        self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets)
+        self.src, self.stride = (packed_, self.use_packed) if packs else (indices, 1)
+        self.parts = np.array([b.part for b in blocks], np.int32)
+        self._times(blocks, variants, node_time)
+        masked = any(len(b.split) for b in blocks)
+        self.splits = tuple(_ready(b.split, np.int8) for b in blocks) if masked else None
+        self.allowed = blocks[0].allowed if masked else 0
+        self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
+
+    def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None) -> None:
+        self.times = self.tcuts = self.node_time = None
+        edge_times = variants.temporal and all(len(b.time) == len(b.indices) for b in blocks)
+        node_time = _ready(node_time, np.int64) if variants.temporal and node_time is not None else None
+        self.timed = edge_times or node_time is not None
+        if edge_times and node_time is not None:  # both constrain: scanned
+            self.times, self.node_time = tuple(_ready(b.time, np.int64) for b in blocks), node_time
+        elif self.timed:
+            self.tcuts = tuple(_time_sorted(b, node_time) for b in blocks)
+
+    def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> tuple:
+        """The variant tuple; ``timed``: limits are given (else times are ignored); ``exclusion`` =
+        ``(sorted keys, multiplier, mode)`` of links to drop (:func:`sampling.edgemask.exclusion`)."""
+        t = timed and self.timed
+        excl, mul, mode = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0))
+        return (self.src, self.stride, self.weights, self.aliases, self.astride, self.times if t else None,
+                self.tcuts if t else None, self.node_time if t else None,
+                bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
+
+
+def _aliases(block: CSCBlock, weight: np.ndarray) -> np.ndarray:
+    indptr = _ready(block.indptr, np.int64)
+    return derived.derived("alias", (block.indptr, block.weight), lambda: (derived.alias_table(indptr, weight),), 1,
+                           *_origin(block, "weight"))[0]
+
+
+def _weighted_packed(block: CSCBlock, packed: np.ndarray, alias: np.ndarray) -> np.ndarray:
+    return derived.derived("wpacked", (block.packed, block.weight), lambda: (derived.weighted_packed(packed, alias),),
+                           1, *_origin(block, "weight-packed"))[0]
+
+
+def _time_sorted(block: CSCBlock, node_time: np.ndarray | None) -> np.ndarray:
+    indptr = _ready(block.indptr, np.int64)
+    if node_time is None:
+        time = _ready(block.time, np.int64)
+        return derived.derived("tsorted", (block.indptr, block.time), lambda: (derived.time_sorted(indptr, time),),
+                               1, *_origin(block, "time"))[0]
+    indices = block.indices
+    return derived.derived("nsorted", (block.indptr, block.indices, node_time),
+                           lambda: (derived.time_sorted(indptr, node_time[np.asarray(indices)]),), 1,
+                           *_origin(block, "node-time"))[0]
+
+
+def _origin(block: CSCBlock, what: str) -> tuple[str, str | None]:
+    return (f"{block.origin}|{what}", block.cache_dir) if block.origin else ("", None)

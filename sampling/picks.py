@@ -1,0 +1,222 @@
+"""The picks phase of the sampling engine: per frontier node, which CSC positions to take (numba).
+
+Every per-edge decision is a compile-time variant: an option that is off is passed as ``None`` and
+numba compiles one specialisation per combination with the untaken branches pruned, so no variant
+pays for another, and variants combine (weighted + temporal + disjoint + masked in one call).
+
+- uniform: the fast path's draws (Floyd's algorithm, a partial Fisher-Yates shuffle, or with
+  replacement), over the node's edges or over its candidates.
+- weighted: ``aliases`` (per block, Walker's alias table of each destination's edges, built once per
+  block: :mod:`sampling.derived`) make a pick one draw and one read; without replacement, repeats are
+  redrawn (successive draws ∝ weight), after a few the rest are drawn exactly from the weight left.
+  When other filters leave a subset of the edges, the subset's cumulative weights are searched.
+- temporal: an edge is a candidate when its time is at or before its frontier node's limit (its
+  subgraph's seed time). With ``tcuts`` (each destination's edges sorted by time, built once per
+  block) the cut is a search and ``last`` takes the end of the prefix; otherwise
+  ``times`` (per CSC position) and/or ``node_time`` (per source node) are scanned.
+- edge mask: ``splits`` (link split per CSC position) admits edges whose split ``v`` has bit ``1 << v``
+  in ``allowed``; ``excl`` (sorted keys) drops the links of a link batch (``excl_mode`` 1: key
+  ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either). Fanouts count admitted edges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from sampling.draws import _latest, _uniform, _weighted, _weighted_alias, cumulative_weights  # noqa: F401
+from sampling.prefetch import prefetch
+
+STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1  # temporal strategies (as the remote sampling requests name them)
+_AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _holds(keys, key):
+    i = np.searchsorted(keys, key)
+    return i < len(keys) and keys[i] == key
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, p, dst):
+    """Whether the split mask admits the edge at CSC position ``p`` into ``dst`` and the exclusion keeps it."""
+    keep = True
+    if split is not None:
+        keep = ((allowed >> split[p]) & 1) == 1
+    if excl is not None and keep:
+        s = np.int64(src[stride * p])
+        if (excl_mode & 1) and _holds(excl, s * excl_mul + dst):
+            keep = False
+        if (excl_mode & 2) and _holds(excl, dst * excl_mul + s):
+            keep = False
+    return keep
+
+
+@njit(cache=True, nogil=True)
+def _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst,
+                cand, tkeys):
+    """Offsets of the edges the time limit, the split mask and the exclusion admit, into ``cand`` (their
+    times into ``tkeys`` when temporal); ``src[stride * p]`` is the source of CSC position ``p``."""
+    c = 0
+    for j in range(deg):  # branch-free where it can be: each edge is written, kept by advancing the count
+        p = start + j
+        keep = True
+        t = 0
+        if times is not None:
+            t = times[p]
+            keep = t <= limit
+        if node_time is not None:
+            tn = node_time[src[stride * p]]
+            keep &= tn <= limit
+            if times is None:
+                t = tn  # 'last' orders by the edge time when there is one, else by the node's
+        if split is not None or excl is not None:
+            keep &= _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, p, dst)
+        cand[c] = j
+        tkeys[c] = t
+        c += 1 if keep else 0
+    return c
+
+
+@njit(cache=True, nogil=True)
+def _sorted_candidates(src, stride, tcut, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst, cand):
+    """Over a time-sorted segment (``tcut``: interleaved time, offset): the offsets (in time order, latest
+    last) of the edges at or before ``limit`` that the mask and the exclusion admit; returns how many.
+    The cut is counted branch-free over a short segment, else found by binary search."""
+    if deg <= 32:
+        lo = 0
+        for j in range(deg):
+            lo += 1 if tcut[2 * (start + j)] <= limit else 0
+    else:
+        lo, hi = 0, deg
+        while lo < hi:  # the first edge later than the limit
+            mid = (lo + hi) >> 1
+            if tcut[2 * (start + mid)] <= limit:
+                lo = mid + 1
+            else:
+                hi = mid
+    c = 0
+    for j in range(lo):
+        off = tcut[2 * (start + j) + 1]
+        cand[c] = off
+        if split is None and excl is None:
+            c += 1
+        else:
+            c += 1 if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, start + off, dst) else 0
+    return c
+
+
+@njit(cache=True, nogil=True)
+def _filtered_cum(weight, start, cand, count, wkeys):
+    """Cumulative weights of the candidates (for :func:`_weighted` over them)."""
+    total = 0.0
+    for c in range(count):
+        w = weight[start + cand[c]]
+        total += w if w > 0 else 0.0
+        wkeys[c] = total
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fetch_ahead(start, deg, b, weights, aliases, astride, times, tcuts, splits):
+    if deg == 0:
+        return
+    if aliases is not None:  # draws land anywhere in the segment: fetch its lines
+        for j in range(0, min(deg, 64), 16 // astride):
+            prefetch(aliases[b], astride * (start + j))
+    elif weights is not None:
+        prefetch(weights[b], start)
+    if times is not None:
+        prefetch(times[b], start)
+        prefetch(times[b], start + deg - 1)
+    if tcuts is not None:  # a segment is read whole (up to 32 edges): fetch its lines (4 edges each)
+        for j in range(0, min(deg, 32), 4):
+            prefetch(tcuts[b], 2 * (start + j))
+    if splits is not None:
+        prefetch(splits[b], start)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _at(arrays, b):
+    """Block ``b``'s array of a per-block tuple, or ``None`` when the variant is off."""
+    if arrays is None:
+        return None
+    return arrays[b]
+
+
+@njit(cache=True, nogil=True)
+def _count(src, stride, times, tcut, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst,
+           cand, tkeys_buf):
+    """How many candidates a filtered node has (their offsets into ``cand``)."""
+    if tcut is not None:
+        return _sorted_candidates(src, stride, tcut, split, allowed, excl, excl_mul, excl_mode, start, deg, limit,
+                                  dst, cand)
+    return _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit,
+                       dst, cand, tkeys_buf)
+
+
+@njit(cache=True, nogil=True)
+def _choose(state, count, k, replace, latest, filtered, start, tcut, tkeys_buf, weight, alias, astride, wkeys,
+            scratch, pos, e):
+    """Draw among ``count`` candidates (or the whole segment when not ``filtered``) into ``pos[e:]``."""
+    if latest and 0 <= k < count:
+        if tcut is not None:  # time-sorted candidates: the latest are the last k
+            for j in range(k):
+                pos[e + j] = count - k + j
+            return k
+        return _latest(tkeys_buf, count, k, pos, e)
+    if weight is not None:
+        if alias is not None:
+            if not filtered:
+                return _weighted_alias(state, alias, astride, weight, wkeys, start, count, k, replace, pos, e)
+        return _weighted(state, wkeys, 0, count, k, replace, pos, e)
+    return _uniform(state, count, k, replace, pos, e, scratch)
+
+
+@njit(cache=True, nogil=True)
+def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
+               weights, aliases, astride, times, tcuts, node_time, limits, last, splits, allowed, excl, excl_mul,
+               excl_mode):
+    """The picks of block ``b``'s frontier nodes (``order[t]``, ID ``ids[t]``, for ``t`` in its bounds):
+    their CSC positions into ``pos[e:]`` and their frontier positions ``f_lo + order[t]`` into
+    ``col[e:]``; returns the end. ``limits`` is per frontier position; the variants as in the module
+    docstring (``src[b][stride * p]`` the source of position ``p``, read by filters only)."""
+    scratch, cand, tkeys_buf, wkeys = bufs
+    filtered = limits is not None or splits is not None or excl is not None
+    latest = last and limits is not None
+    src_b, split_b, times_b, tcut_b = src[b], _at(splits, b), _at(times, b), _at(tcuts, b)
+    weight_b, alias_b = _at(weights, b), _at(aliases, b)
+    for t in range(bounds[b], bounds[b + 1]):
+        if t + _AHEAD < bounds[b + 1]:  # the attribute arrays are read at each node: fetch ahead
+            _fetch_ahead(starts[t + _AHEAD], degs[t + _AHEAD], b, weights, aliases, astride, times, tcuts, splits)
+        deg, start = degs[t], starts[t]
+        if deg == 0:
+            continue
+        count = deg
+        if filtered:
+            limit = limits[order[t]] if limits is not None else 0
+            count = _count(src_b, stride, times_b, tcut_b, node_time, split_b, allowed, excl, excl_mul, excl_mode,
+                           start, deg, limit, ids[t], cand, tkeys_buf)
+        _weights_of(weight_b, alias_b, filtered, start, cand, count, wkeys)
+        m = _choose(state, count, k, replace, latest, filtered, start, tcut_b, tkeys_buf, weight_b, alias_b, astride,
+                    wkeys, scratch, pos, e)
+        for j in range(e, e + m):
+            pos[j] = start + (cand[pos[j]] if filtered else pos[j])
+            col[j] = f_lo + order[t]
+        e += m
+    return e
+
+
+@njit(cache=True, nogil=True)
+def _weights_of(weight, alias, filtered, start, cand, count, wkeys):
+    """The cumulative weights a weighted pick searches (of the candidates, or of the whole segment when
+    there is no alias table), into ``wkeys``."""
+    if weight is None:
+        return
+    if filtered:
+        _filtered_cum(weight, start, cand, count, wkeys)
+    elif alias is None:
+        total = 0.0
+        for j in range(count):
+            w = weight[start + j]
+            total += w if w > 0 else 0.0
+            wkeys[j] = total

@@ -1,0 +1,102 @@
+"""What a rank answers for its partition: one hop of sampling (the engine's kernel), node rows, edge attributes."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from graphstore.dataset import Dataset
+from graphstore.errors import InvalidInputError
+from sampling.engine import BlockArgs, Variants
+from sampling.multihop import rng_state
+from sampling.perhop import run_kernel
+from sampling.picks import STRATEGY_LAST
+from sampling.sampler import _node_times
+from sampling.topology import from_dataset
+from sampling.transport import Transport
+from sampling.wire import EDGE_IDS, POSITIONS, pack, pack_sample, unpack
+
+SAMPLE, GATHER, EDGE_ATTR = "graphstore.sample", "graphstore.gather", "graphstore.edge_attr"
+
+
+class PartitionServer:
+    """What a rank answers for its partition: sampling, node rows (own and halo), edge attributes."""
+
+    def __init__(self, dataset: Dataset, part: int) -> None:
+        self.dataset, self.part = dataset, part
+        self.feature_store, self.graph_store = dataset.partition(part)
+        self._args: dict[tuple, BlockArgs] = {}  # (options, edge type) -> the kernel's arguments
+        self._lock = threading.Lock()
+        self._local = threading.local()  # per serving thread: its generator
+
+    def register(self, transport: Transport) -> None:
+        transport.register(SAMPLE, self.sample)
+        transport.register(GATHER, self.gather)
+        transport.register(EDGE_ATTR, self.edge_attr)
+
+    def _block_args(self, options: tuple, edge_type: Any) -> BlockArgs:
+        """The kernel's arguments for this partition's block of ``edge_type`` under a caller's options."""
+        with self._lock:
+            key = (options, edge_type)
+            if key not in self._args:
+                weight_attr, time_attr, mask = options
+                topo = from_dataset(self.dataset, [self.part], weight_attr, time_attr, mask=mask)[edge_type]
+                node_time = _node_times(self.dataset, time_attr).get(topo.src_type) if time_attr else None
+                variants = Variants(weighted=weight_attr is not None, temporal=time_attr is not None,
+                                    node_time=node_time)
+                self._args[key] = BlockArgs(topo.blocks, variants, node_time)
+            return self._args[key]
+
+    def _rng(self) -> np.ndarray:
+        rng = getattr(self._local, "rng", None)
+        if rng is None:  # each serving thread draws its own stream
+            rng = self._local.rng = rng_state(int(np.random.SeedSequence().generate_state(1, np.uint64)[0]))
+        return rng
+
+    def sample(self, edge_type: Any, part: int, nodes: Any, fanout: int, replace: bool, seed_time: Any,
+               strategy: int, options: tuple, exclusion: tuple | None = None, returns: int = EDGE_IDS | POSITIONS,
+               seed: int | None = None) -> tuple[Any, ...]:
+        """One hop for ``nodes`` of this partition, by the caller's options, in the engine's kernel: its
+        link split mask (``options[2]``) and the links of its batch to leave out (``exclusion``) are
+        applied by the kernel, so the fanout counts admitted edges only; ``seed_time`` is each node's
+        time limit; ``seed`` (the caller's draw) seeds this request's picks. Integers come and go packed
+        (:func:`sampling.wire.pack`); edge IDs and positions only when ``returns`` asks for them."""
+        nodes, seed_time = unpack(nodes), unpack(seed_time)
+        if part != self.part:
+            raise InvalidInputError(f"rank serving partition {self.part} was asked to sample partition {part}")
+        args = self._block_args(options, edge_type)
+        block = args.blocks[0]
+        nodes = np.asarray(nodes)
+        _check_request(nodes, block.lo, block.hi, self.part, seed_time)
+        limits = seed_time if seed_time is not None and len(seed_time) else None
+        rng = rng_state(seed) if seed is not None else self._rng()
+        row, col, eid, pos, _ = run_kernel(args, rng, nodes, fanout, replace, strategy == STRATEGY_LAST, limits,
+                                           exclusion, in_order=True)
+        if len(col) > 1 and (col[1:] < col[:-1]).any():  # in request order (one block: it already is)
+            order = np.argsort(col, kind="stable")
+            row, col, eid, pos = row[order], col[order], eid[order], pos[order]
+        counts = np.bincount(col, minlength=len(nodes)).astype(np.int64)
+        return pack_sample((counts, row, eid, pos), returns)
+
+    def gather(self, node_type: Any, names: list[str], ids: Any) -> list[Any]:
+        """Rows of ``ids`` (packed or not); integer attributes (labels, IDs, times) answer packed."""
+        ids = unpack(ids)
+        return [pack(self.feature_store.get_tensor(node_type, name, ids)) for name in names]
+
+    def edge_attr(self, edge_type: Any, name: str, positions: Any) -> Any:
+        """Edge attribute ``name`` at CSC ``positions`` (packed or not); integer values answer packed."""
+        return pack(self.graph_store.edge_attr(name, edge_type, unpack(positions)))
+
+
+def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np.ndarray) -> None:
+    """A peer's sampling request names only nodes this partition owns (the kernels do not bounds-check)."""
+    if nodes.ndim != 1 or nodes.dtype.kind not in "iu":
+        raise InvalidInputError(f"partition {part} was sent node IDs of dtype {nodes.dtype} and shape {nodes.shape}")
+    if len(nodes) and (int(nodes.min()) < lo or int(nodes.max()) >= hi):
+        bad = nodes[(nodes < lo) | (nodes >= hi)]
+        raise InvalidInputError(f"partition {part} was sent node ID {int(bad[0])} outside its range [{lo}, {hi}) "
+                                f"({len(bad)} such IDs): the sender's data is damaged; run `graphstore verify`")
+    if seed_time is not None and len(seed_time) and len(seed_time) != len(nodes):
+        raise InvalidInputError(f"partition {part} was sent {len(seed_time)} seed times for {len(nodes)} nodes")
