@@ -202,6 +202,14 @@ def _inference_seconds(stderr: str, nodes: int) -> dict:
     return {"nodes": nodes, "seconds": seconds, "nodes_per_s": round(nodes / seconds, 1) if match else None}
 
 
+def _pyg_note() -> str:
+    try:
+        import pyg_lib  # noqa: F401
+        return "pyg-lib is installed, but the PyG distributed comparison is not implemented in this tool yet"
+    except ImportError:
+        return "pyg-lib is not installed here: PyG's torch_geometric.distributed cannot sample; comparison skipped"
+
+
 def _gb(mb: float | None) -> str:
     return "?" if mb is None else f"{mb / 1024:.2f}"
 
@@ -216,7 +224,7 @@ def print_runs(rows: list[dict], args: argparse.Namespace) -> None:
         print(f"  {r['ranks']} rank(s): training {r['train_seconds'][-1]:6.1f} s (x{base / r['train_seconds'][-1]:.2f} "
               f"vs {rows[0]['ranks']}; epoch with evaluation {r['epoch_seconds'][-1]:.1f} s), {r['steps']} steps/rank; "
               f"per step: data wait {r['data_wait_per_step']:.3f} s, compute {r['compute_per_step']:.3f} s; peak RSS "
-              f"of the largest rank {_gb(r['peak_rss_mb_largest'])} GB; {r['remote_requests_per_step']} remote "
+              f"of the largest rank {_gb(r['peak_rss_mb_largest'])} GiB; {r['remote_requests_per_step']} remote "
               f"requests/step; test acc {r['test_acc']}"
               + (f"; loader only: {loader} batches/s per rank" if loader else "")
               + (f"; inference {r['inference']['nodes_per_s']} nodes/s" if "inference" in r else ""))
@@ -226,7 +234,7 @@ def print_compare(rows: list[dict], args: argparse.Namespace) -> None:
     print(f"{args.spec}, {args.ranks.split(',')[0]} ranks, fanout {args.fanout}, batch {args.batch_size}, hidden "
           f"{args.hidden}, {args.epochs} epochs, {args.repeats} repeat(s) interleaved; seconds: medians of epochs 2+")
     print("| variant | training s/epoch | speed vs first | data wait/step | compute/step | peak RSS, largest rank "
-          "(GB): epochs 1-2 / all | growth after epoch 2 | loader batches/s per rank |")
+          "(GiB): epochs 1-2 / all | growth after epoch 2 | loader batches/s per rank |")
     print("|---|---|---|---|---|---|---|---|")
     for v in rows:
         r = v["runs"][-1]
@@ -263,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.baseline_tree and args.case != "compare":
         parser.error("--baseline-tree is for --case compare")
     run_info = benchinfo.start(args, args.json)
+    print(_pyg_note(), file=sys.stderr)
     rows = compare(args) if args.case == "compare" else [bench(int(r), args) for r in args.ranks.split(",")]
     spec = HETERO_SPEC if args.case == "hetero" else args.spec
     if args.json:

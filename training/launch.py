@@ -123,9 +123,9 @@ def _eval_text(r: dict[str, Any]) -> str:
 
 
 def _peak_text(r: dict[str, Any]) -> str:
-    """``  peak RSS/rank GB: 2.31, 2.27`` (this epoch, evaluation included)."""
+    """``  peak RSS/rank GiB: 2.31, 2.27`` (this epoch, evaluation included)."""
     peaks = r.get("memory_mb", {}).get("peak_rss")
-    return ("  peak RSS/rank GB: " + ", ".join(f"{p / 1024:.2f}" for p in peaks)) if peaks else ""
+    return ("  peak RSS/rank GiB: " + ", ".join(f"{p / 1024:.2f}" for p in peaks)) if peaks else ""
 
 
 def _wire_text(r: dict[str, Any]) -> str:

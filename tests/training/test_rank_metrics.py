@@ -29,7 +29,7 @@ def test_eval_cadence_subset_and_peak_memory_in_the_metrics(synthetic2, tmp_path
         assert len(mem["peak_rss"]) == 2 and all(p >= r > 0 for p, r in zip(mem["peak_rss"], mem["rss"])), mem
         assert all(h > 0 for h in mem["heap_in_use"]), mem
         assert set(record["per_step"]) == {"data_wait", "compute"} and record["per_step"]["compute"] > 0
-    assert "peak RSS/rank GB: " in lines[0]
+    assert "peak RSS/rank GiB: " in lines[0]
     assert doc["threads"]["local_ranks"] == 2 and doc["threads"]["threads"] >= 1
 
 
