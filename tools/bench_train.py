@@ -1,68 +1,199 @@
-"""Benchmark distributed training: epoch time and its breakdown for 1, 2 and 4 ranks on one machine.
+"""Benchmark distributed training: epoch time, per-step split, peak memory per rank; loader-only; A/B against a checkout.
 
 Usage::
 
-    python tools/bench_train.py [--json] [--ranks 1,2,4] [--case homo|hetero|infer|onepart] [--epochs 2] [--seed S]
-                                [--data DIR]
+    python tools/bench_train.py [--json] [--ranks 1,2,4] [--case homo|hetero|infer|onepart|compare] [--epochs 2]
+                                [--spec SPEC] [--fanout 10,5] [--batch-size 1024] [--hidden 128] [--seed S]
+                                [--data DIR] [--baseline-tree PATH] [--repeats 1]
 
-Each rank count N trains on the same synthetic graph ingested into N METIS partitions (once, cached
-under --data) with ``graphstore-train --nproc N``; the last epoch's figures are reported (the first
-includes numba compilation and page-cache warm-up): training seconds (the speed-up is computed on
-these), epoch seconds with evaluation, the per-rank timing breakdown, remote requests per training
-step and resident memory per rank. Each run trains with a fresh ``--seed`` (derived from this
-tool's ``--seed``, printed with the machine). PyG's
-``torch_geometric.distributed`` needs pyg-lib for its sampler, so the comparison with it is skipped
-with a message when pyg-lib is not installed.
+Each rank count N trains on the ``--spec`` graph ingested into N METIS partitions (once, cached under
+--data) with ``graphstore-train --nproc N``. Per run: training seconds (the last epoch; the first includes
+numba compilation and page-cache warm-up), epoch seconds with evaluation, the timing breakdown, per step
+the seconds waiting for data and computing (forward, backward, optimizer), remote requests per step,
+and the peak resident set of every rank (polled by this tool every 0.1 s, so a checkout without its own
+peak report is measured the same way), and a loader-only pass (``--loader-only``: the distributed loader
+iterated with no model: batches/s per rank, the rate a model would be fed).
+
+``--case compare`` runs, on the first rank count, this checkout, this checkout with
+``GRAPHSTORE_MALLOC=default`` and (with ``--baseline-tree PATH``, e.g. a ``git worktree`` of main) that
+checkout, each in a child process with ``PYTHONPATH=PATH``, interleaved ``--repeats`` times, since
+absolute times drift between runs on a shared machine. ``--spec pairs:nodes=N,pairs=P,features=F,
+classes=C,seed=S`` generates P random node pairs, made undirected (2P directed edges), F random features,
+C random classes, 10/10/10% train/val/test, as an ``npz:`` source (cached under --data).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import graphstore
-from training.timing import describe
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
 
+ROOT = Path(__file__).resolve().parents[1]
 SPEC = "synthetic:nodes=200000,avg_degree=15,features=64,classes=10,train=0.2,val=0.05,seed=0"
 HETERO_SPEC = "synthetic-mag:papers=50000,classes=32,features=64,seed=0"
 
 
-def bench(ranks: int, args: argparse.Namespace) -> dict:
+def pairs_graph(spec: str, data: Path) -> str:
+    """The ``npz:`` source of a ``pairs:`` spec, generated on first use."""
+    opts = dict(kv.split("=") for kv in spec[len("pairs:"):].split(","))
+    n, pairs, feats = int(opts["nodes"]), int(opts["pairs"]), int(opts.get("features", 100))
+    classes, seed = int(opts.get("classes", 47)), int(opts.get("seed", 0))
+    path = data / f"pairs-{n}-{pairs}-{feats}-{classes}-{seed}.npz"
+    if not path.exists():
+        rng = np.random.default_rng(seed)
+        a, b = rng.integers(0, n, pairs), rng.integers(0, n, pairs)
+        perm, masks = rng.permutation(n), {}
+        for i, name in enumerate(("train_mask", "val_mask", "test_mask")):
+            masks[name] = np.zeros(n, bool)
+            masks[name][perm[i * n // 10:(i + 1) * n // 10]] = True
+        data.mkdir(parents=True, exist_ok=True)
+        np.savez(path, edge_index=np.stack([np.concatenate([a, b]), np.concatenate([b, a])]),
+                 x=rng.standard_normal((n, feats), dtype=np.float32), y=rng.integers(0, classes, n), **masks)
+    return f"npz:{path}"
+
+
+def dataset(args: argparse.Namespace, ranks: int) -> Path:
     spec = HETERO_SPEC if args.case == "hetero" else args.spec
-    dest = benchinfo.ingested(args.data / args.case, spec, 1 if args.case == "onepart" else ranks)
-    metrics = args.data / f"metrics-{args.case}-{ranks}.json"
-    cmd = [sys.executable, "-m", "training.launch", str(dest), "--nproc", str(ranks), "--epochs", str(args.epochs),
-           "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--no-progress", "--metrics-out", str(metrics),
-           "--seed", str(_run_seed(args.seed, ranks))]
-    if args.case == "infer":  # a fresh name each run: outputs are added to the dataset
-        cmd += ["--infer-out", f"bench_{int(time.time())}", "--model", "sage"]
-    started = time.perf_counter()
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - started
-    last = json.loads(metrics.read_text())["epochs"][-1]
+    source = pairs_graph(spec, args.data) if spec.startswith("pairs:") else spec
+    return benchinfo.ingested(args.data / args.case, source, 1 if args.case == "onepart" else ranks)
+
+
+def run_job(tree: Path, dest: Path, ranks: int, args: argparse.Namespace, seed: int, extra: list[str],
+            env: dict[str, str] | None = None) -> dict:
+    """``graphstore-train`` of checkout ``tree`` in a child process; its metrics, output and polled peaks."""
+    with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
+        metrics = Path(tmp) / "m.json"
+        cmd = [sys.executable, "-m", "training.launch", str(dest), "--nproc", str(ranks), "--epochs",
+               str(args.epochs), "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--hidden",
+               str(args.hidden), "--no-progress", "--metrics-out", str(metrics), "--seed", str(seed), *extra]
+        with open(Path(tmp) / "out", "w+") as out, open(Path(tmp) / "err", "w+") as err:
+            proc = subprocess.Popen(cmd, cwd=tree, stdout=out, stderr=err, text=True,
+                                    env={**os.environ, "PYTHONPATH": str(tree), **(env or {})})
+            started = time.perf_counter()
+            peaks = poll_peaks(proc, metrics)
+            wall = time.perf_counter() - started
+            out.seek(0), err.seek(0)
+            if proc.returncode:
+                raise RuntimeError(f"{' '.join(cmd)} failed in {tree}: {err.read()[-2000:]}")
+            return {"doc": json.loads(metrics.read_text()), "peaks": peaks, "wall": wall, "stderr": err.read()}
+
+
+def poll_peaks(proc: subprocess.Popen, metrics: Path, interval: float = 0.1) -> list[list[int]]:
+    """Every rank's peak resident set (bytes) during each epoch: ``[epoch][rank]``, ranks in start order.
+    An epoch ends when rank 0 rewrites the metrics file (after its evaluation and checkpoint)."""
+    import psutil
+
+    per_epoch: list[dict[int, int]] = [{}]
+    seen = None
+    while proc.poll() is None:
+        try:
+            ranks = psutil.Process(proc.pid).children()
+            rss = {r.pid: r.memory_info().rss for r in ranks}
+        except psutil.Error:
+            rss = {}
+        for pid, value in rss.items():
+            per_epoch[-1][pid] = max(per_epoch[-1].get(pid, 0), value)
+        stamp = metrics.stat().st_mtime_ns if metrics.exists() else None
+        if stamp != seen and stamp is not None:
+            seen = stamp
+            per_epoch.append({})
+        time.sleep(interval)
+    return [[e[p] for p in sorted(e)] for e in per_epoch if e]
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 3) if values else float("nan")
+
+
+def summarize(job: dict, ranks: int) -> dict:
+    """What a table row shows: the last epoch, medians over epochs after the first, peaks per rank."""
+    epochs = job["doc"]["epochs"]
+    later = epochs[1:] or epochs
+    last, peaks = epochs[-1], job["peaks"][:len(epochs)]  # what follows the last epoch is shutdown
+    steps = max(1, last["steps"])
+
+    def per_step(e: dict, keys: tuple[str, ...]) -> float:
+        return sum(e["timing"].get(k, 0.0) for k in keys) / max(1, e["steps"])
+
+    largest = [max(p) for p in peaks]
+    row = {"ranks": ranks, "epochs": len(epochs), "steps": last["steps"],
+           "train_seconds": [e["train_seconds"] for e in epochs], "epoch_seconds": [e["epoch_seconds"] for e in epochs],
+           "train_seconds_median": _median([e["train_seconds"] for e in later]),
+           "data_wait_per_step": _median([per_step(e, ("data_wait",)) for e in later]),
+           "compute_per_step": _median([per_step(e, ("forward_backward", "optimizer")) for e in later]),
+           "timing": last["timing"], "remote_requests": last["remote"]["requests"],
+           "remote_requests_per_step": round(last["remote"]["requests"] / (steps * ranks), 2),
+           "peak_rss_mb_per_epoch": [[round(b / 2**20) for b in p] for p in peaks],
+           "peak_rss_mb_largest": round(max(largest) / 2**20) if largest else None,
+           "peak_growth_after_epoch_2": round(max(largest) / max(largest[:2]), 3) if len(largest) > 2 else None,
+           "memory_mb": last.get("memory_mb"), "test_acc": last.get("test_acc")}
+    if "loader_batches_per_s" in last:
+        row["loader_batches_per_s"] = [_median([e["loader_batches_per_s"][r] for e in later]) for r in range(ranks)]
+    return row
+
+
+def bench(ranks: int, args: argparse.Namespace) -> dict:
+    dest = dataset(args, ranks)
+    seed = _run_seed(args.seed, ranks)
+    extra = ["--infer-out", f"bench_{int(time.time())}", "--model", "sage"] if args.case == "infer" else []
+    job = run_job(ROOT, dest, ranks, args, seed, extra)
+    row = {**summarize(job, ranks), "seed": seed, "parts": 1 if args.case == "onepart" else ranks}
     if args.case == "infer":
-        last["inference"] = _inference_seconds(done.stderr, graphstore.open_dataset(dest).num_nodes(), wall)
-    return {"ranks": ranks, "seed": _run_seed(args.seed, ranks), "epoch_seconds": last["epoch_seconds"], "train_seconds": last["train_seconds"],
-            "steps": last["steps"], "memory_mb": last.get("memory_mb"), "parts": 1 if args.case == "onepart" else ranks,
-            "timing": last["timing"], "remote_requests": last["remote"]["requests"],
-            "remote_requests_per_step": round(last["remote"]["requests"] / max(1, last["steps"] * ranks), 2),
-            "test_acc": last.get("test_acc"), **({"inference": last["inference"]} if "inference" in last else {})}
+        row["inference"] = _inference_seconds(job["stderr"], _num_nodes(dest))
+    elif args.case == "homo":
+        row["loader_only"] = summarize(run_job(ROOT, dest, ranks, args, seed, ["--loader-only"]), ranks)
+    return row
 
 
-def _run_seed(seed: int, ranks: int) -> int:
+def _num_nodes(dest: Path) -> int:
+    import graphstore
+
+    return graphstore.open_dataset(dest).num_nodes()
+
+
+def compare(args: argparse.Namespace) -> list[dict]:
+    """This checkout, the default allocator and ``--baseline-tree``, interleaved; medians over repeats."""
+    ranks = int(args.ranks.split(",")[0])
+    dest = dataset(args, ranks)
+    variants = [("this checkout", ROOT, [], {}),
+                ("this checkout, GRAPHSTORE_MALLOC=default", ROOT, [], {"GRAPHSTORE_MALLOC": "default"})]
+    if args.baseline_tree:
+        variants.insert(0, (f"baseline {args.baseline_tree}", Path(args.baseline_tree).resolve(), [], {}))
+    variants.append(("this checkout, --loader-only", ROOT, ["--loader-only"], {}))
+    runs: dict[str, list[dict]] = {name: [] for name, *_ in variants}
+    for repeat in range(args.repeats):
+        seed = _run_seed(args.seed, ranks, repeat)
+        for name, tree, extra, env in variants:
+            print(f"repeat {repeat + 1}/{args.repeats}: {name}", file=sys.stderr, flush=True)
+            runs[name].append({**summarize(run_job(tree, dest, ranks, args, seed, extra, env), ranks), "seed": seed})
+    base = runs[variants[0][0]]
+    out = []
+    for name, tree, *_ in variants:
+        rows = runs[name]
+        ratio = [b["train_seconds_median"] / r["train_seconds_median"] for b, r in zip(base, rows)]
+        out.append({"variant": name, "tree": str(tree), "runs": rows, "speed_vs_first": _median(ratio),
+                    "train_seconds_median": _median([r["train_seconds_median"] for r in rows]),
+                    "peak_rss_mb_largest": max(r["peak_rss_mb_largest"] for r in rows)})
+    return out
+
+
+def _run_seed(seed: int, ranks: int, repeat: int = 0) -> int:
     """A fresh training seed per run (shuffle order, sampled neighbours, initial weights)."""
-    return int(benchinfo.rng(seed, ranks).integers(0, 2**31))
+    return int(benchinfo.rng(seed, ranks, *([repeat] if repeat else [])).integers(0, 2**31))
 
 
-def _inference_seconds(stderr: str, nodes: int, wall: float) -> dict:
+def _inference_seconds(stderr: str, nodes: int) -> dict:
     """Inference seconds as the trainer logged them (``wrote NAME for N nodes ... in S s``)."""
     import re
 
@@ -71,46 +202,84 @@ def _inference_seconds(stderr: str, nodes: int, wall: float) -> dict:
     return {"nodes": nodes, "seconds": seconds, "nodes_per_s": round(nodes / seconds, 1) if match else None}
 
 
+def _pyg_note() -> str:
+    try:
+        import pyg_lib  # noqa: F401
+        return "pyg-lib is installed, but the PyG distributed comparison is not implemented in this tool yet"
+    except ImportError:
+        return "pyg-lib is not installed here: PyG's torch_geometric.distributed cannot sample; comparison skipped"
+
+
+def _gb(mb: float | None) -> str:
+    return "?" if mb is None else f"{mb / 1024:.2f}"
+
+
+def print_runs(rows: list[dict], args: argparse.Namespace) -> None:
+    spec = HETERO_SPEC if args.case == "hetero" else args.spec
+    print(f"{spec} ({args.case}), fanout {args.fanout}, batch {args.batch_size}, hidden {args.hidden}; "
+          f"{args.epochs} epochs (training s: the last; per step: medians of epochs 2+)")
+    base = rows[0]["train_seconds"][-1]
+    for r in rows:
+        loader = r.get("loader_only", {}).get("loader_batches_per_s")
+        print(f"  {r['ranks']} rank(s): training {r['train_seconds'][-1]:6.1f} s (x{base / r['train_seconds'][-1]:.2f} "
+              f"vs {rows[0]['ranks']}; epoch with evaluation {r['epoch_seconds'][-1]:.1f} s), {r['steps']} steps/rank; "
+              f"per step: data wait {r['data_wait_per_step']:.3f} s, compute {r['compute_per_step']:.3f} s; peak RSS "
+              f"of the largest rank {_gb(r['peak_rss_mb_largest'])} GiB; {r['remote_requests_per_step']} remote "
+              f"requests/step; test acc {r['test_acc']}"
+              + (f"; loader only: {loader} batches/s per rank" if loader else "")
+              + (f"; inference {r['inference']['nodes_per_s']} nodes/s" if "inference" in r else ""))
+
+
+def print_compare(rows: list[dict], args: argparse.Namespace) -> None:
+    print(f"{args.spec}, {args.ranks.split(',')[0]} ranks, fanout {args.fanout}, batch {args.batch_size}, hidden "
+          f"{args.hidden}, {args.epochs} epochs, {args.repeats} repeat(s) interleaved; seconds: medians of epochs 2+")
+    print("| variant | training s/epoch | speed vs first | data wait/step | compute/step | peak RSS, largest rank "
+          "(GiB): epochs 1-2 / all | growth after epoch 2 | loader batches/s per rank |")
+    print("|---|---|---|---|---|---|---|---|")
+    for v in rows:
+        r = v["runs"][-1]
+        peaks = [max(p) for p in r["peak_rss_mb_per_epoch"]]
+        loader = r.get("loader_batches_per_s")
+        print(f"| {v['variant']} | {v['train_seconds_median']:.1f} | {v['speed_vs_first']:.2f} | "
+              f"{r['data_wait_per_step']:.3f} | {r['compute_per_step']:.3f} | {_gb(max(peaks[:2]))} / "
+              f"{_gb(max(peaks))} | {r['peak_growth_after_epoch_2']} | {', '.join(map(str, loader or [])) or '-'} |")
+    for v in rows:
+        for r in v["runs"]:
+            print(f"{v['variant']} (seed {r['seed']}): training s per epoch {r['train_seconds']}; peak RSS MB per "
+                  f"epoch and rank {r['peak_rss_mb_per_epoch']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--ranks", default="1,2,4")
-    parser.add_argument("--case", choices=("homo", "hetero", "infer", "onepart"), default="homo",
+    parser.add_argument("--case", choices=("homo", "hetero", "infer", "onepart", "compare"), default="homo",
                         help="homogeneous training on N partitions for N ranks (default), the mag-shaped "
                              "heterogeneous graph, training then layer-wise inference written into the dataset "
-                             "(nodes/s), or N ranks on ONE partition (plain data parallelism, shared pages)")
+                             "(nodes/s), N ranks on ONE partition (plain data parallelism, shared pages), or "
+                             "this checkout against --baseline-tree and the default allocator")
     parser.add_argument("--spec", default=SPEC)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--fanout", default="10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--baseline-tree", help="--case compare: a checkout to compare with (e.g. of main)")
+    parser.add_argument("--repeats", type=int, default=1, help="--case compare: interleaved repeats")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "train")
     benchinfo.add_seed_argument(parser)
     args = parser.parse_args(argv)
+    if args.baseline_tree and args.case != "compare":
+        parser.error("--baseline-tree is for --case compare")
     run_info = benchinfo.start(args, args.json)
-    try:
-        import pyg_lib  # noqa: F401
-        note = "pyg-lib is installed, but the PyG distributed comparison is not implemented in this tool yet"
-    except ImportError:
-        note = "pyg-lib is not installed here: PyG's torch_geometric.distributed cannot sample; comparison skipped"
-    print(note, file=sys.stderr)
-    rows = [bench(int(r), args) for r in args.ranks.split(",")]
-    base = rows[0]["train_seconds"]
-    for row in rows:
-        row["speedup_vs_first"] = round(base / row["train_seconds"], 2)
-    if args.json:
-        print(json.dumps({**run_info, "spec": HETERO_SPEC if args.case == "hetero" else args.spec, "case": args.case, "fanout": args.fanout, "batch_size": args.batch_size, "runs": rows,
-                          "pyg_distributed": note}, indent=2))
-        return 0
+    print(_pyg_note(), file=sys.stderr)
+    rows = compare(args) if args.case == "compare" else [bench(int(r), args) for r in args.ranks.split(",")]
     spec = HETERO_SPEC if args.case == "hetero" else args.spec
-    print(f"{spec} ({args.case}), fanout {args.fanout}, batch {args.batch_size}; last of {args.epochs} epochs")
-    for r in rows:
-        t = r["timing"]
-        mem = r["memory_mb"] or {}
-        print(f"  {r['ranks']} rank(s): training {r['train_seconds']:6.1f} s (x{r['speedup_vs_first']} vs "
-              f"{rows[0]['ranks']}; epoch with evaluation {r['epoch_seconds']:.1f} s), {r['steps']} steps/rank; "
-              f"RSS/rank {mem.get('rss')} MB; {describe(t, r['train_seconds'])}; "
-              f"{r['remote_requests_per_step']} remote requests/step; test acc {r['test_acc']}"
-              + (f"; inference {r['inference']['nodes_per_s']} nodes/s" if "inference" in r else ""))
+    if args.json:
+        print(json.dumps({**run_info, "spec": spec, "case": args.case, "fanout": args.fanout, "hidden": args.hidden,
+                          "batch_size": args.batch_size, "runs" if args.case != "compare" else "variants": rows},
+                         indent=2))
+    else:
+        (print_compare if args.case == "compare" else print_runs)(rows, args)
     return 0
 
 

@@ -43,6 +43,10 @@ class TrainConfig:
     interface: str | None = None  # network interface for gloo/TensorPipe (default: the route to MASTER_ADDR)
     storage_options: dict[str, Any] = field(default_factory=dict)
     verify_reads: bool = False  # check every local chunk's checksum when first read (--verify-reads)
+    eval_every: int = 1  # evaluate after every N-th epoch (and always after the last)
+    eval_max_batches: int = 0  # evaluations before the last: at most this many batches per rank and split (0 = all)
+    threads: int | None = None  # torch threads per rank (default: usable cores / ranks on this host)
+    loader_only: bool = False  # iterate the training loader without a model: the rate batches are produced
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -72,6 +76,13 @@ def check_config(c: TrainConfig) -> None:
         raise InvalidInputError(f"--cache-rows must be an integer >= 0, got {c.cache_rows!r}")
     if not isinstance(c.seed, (int, np.integer)) or not 0 <= c.seed < 2**63:
         raise InvalidInputError(f"--seed must be an integer in [0, 2**63), got {c.seed!r}")
+    for flag, value, low in (("--eval-every", c.eval_every, 1), ("--eval-max-batches", c.eval_max_batches, 0),
+                             ("--threads", 1 if c.threads is None else c.threads, 1)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise InvalidInputError(f"{flag} must be an integer >= {low}, got {value!r}")
+    if c.loader_only and (c.infer_out or c.checkpoint_dir):
+        flag = "--infer-out" if c.infer_out else "--checkpoint-dir"
+        raise InvalidInputError(f"--loader-only trains no model, so {flag} has nothing to write; drop one of them")
     if c.task == "link" and c.target is not None:
         raise InvalidInputError("--target names the node type to classify (--task node); for --task link give "
                                 "--edge-type instead")

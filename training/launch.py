@@ -19,7 +19,7 @@ from typing import Any
 from graphstore.cli_args import Parser, integer, number
 from graphstore.cli_storage import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
-from training import failures, validate
+from training import failures, threads, validate
 from training.timing import describe
 from training.trainer import MODELS, TrainConfig, Trainer
 from training.world import World
@@ -58,6 +58,15 @@ def _parser() -> argparse.ArgumentParser:
     add_storage_arguments(p)
     p.add_argument("--verify-reads", action="store_true",
                    help="check every local chunk against its manifest checksum when first read (README: cost)")
+    p.add_argument("--eval-every", type=integer(1), default=1, metavar="N",
+                   help="evaluate val and test after every N-th epoch (default 1); always after the last")
+    p.add_argument("--eval-max-batches", type=integer(0), default=0, metavar="M",
+                   help="evaluations before the last use at most M batches per rank and split (default 0: all); "
+                        "the last epoch's evaluation is always complete")
+    p.add_argument("--threads", type=integer(1, 4096), default=None, metavar="N",
+                   help="torch threads per rank (default: usable cores / ranks on this host; README: Threads)")
+    p.add_argument("--loader-only", action="store_true",
+                   help="iterate the training loader with no model: batches/s per rank (the rate a model is fed)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -75,7 +84,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        edge_type=tuple(args.edge_type.split(",")) if args.edge_type else None,
                        neg_sampling=args.neg_sampling, storage_options=parse_storage_options(args.storage_option),
                        cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes, interface=args.interface,
-                       verify_reads=args.verify_reads)
+                       verify_reads=args.verify_reads, eval_every=args.eval_every,
+                       eval_max_batches=args.eval_max_batches, threads=args.threads, loader_only=args.loader_only)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:
@@ -92,12 +102,30 @@ def run_rank(config: TrainConfig, world: World) -> int:
 
 
 def print_epoch(r: dict[str, Any], epochs: int) -> None:
-    """One line per epoch on rank 0: loss, metrics, seconds and the timing breakdown."""
+    """One line per epoch on rank 0: loss, metrics, seconds (and the evaluation's), the timing breakdown,
+    remote requests, peak memory per rank and bytes on the wire."""
     keys = ("train_acc", "val_acc", "test_acc", "val_auc", "test_auc", "val_mrr", "test_mrr")
     accs = "  ".join(f"{k.replace('_', ' ')} {r[k]:.4f}" for k in keys if k in r)
-    print(f"epoch {r['epoch']}/{epochs}  loss {r['loss']:.4f}  {accs}  {r['epoch_seconds']:.1f} s, "
+    head = (f"loss {r['loss']:.4f}  {accs}" if "loss" in r else
+            "loader only: " + ", ".join(f"{v:.2f}" for v in r.get("loader_batches_per_s", [])) + " batches/s per rank")
+    print(f"epoch {r['epoch']}/{epochs}  {head}  {r['epoch_seconds']:.1f} s ({_eval_text(r)}), "
           f"{describe(r['timing'], r['train_seconds'])}  remote requests {int(r['remote'].get('requests', 0))}"
-          f"{_wire_text(r)}", flush=True)
+          f"{_peak_text(r)}{_wire_text(r)}", flush=True)
+
+
+def _eval_text(r: dict[str, Any]) -> str:
+    """``evaluation 3.2 s`` (``, subset`` when capped), or when it was skipped and when it comes next."""
+    kind = r.get("evaluation", "full")
+    if kind == "none":
+        nxt = r.get("next_evaluation")
+        return "no evaluation" + (f", next after epoch {nxt}" if nxt else "")
+    return f"evaluation {r.get('eval_seconds', 0.0):.1f} s" + (", subset" if kind == "subset" else "")
+
+
+def _peak_text(r: dict[str, Any]) -> str:
+    """``  peak RSS/rank GiB: 2.31, 2.27`` (this epoch, evaluation included)."""
+    peaks = r.get("memory_mb", {}).get("peak_rss")
+    return ("  peak RSS/rank GiB: " + ", ".join(f"{p / 1024:.2f}" for p in peaks)) if peaks else ""
 
 
 def _wire_text(r: dict[str, Any]) -> str:
@@ -122,8 +150,8 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
                    "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
                    "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
                    "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, through the relay
-                   "GRAPHSTORE_CONFIG_FILE": config_file, "OMP_NUM_THREADS": os.environ.get(
-                       "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))}
+                   "GRAPHSTORE_CONFIG_FILE": config_file,  # OpenMP/BLAS pools sized like torch's (training.threads)
+                   "OMP_NUM_THREADS": str(threads.choose(config.threads, nproc).threads)}
             # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
             relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
             stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")

@@ -57,12 +57,17 @@ def trim_arguments(model: str, batch: Any) -> dict[str, Any]:
     return {"num_sampled_nodes_per_hop": nodes, "num_sampled_edges_per_hop": edges}
 
 
+# batches the prefetch thread makes ahead of the loop: one hides sampling and fetching whenever they take
+# less than a step (data wait ~0 in the README's runs); each more holds another batch and fragments the heap
+PREFETCH = 1
+
+
 def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
     c = trainer.config
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
                 edge_ids=False,  # no task reads e_id: remote sampling answers leave edge IDs out
-                **({"time_attr": c.time_attr} if c.time_attr else {}))
+                prefetch=PREFETCH, **({"time_attr": c.time_attr} if c.time_attr else {}))
 
 
 class NodeTask:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -15,13 +14,16 @@ import torch
 import torch.distributed as dist
 
 import graphstore
+from graphstore import allocator
 from graphstore.errors import InvalidInputError
 from sampling import wire
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
-from training import checkpoint
-from training import process
+from training import checkpoint, evaluation, process, threads
+from training.batches import cycle, first_batch, restart_streams, time_loader
 from training.config import MODELS, TrainConfig
+from training.memory import PeakMeter, memory_per_rank
 from training.process import PeerFailure, Watchdog, start, stop
+from training.records import gather_floats, reduce_record, wire_record, write_json
 from training.tasks import make_task
 from training.timing import LEGEND, Timers, timed_allreduce_hook
 from training.world import World
@@ -49,6 +51,7 @@ class Trainer:
                  on_epoch: Callable[[dict[str, Any], int], None] | None = None) -> None:
         """``on_epoch(record, epochs)`` is called on rank 0 after every epoch (the CLI prints a line)."""
         self.config, self.world, self.on_epoch = config, world, on_epoch
+        allocator.keep_freed_memory()  # before any thread starts: one heap for all of them (see allocator)
         self.dataset = graphstore.open_dataset(config.dataset, config.storage_options or None,
                                                cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes,
                                                verify_reads=config.verify_reads)
@@ -59,6 +62,9 @@ class Trainer:
         self.timers, self.stats, self.bytes = Timers(), RemoteStats(), Timers()  # bytes: gradient all-reduce
         self.transport = None
         self.watchdog: Watchdog | None = None
+        self.threads = threads.choose(config.threads, world.local_world_size)
+        threads.apply(self.threads)
+        self.peak = PeakMeter()
 
     # -- set-up --
 
@@ -66,13 +72,13 @@ class Trainer:
         out = self.task.loaders()
         if "train" not in out:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
-        _time_loader(out["train"], self.timers)
+        time_loader(out["train"], self.timers)
         return out
 
-    def _model(self, first_batch: Any) -> torch.nn.Module:
+    def _model(self, batch: Any) -> torch.nn.Module:
         model = self.task.model().to(self.world.device)
         with torch.no_grad():  # materialise lazy parameters (to_hetero, -1 input sizes) before DDP
-            self.task.step(model, first_batch.to(self.world.device))
+            self.task.step(model, batch.to(self.world.device))
         return model
 
     # -- the job --
@@ -86,6 +92,9 @@ class Trainer:
         graceful = False
         try:
             PartitionServer(self.dataset, self.part).register(self.transport)
+            process.set_stage("start-up")  # no rank asks a peer that has not registered its handlers yet
+            dist.monitored_barrier(group=self._cpu_group, timeout=_td(c.timeout), wait_all_ranks=True)
+            process.set_stage("training")
             history = self._train()
             process.set_stage("shutdown")
             dist.monitored_barrier(group=self._cpu_group, timeout=_td(c.timeout), wait_all_ranks=True)
@@ -119,51 +128,71 @@ class Trainer:
         return PeerFailure(f"{me}: {who} during {where}: {type(exc).__name__}: {exc}")
 
     def _train(self) -> list[dict[str, Any]]:
-        c, world = self.config, self.world
+        c = self.config
         self.task = make_task(self)
         loaders = self._loaders()
-        _seed_everything(c.seed)  # the initial weights follow --seed (DDP then copies rank 0's to all)
-        model = self._model(_first_batch(loaders["train"]))
-        ddp = torch.nn.parallel.DistributedDataParallel(  # to_hetero models leave non-target outputs unused
-            model, device_ids=[world.local_rank] if world.use_cuda else None,
-            find_unused_parameters=self.dataset.is_hetero)
-        ddp.register_comm_hook(None, timed_allreduce_hook(self.timers, self.bytes))
-        optimizer = torch.optim.Adam(ddp.parameters(), lr=c.lr)
-        first, history = self._resume(model, optimizer)
+        model, ddp, optimizer = self._build(loaders["train"])
+        first, history = self._resume(model, optimizer) if model is not None else (0, [])
         if _agree_max(first) != first or -_agree_max(-first) != first:
             raise InvalidInputError(
-                f"--resume: ranks found different checkpoints in {c.checkpoint_dir} (rank {world.rank} would "
+                f"--resume: ranks found different checkpoints in {c.checkpoint_dir} (rank {self.world.rank} would "
                 f"start at epoch {first + 1}); --checkpoint-dir must be one path every rank sees (shared storage)")
         steps = _agree_max(len(loaders["train"]))
+        plan = evaluation.EvalPlan(c.eval_every, c.eval_max_batches, c.epochs)
         for epoch in range(first, c.epochs):
-            _seed_everything(c.seed * 100_003 + epoch * 1009 + world.rank)
-            _restart_streams(loaders, epoch)
-            self.timers.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
-            self.stats.snapshot(reset=True)
-            self.transport.wire.snapshot(reset=True)  # the model-building batch's requests are no epoch's
-            self.bytes.snapshot(reset=True)
-            process.set_stage("training")
-            start_time = time.perf_counter()
-            loss, train_acc = self._epoch(ddp, optimizer, loaders["train"], steps, epoch)
-            record = {"epoch": epoch + 1, "loss": loss, "train_acc": train_acc,
-                      "train_seconds": round(time.perf_counter() - start_time, 3)}
-            record["remote"] = self.stats.snapshot(reset=True)  # training steps only
-            record["wire"] = _wire_record(self.transport.wire.snapshot(reset=True), self.bytes.snapshot())
-            record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
-            process.set_stage("evaluation")
-            record.update({f"{k}_{self.task.metric}": self.task.evaluate(model, loaders[k])
-                           for k in ("val", "test") if k in loaders})
-            record["epoch_seconds"] = round(time.perf_counter() - start_time, 3)
-            record["remote_eval"] = self.stats.snapshot(reset=True)
-            record["wire_eval"] = wire.totals(self.transport.wire.snapshot(reset=True))  # this rank's
-            self.timers.snapshot()  # evaluation's sampling/feature time is not part of the training breakdown
-            record["steps"] = steps
-            record["memory_mb"] = _memory_per_rank(self.dataset)
-            history.append(_reduce_record(record))
+            history.append(self._run_epoch(epoch, loaders, steps, (model, ddp, optimizer), plan))
             self._after_epoch(epoch, model, optimizer, history)
         if c.infer_out:
             self._write_inference(model)
         return history
+
+    def _build(self, loader: Any) -> tuple[Any, Any, Any]:
+        """The model, its DDP wrapper and the optimizer (``None`` each with ``--loader-only``), built on
+        one batch; that batch (and numba's compilation on it) is charged to no epoch."""
+        c, world = self.config, self.world
+        _seed_everything(c.seed)  # the initial weights follow --seed (DDP then copies rank 0's to all)
+        batch = first_batch(loader)
+        if c.loader_only:
+            return None, None, None
+        model = self._model(batch)
+        ddp = torch.nn.parallel.DistributedDataParallel(  # to_hetero models leave non-target outputs unused
+            model, device_ids=[world.local_rank] if world.use_cuda else None,
+            find_unused_parameters=self.dataset.is_hetero)
+        ddp.register_comm_hook(None, timed_allreduce_hook(self.timers, self.bytes))
+        return model, ddp, torch.optim.Adam(ddp.parameters(), lr=c.lr)
+
+    def _run_epoch(self, epoch: int, loaders: dict[str, Any], steps: int, built: tuple[Any, Any, Any],
+                   plan: evaluation.EvalPlan) -> dict[str, Any]:
+        """One epoch's training (or loader-only pass), its evaluation when due, and its record."""
+        c, (model, ddp, optimizer) = self.config, built
+        _seed_everything(c.seed * 100_003 + epoch * 1009 + self.world.rank)
+        restart_streams(loaders, epoch)
+        for counter in (self.timers, self.stats, self.transport.wire, self.bytes):
+            counter.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
+        allocator.release_freed()  # what the last epoch freed goes back: an epoch's peak is its own
+        self.peak.reset()
+        process.set_stage("training")
+        start_time = time.perf_counter()
+        if ddp is None:
+            record = self._loader_epoch(loaders["train"], steps, epoch)
+        else:
+            record = dict(zip(("loss", "train_acc"), self._epoch(ddp, optimizer, loaders["train"], steps, epoch)))
+        record = {"epoch": epoch + 1, **record, "train_seconds": round(time.perf_counter() - start_time, 3)}
+        record["remote"] = self.stats.snapshot(reset=True)  # training steps only
+        record["wire"] = wire_record(self.transport.wire.snapshot(reset=True), self.bytes.snapshot())
+        record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
+        process.set_stage("evaluation")
+        kind = plan.kind(epoch) if model is not None else None
+        record.update(evaluation.evaluate(self.task, model, loaders, kind, c.eval_max_batches))
+        if kind is None and model is not None:
+            record["next_evaluation"] = plan.next_after(epoch)
+        record["epoch_seconds"] = round(time.perf_counter() - start_time, 3)
+        record["remote_eval"] = self.stats.snapshot(reset=True)
+        record["wire_eval"] = wire.totals(self.transport.wire.snapshot(reset=True))  # this rank's
+        self.timers.snapshot()  # evaluation's sampling/feature time is not part of the training breakdown
+        record["steps"] = steps
+        record["memory_mb"] = memory_per_rank(self.dataset, self.peak)
+        return _per_step(reduce_record(record))
 
     def _write_inference(self, model: torch.nn.Module) -> None:
         """Layer-wise inference over full neighbourhoods; each partition's outputs written into the
@@ -190,7 +219,7 @@ class Trainer:
         ddp.train()
         totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, seen
         bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"epoch {epoch + 1}/{self.config.epochs}")
-        batches = _cycle(loader, steps)
+        batches = cycle(loader, steps)
         for _ in range(steps):
             with self.timers.time("data_wait"):
                 batch = next(batches).to(self.world.device)
@@ -207,6 +236,23 @@ class Trainer:
             bar.close()
             dist.all_reduce(totals)
         return round(float(totals[0] / max(totals[2], 1)), 5), round(float(totals[1] / max(totals[2], 1)), 5)
+
+    def _loader_epoch(self, loader: Any, steps: int, epoch: int) -> dict[str, Any]:
+        """``--loader-only``: the epoch's batches taken as fast as the loader makes them, no model: the
+        rate at which this rank could feed a model (``loader_batches_per_s``, every rank's)."""
+        bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"loader {epoch + 1}/{self.config.epochs}")
+        batches = cycle(loader, steps)
+        started = time.perf_counter()
+        for _ in range(steps):
+            with self.timers.time("data_wait"):
+                next(batches).to(self.world.device)
+            bar.update(1)
+        rate = steps / max(time.perf_counter() - started, 1e-9)
+        with self.timers.time("epoch_end"):  # the prefetcher's last batch, then waiting for the slowest rank
+            batches.close()
+            bar.close()
+            dist.barrier()
+        return {"loader_batches_per_s": gather_floats(rate)}
 
     def _resume(self, model: torch.nn.Module, optimizer: Any) -> tuple[int, list[dict[str, Any]]]:
         c = self.config
@@ -230,24 +276,10 @@ class Trainer:
                 checkpoint.save(c.checkpoint_dir, epoch, model, optimizer, {"history": history})
             if c.metrics_out:
                 config = {**asdict(c), "storage_options": sorted(c.storage_options)}  # keys only: no secrets
-                _write_json(c.metrics_out, {"config": config, "world_size": self.world.world_size,
-                                            "num_parts": self.dataset.num_parts, "timing_parts": LEGEND,
-                                            "epochs": history})
+                write_json(c.metrics_out, {"config": config, "world_size": self.world.world_size,
+                                           "num_parts": self.dataset.num_parts, "timing_parts": LEGEND,
+                                           "threads": asdict(self.threads), "epochs": history})
         dist.barrier()
-
-
-def _wire_record(per_peer: dict[str, Any], counts: dict[str, float]) -> dict[str, Any]:
-    """Every rank's RPC bytes per peer and kind, its gradient all-reduce bytes, and totals over ranks
-    (``bytes``: each call counted once, at its caller, request plus response)."""
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (per_peer, int(counts.get("allreduce", 0))))
-    total: dict[str, int] = {}
-    for peers, _ in gathered:
-        for kind, value in wire.totals(peers).items():
-            total[kind] = total.get(kind, 0) + value
-    allreduce = [a for _, a in gathered]
-    return {"bytes": {**total, "allreduce": sum(allreduce)}, "per_rank": [p for p, _ in gathered],
-            "allreduce_per_rank": allreduce}
 
 
 def _td(seconds: float) -> Any:
@@ -263,106 +295,6 @@ def _agree_max(value: int) -> int:
     return int(t)
 
 
-def _restart_streams(loaders: dict[str, Any], epoch: int) -> None:
-    """Each loader's sampling streams as a function of the epoch, so a resumed run draws what an
-    uninterrupted one would (local sampling; a remote partition's server draws from its own stream)."""
-    for loader in loaders.values():
-        sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
-        if hasattr(sampler, "set_epoch"):
-            sampler.set_epoch(1000 * (epoch + 1))
-
-
-def _first_batch(loader: Any) -> Any:
-    """One batch to build the model from; its prefetcher is closed, so nothing samples on into epoch 1."""
-    iterator = iter(loader)
-    try:
-        return next(iterator)
-    finally:
-        if hasattr(iterator, "close"):
-            iterator.close()
-
-
-def _cycle(loader: Any, steps: int) -> Any:
-    """``steps`` batches from ``loader``, starting it again when it runs out; closes its prefetcher."""
-    produced = 0
-    while produced < steps:
-        iterator = iter(loader)
-        try:
-            for batch in iterator:
-                yield batch
-                produced += 1
-                if produced == steps:
-                    return
-        finally:
-            if hasattr(iterator, "close"):
-                iterator.close()
-        if produced == 0:
-            raise InvalidInputError("this rank has no training seeds; use fewer ranks or re-ingest with fewer parts")
-
-
-def _time_loader(loader: Any, timers: Timers) -> None:
-    """Record sampling and feature-fetch seconds (spent in the prefetch thread) for the timing breakdown."""
-    collate, filter_fn = loader.collate_fn, loader.filter_fn
-
-    def timed_collate(index: Any) -> Any:
-        with timers.time("sampling"):
-            return collate(index)
-
-    def timed_filter(out: Any) -> Any:
-        with timers.time("feature_fetch"):
-            return filter_fn(out)
-
-    loader.collate_fn, loader.filter_fn = timed_collate, timed_filter
-
-
-def _reduce_record(record: dict[str, Any]) -> dict[str, Any]:
-    """Timings as the mean over ranks; remote counters (training and evaluation) summed over ranks."""
-    world = dist.get_world_size()
-    record = {**record, "remote_eval": {k: v for k, v in record["remote_eval"].items() if k != "wait_seconds"}}
-    keys = sorted(record["timing"]) + [f"remote.{k}" for k in sorted(record["remote"])]
-    keys += [f"remote_eval.{k}" for k in sorted(record["remote_eval"])]
-    gathered: list[Any] = [None] * world
-    dist.all_gather_object(gathered, keys)  # a timer may have fired on some ranks only
-    union = sorted(set().union(*gathered))
-    def value(key: str) -> float:
-        group, _, name = key.partition(".")
-        return float(record[group].get(name, 0)) if name else float(record["timing"].get(key, 0.0))
-
-    values = torch.tensor([value(k) for k in union], dtype=torch.float64)
-    dist.all_reduce(values)
-    out = {**record, "timing": {}, "remote": {}, "remote_eval": {}}
-    for key, v in zip(union, values):
-        group, _, name = key.partition(".")
-        if name:
-            out[group][name] = round(float(v), 4)
-        else:
-            out["timing"][key] = round(float(v) / world, 4)
-    return out
-
-
-def _memory_per_rank(dataset: Any) -> dict[str, list[float]]:
-    """Every rank's resident memory (MB): ``rss``; ``anon`` (private heap: copies would land here);
-    ``dataset_rss``/``dataset_pss``, the dataset's memory-mapped pages resident in this rank and its
-    proportional share of them (ranks mapping the same pages split them: one copy in the page cache)."""
-    import psutil
-
-    proc = psutil.Process()
-    mine = {"rss": proc.memory_info().rss, "anon": 0, "dataset_rss": 0, "dataset_pss": 0}
-    root = str(getattr(dataset.location, "root", "") or "")
-    try:
-        with open("/proc/self/status") as fh:
-            mine["anon"] = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("RssAnon:"))
-        for m in proc.memory_maps(grouped=True):
-            if root and m.path.startswith(root):
-                mine["dataset_rss"] += m.rss
-                mine["dataset_pss"] += getattr(m, "pss", m.rss)
-    except (OSError, StopIteration, psutil.Error):
-        pass  # not Linux: only rss is reported
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, mine)
-    return {k: [round(g[k] / 2**20, 1) for g in gathered] for k in mine}
-
-
 def _bar(enabled: bool, total: int, desc: str) -> Any:
     from tqdm import tqdm
 
@@ -372,9 +304,10 @@ def _bar(enabled: bool, total: int, desc: str) -> Any:
     return tqdm(total=total, desc=desc, unit="batch", disable=not enabled or not tty, leave=False)
 
 
-def _write_json(path: str, doc: dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.partial-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=2)
-    os.replace(tmp, path)
+def _per_step(record: dict[str, Any]) -> dict[str, Any]:
+    """Adds ``per_step``: seconds per training step waiting for data and computing (forward, backward,
+    optimizer), per-rank means."""
+    t, steps = record["timing"], max(1, record["steps"])
+    compute = t.get("forward_backward", 0.0) + t.get("optimizer", 0.0)
+    return {**record, "per_step": {"data_wait": round(t.get("data_wait", 0.0) / steps, 4),
+                                   "compute": round(compute / steps, 4)}}

@@ -31,6 +31,7 @@ class World:
     init_method: str
     master_addr: str = "127.0.0.1"
     use_cuda: bool = False
+    local_world_size: int = 1  # ranks of this job on this host (they share its cores)
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -53,15 +54,16 @@ class World:
         env = dict(os.environ if env is None else env)
         cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
         if "GRAPHSTORE_INIT_METHOD" in env:  # our local launcher
-            return cls(int(env["GRAPHSTORE_RANK"]), int(env["GRAPHSTORE_WORLD_SIZE"]), int(env["GRAPHSTORE_RANK"]),
-                       env["GRAPHSTORE_INIT_METHOD"], use_cuda=cuda)
+            size = int(env["GRAPHSTORE_WORLD_SIZE"])
+            return cls(int(env["GRAPHSTORE_RANK"]), size, int(env["GRAPHSTORE_RANK"]),
+                       env["GRAPHSTORE_INIT_METHOD"], use_cuda=cuda, local_world_size=size)
         if "RANK" in env and "WORLD_SIZE" in env:  # torchrun / torch.distributed.launch
             addr, port = env.get("MASTER_ADDR", "127.0.0.1"), env.get("MASTER_PORT")
             if port is None:
                 raise InvalidInputError("RANK/WORLD_SIZE are set but MASTER_PORT is not; launch with torchrun")
             # env:// lets torchrun's agent keep hosting the store on MASTER_PORT (tcp:// would start a second one)
             return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), "env://", addr,
-                       use_cuda=cuda)
+                       use_cuda=cuda, local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)))
         if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
             return cls._from_slurm(env, cuda)
         return None
@@ -71,7 +73,17 @@ class World:
         addr = env.get("MASTER_ADDR") or _first_slurm_host(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
         port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
         return cls(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)),
-                   f"tcp://{addr}:{port}", addr, use_cuda=cuda)
+                   f"tcp://{addr}:{port}", addr, use_cuda=cuda, local_world_size=_slurm_tasks_here(env))
+
+
+def _slurm_tasks_here(env: dict[str, str]) -> int:
+    """Tasks of the job on this node: ``SLURM_NTASKS_PER_NODE``, else the first count of
+    ``SLURM_TASKS_PER_NODE`` (``2(x4),1`` → 2), else 1."""
+    for key in ("SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE"):
+        match = re.match(r"(\d+)", env.get(key, ""))
+        if match and int(match.group(1)) > 0:
+            return int(match.group(1))
+    return 1
 
 
 def _first_slurm_host(nodelist: str) -> str:

@@ -46,6 +46,14 @@ FLAG_CASES = [
     (["--target", "nope"], 2, "--target"),
     (["--task", "link", "--target", "nope"], 2, "--target"),
     (["--edge-type", "a,b,c"], 2, "--edge-type"),
+    (["--eval-every", "0"], 2, "--eval-every"),
+    (["--eval-every", "-2"], 2, "--eval-every"),
+    (["--eval-every", "1.5"], 2, "--eval-every"),
+    (["--eval-max-batches", "-1"], 2, "--eval-max-batches"),
+    (["--eval-max-batches", "all"], 2, "--eval-max-batches"),
+    (["--threads", "0"], 2, "--threads"),
+    (["--loader-only", "--infer-out", "h"], 2, "--loader-only"),
+    (["--loader-only", "--checkpoint-dir", "{t}/ck"], 2, "--loader-only"),
 ]
 
 
