@@ -9,6 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# every child process of the test session (spawned ranks, torchrun, Dask workers) prints its Python stacks
+# on a fatal signal: join_spawned sends SIGABRT to a hung worker, so CI shows where it hung
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
@@ -106,17 +110,28 @@ def small_hetero(seed: int = 0):
     return data, expected
 
 
-def join_spawned(ctx, seconds: float = 120) -> None:
+def join_spawned(ctx, seconds: float = 120, reports=()) -> None:
     """Join ``torch.multiprocessing.spawn(..., join=False)`` workers with a hard bound: a hang kills them and
-    fails the test instead of eating CI (``join()`` returns after each exit, so it is called in a loop)."""
+    fails the test instead of eating CI (``join()`` returns after each exit, so it is called in a loop).
+    Workers still running at the bound first get SIGABRT, so faulthandler (``PYTHONFAULTHANDLER``, set for
+    every child of this session) prints where each of them hung into the test's captured stderr; the files in
+    ``reports`` that the workers wrote (their results or errors) are quoted in the failure."""
+    import signal
     import time
 
     deadline = time.monotonic() + seconds
     while not ctx.join(timeout=5):
         if time.monotonic() > deadline:
+            hung = [i for i, proc in enumerate(ctx.processes) if proc.is_alive()]
+            for i in hung:
+                os.kill(ctx.processes[i].pid, signal.SIGABRT)
             for proc in ctx.processes:
-                proc.kill()
-            pytest.fail(f"spawned workers did not finish within {seconds:.0f} s")
+                proc.join(10)
+                if proc.is_alive():
+                    proc.kill()
+            written = "".join(f"\n{path}:\n{Path(path).read_text()}" for path in reports if Path(path).exists())
+            pytest.fail(f"spawned workers {hung} (of {len(ctx.processes)}) did not finish within {seconds:.0f} s; "
+                        f"their stacks are in the captured stderr{written}")
 
 
 def features_only_accuracy(dataset, epochs: int = 300) -> float:

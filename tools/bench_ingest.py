@@ -1,7 +1,9 @@
 """Benchmark ingest in-process (``--engine local``) vs on a Dask LocalCluster, on the same graph in one run.
 
-Prints, per graph and engine: seconds, peak RSS of the whole process tree (this process, and for
-Dask the scheduler thread and every worker process, sampled with psutil every 0.2 s) and the edge cut.
+Prints, per graph and engine: seconds, peak RSS of the whole process tree and the edge cut. Each run is
+a fresh child process (what a user's ``graphstore ingest`` is), so no run inherits another's heap; its
+tree (the child, and for Dask the scheduler thread in it and every nanny and worker process) is sampled
+with psutil every 0.2 s from here.
 
     .venv/bin/python tools/bench_ingest.py --graphs synthetic:nodes=1500000,avg_degree=20 \\
         synthetic:nodes=3000000,avg_degree=20 --parts 4 --workers 2 --memory-limit 4GB
@@ -31,16 +33,19 @@ GRAPHS = ["synthetic:nodes=1500000,avg_degree=20", "synthetic:nodes=3000000,avg_
 
 
 class TreeRSS:
-    """Peak summed RSS of this process and all its descendants, sampled on a thread."""
+    """Peak summed RSS of one process and all its descendants, sampled on a thread."""
 
-    def __init__(self, every: float = 0.2) -> None:
-        self.every, self.peak, self._stop = every, 0, threading.Event()
+    def __init__(self, pid: int, every: float = 0.2) -> None:
+        self.root, self.every, self.peak, self._stop = psutil.Process(pid), every, 0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _sample(self) -> int:
-        me = psutil.Process()
         total = 0
-        for proc in [me, *me.children(recursive=True)]:
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:  # the root has exited
+            return 0
+        for proc in procs:
             try:
                 total += proc.memory_info().rss
             except psutil.Error:
@@ -61,27 +66,36 @@ class TreeRSS:
         self._thread.join()
 
 
-def run_one(spec: str, engine: str, args: argparse.Namespace, root: str) -> dict[str, Any]:
-    """One ingest of ``spec`` on ``engine``, cluster start-up and shutdown included for Dask."""
-    dest = f"{root}/{engine}"
+def ingest_once(spec: str, engine: str, dest: str, parts: int, method: str, seed: int, workers: int,
+                memory_limit: str) -> dict[str, Any]:
+    """One ingest of ``spec`` on ``engine`` in this process, cluster start-up and shutdown included for Dask."""
     started = time.perf_counter()
-    with TreeRSS() as rss:
-        if engine == "local":
-            summary = graphstore.ingest(spec, dest, num_parts=args.parts, method=args.method, seed=args.seed)
-        else:
-            from distributed import Client, LocalCluster
+    if engine == "local":
+        summary = graphstore.ingest(spec, dest, num_parts=parts, method=method, seed=seed)
+    else:
+        from distributed import Client, LocalCluster
 
-            with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                              memory_limit=args.memory_limit, dashboard_address=None) as cluster, \
-                    Client(cluster) as client:
-                summary = graphstore.ingest(spec, dest, num_parts=args.parts, method=args.method, seed=args.seed,
-                                            engine="dask", client=client)
-    seconds = time.perf_counter() - started
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, memory_limit=memory_limit,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            summary = graphstore.ingest(spec, dest, num_parts=parts, method=method, seed=seed, engine="dask",
+                                        client=client)
+    return {"seconds": round(time.perf_counter() - started, 1), "edge_cut_fraction": summary.edge_cut_fraction,
+            "edges": sum(summary.edges_per_part)}
+
+
+def run_one(spec: str, engine: str, args: argparse.Namespace, root: str) -> dict[str, Any]:
+    """One ingest in a fresh child process, its process tree's RSS sampled from here."""
+    dest = f"{root}/{engine}"
+    job = json.dumps([spec, engine, dest, args.parts, args.method, args.seed, args.workers, args.memory_limit])
+    child = subprocess.Popen([sys.executable, __file__, "--child", job], stdout=subprocess.PIPE, text=True)
+    with TreeRSS(child.pid) as rss:
+        out, _ = child.communicate()
+    if child.returncode != 0:
+        raise SystemExit(f"the {engine} ingest of {spec} failed (exit {child.returncode}); its error is above")
+    result = json.loads(out.strip().splitlines()[-1])
     verified = _verify(dest) if args.verify else None
     shutil.rmtree(dest, ignore_errors=True)
-    return {"graph": spec, "engine": engine, "seconds": round(seconds, 1), "peak_rss_gb": round(rss.peak / 1e9, 2),
-            "edge_cut_fraction": summary.edge_cut_fraction, "edges": sum(summary.edges_per_part),
-            "verify": verified}
+    return {"graph": spec, "engine": engine, **result, "peak_rss_gb": round(rss.peak / 1e9, 2), "verify": verified}
 
 
 def _verify(dest: str) -> str:
@@ -93,6 +107,10 @@ def _verify(dest: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:  # one run, in the child process run_one started
+        print(json.dumps(ingest_once(*json.loads(argv[1]))), flush=True)
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", nargs="+", default=GRAPHS)
     parser.add_argument("--parts", type=int, default=4)

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from graphstore.allocator import release_freed
 from graphstore.errors import GraphstoreError, IngestStageError, InvalidInputError, MissingBackendError
 from graphstore.ingest.budget import Budget, dask_budget, local_budget
 
@@ -50,6 +51,9 @@ class LocalEngine:
         for index, item in enumerate(items):
             out.append(fn(item, **shared))
             _tick(progress, stage, index, weights, len(items))
+        # the freed heap goes back to the system after every stage: the client's per-node arrays of one stage
+        # (coarsening levels, say) are gone by the next, but glibc keeps their pages unless asked
+        release_freed()
         logger.debug("ingest stage %s: %d task(s) in %.2f s", stage, len(items), time.perf_counter() - started)
         return out
 
@@ -87,18 +91,19 @@ class DaskEngine:
             raise InvalidInputError(f"client={client!r} is not a distributed.Client; pass "
                                     "distributed.Client(...) or use engine='local'")
         self.client, self.retries = client, retries
+        # shared inputs of a few MB (one value per node) are expected, and the client warns about them from
+        # its event-loop thread, where a catch_warnings() around submit() does not reach: filter the message
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning,
+                                module="distributed.client")
 
     def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
             weights: Sequence[int] | None = None, **shared: Any) -> list[Any]:
         from distributed import as_completed
 
         token = uuid.uuid4().hex[:8]
-        # one task per shared input (not scatter): a result lost with its worker is recomputed. Inputs
-        # of a few MB (one value per node) are expected: Dask's warning about large graphs is not news.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
-            scattered = {k: self.client.submit(_Shared, v, key=f"shared-{stage}-{k}-{token}", pure=False)
-                         for k, v in shared.items()}
+        # one task per shared input (not scatter): a result lost with its worker is recomputed
+        scattered = {k: self.client.submit(_Shared, v, key=f"shared-{stage}-{k}-{token}", pure=False)
+                     for k, v in shared.items()}
         logger.info("ingest stage %s: %d task(s) on the Dask cluster at %s", stage, len(items),
                     self.client.scheduler.address)
         futures = [self.client.submit(_call, fn, item, **scattered, key=f"{stage}-{token}-{i}", retries=self.retries,
@@ -114,6 +119,7 @@ class DaskEngine:
             return out
         finally:
             self.client.cancel(futures + list(scattered.values()))
+            release_freed()  # what the client freed while the stage ran (see LocalEngine.map)
 
     def budget(self) -> Budget:
         """From the smallest ``memory_limit`` of the cluster's workers."""

@@ -72,7 +72,12 @@ def _step_worker(rank: int, world_size: int, rdzv: str, out_dir: str) -> None:
         from training.tasks import build_model
         from training.timing import Timers, timed_allreduce_hook
 
-        dist.init_process_group("gloo", init_method=rdzv, rank=rank, world_size=world_size)
+        import datetime
+
+        # a peer that failed (its error is in its JSON) makes this rank's collectives fail within a minute,
+        # not wait for gloo's default half hour
+        dist.init_process_group("gloo", init_method=rdzv, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=60))
         torch.manual_seed(0)
         model = build_model("sage", 8, 16, 3, 2, dropout=0.0)
         ddp = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's weights
@@ -103,7 +108,7 @@ def test_one_step_on_two_ranks_with_half_batches_equals_one_rank_with_the_whole_
     for world_size in (1, 2):
         ctx = mp.spawn(_step_worker, args=(world_size, f"file://{tmp_path}/rdzv{world_size}", str(tmp_path)),
                        nprocs=world_size, join=False)
-        join_spawned(ctx, 180)
+        join_spawned(ctx, 180, [tmp_path / f"w{world_size}-r{rank}.json" for rank in range(world_size)])
         for rank in range(world_size):
             got = json.loads((tmp_path / f"w{world_size}-r{rank}.json").read_text())
             assert "error" not in got, f"{world_size} rank(s), rank {rank} failed:\n{got.get('error')}"
