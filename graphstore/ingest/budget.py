@@ -8,6 +8,8 @@ the size of the graph, so a worker's peak stays flat as the graph grows.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -75,21 +77,36 @@ def local_budget() -> Budget:
     return Budget(max(MIN_TASK_BYTES, available_memory() // 2))
 
 
-def dask_budget(client: Any) -> Budget:
+WORKER_WAIT_SECONDS = 30.0  # how long an ingest waits for a cluster that has no worker yet
+
+
+def dask_budget(client: Any, wait: float = WORKER_WAIT_SECONDS) -> Budget:
     """The budget of a task on ``client``'s cluster: from its smallest worker ``memory_limit``.
 
-    Workers without a limit count as 4 GiB; a cluster without workers yet is an error.
+    Workers without a limit count as 4 GiB. A cluster without workers (still starting, restarting one
+    that died, or scaled to zero) is waited for up to ``wait`` seconds, then it is an error.
     """
-    workers = client.scheduler_info(n_workers=-1).get("workers", {}) if _takes_n_workers(client) \
-        else client.scheduler_info().get("workers", {})
+    workers = _workers(client)
     if not workers:
-        raise InvalidInputError(f"the Dask cluster at {client.scheduler.address} has no workers; start workers "
-                                "(dask worker SCHEDULER) or use --workers with a local cluster")
+        logger.warning("the Dask cluster at %s has no workers yet; waiting up to %.0f s for one",
+                       client.scheduler.address, wait)
+        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
+            client.wait_for_workers(1, timeout=wait)
+        workers = _workers(client)
+    if not workers:
+        raise InvalidInputError(f"the Dask cluster at {client.scheduler.address} has no workers (waited "
+                                f"{wait:.0f} s); start workers (dask worker SCHEDULER) or use --workers with a "
+                                "local cluster")
     limits = [int(w.get("memory_limit") or 0) or (4 << 30) for w in workers.values()]
     budget = Budget.from_process_limit(min(limits))
     logger.info("ingest tasks plan for %.0f MiB each (smallest worker memory limit %.0f MiB)",
                 budget.task_bytes / 2**20, min(limits) / 2**20)
     return budget
+
+
+def _workers(client: Any) -> dict:
+    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
+    return info.get("workers", {})
 
 
 def _takes_n_workers(client: Any) -> bool:

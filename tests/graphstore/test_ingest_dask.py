@@ -162,6 +162,17 @@ def test_bad_engine_arguments_are_refused_before_any_work(client, tmp_path):
     assert isinstance(engine_for("local"), LocalEngine)
 
 
+def test_a_cluster_without_workers_is_waited_for_then_named(tmp_path):
+    from graphstore.ingest.budget import dask_budget
+
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as c:
+        with pytest.raises(InvalidInputError, match=r"has no workers \(waited 1 s\); start workers"):
+            dask_budget(c, wait=1)
+        cluster.scale(1)  # a worker that joins while the ingest waits (restarting after a death, say) is used
+        assert dask_budget(c, wait=60).task_bytes > 0
+
+
 def test_chunks_cover_every_edge_once_and_pickle_only_their_rows():
     import pickle
 
