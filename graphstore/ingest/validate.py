@@ -30,19 +30,11 @@ def validate_source(source: GraphSource, num_parts: int) -> None:
 
     Self-loops, duplicate edges and isolated nodes are valid (kept, counted in the manifest).
     """
-    if not source.nodes or sum(t.num_nodes for t in source.nodes.values()) == 0:
+    total_nodes = sum(t.num_nodes for t in source.nodes.values())
+    if not source.nodes or total_nodes == 0:
         raise InvalidInputError("the graph has no nodes; give at least one node type with num_nodes > 0 "
                                 "(an edge list, or num_nodes)")
-    if (None in source.nodes) != (None in source.edges) or (None in source.nodes and len(source.nodes) > 1):
-        raise InvalidInputError("mix of homogeneous (type None) and typed nodes/edges; use one or the other")
-    total_nodes = sum(t.num_nodes for t in source.nodes.values())
-    if not isinstance(num_parts, (int, np.integer)) or isinstance(num_parts, bool) or num_parts < 1:
-        raise InvalidInputError(f"--parts {num_parts!r} is invalid: the partition count must be an integer >= 1")
-    if num_parts > total_nodes:
-        raise InvalidInputError(
-            f"--parts {num_parts} is larger than the node count {total_nodes}: every partition needs nodes; "
-            f"use --parts {max(1, min(total_nodes, 8))} or fewer"
-        )
+    _check_types_and_parts(source.nodes, source.edges, num_parts, total_nodes)
     for ntype, table in source.nodes.items():
         _check_node_table(ntype, table.num_nodes, table.attrs)
     check_fits_memory(f"the node ID range ({total_nodes:,} nodes)", total_nodes * BYTES_PER_NODE,
@@ -207,16 +199,7 @@ def validate_chunked(source: Any, num_parts: int) -> None:
     if not source.num_nodes or total_nodes == 0:
         raise InvalidInputError("the graph has no nodes; give at least one node type with num_nodes > 0 "
                                 "(an edge list, or num_nodes)")
-    if (None in source.num_nodes) != (None in source.num_edges) or (None in source.num_nodes and
-                                                                   len(source.num_nodes) > 1):
-        raise InvalidInputError("mix of homogeneous (type None) and typed nodes/edges; use one or the other")
-    if not isinstance(num_parts, (int, np.integer)) or isinstance(num_parts, bool) or num_parts < 1:
-        raise InvalidInputError(f"--parts {num_parts!r} is invalid: the partition count must be an integer >= 1")
-    if num_parts > total_nodes:
-        raise InvalidInputError(
-            f"--parts {num_parts} is larger than the node count {total_nodes}: every partition needs nodes; "
-            f"use --parts {max(1, min(total_nodes, 8))} or fewer"
-        )
+    _check_types_and_parts(source.num_nodes, source.num_edges, num_parts, total_nodes)
     for ntype, count in source.num_nodes.items():
         schema = source.node_schema.get(ntype, {})
         _check_node_table(ntype, count, {n: _Declared(count, s) for n, s in schema.items()})
@@ -254,3 +237,16 @@ def check_finite_rows(where: str, name: str, values: np.ndarray, first: int) -> 
     if len(bad):
         raise InvalidInputError(f"{where}, attribute {name!r}: row {first + int(bad[0])} holds NaN or inf; clean "
                                 "the data, or pass --allow-nan (allow_nan=True) to store it as is")
+
+
+def _check_types_and_parts(node_types: Any, edge_types: Any, num_parts: Any, total_nodes: int) -> None:
+    """One graph kind (homogeneous or typed) and a partition count every part can get nodes for."""
+    if (None in node_types) != (None in edge_types) or (None in node_types and len(node_types) > 1):
+        raise InvalidInputError("mix of homogeneous (type None) and typed nodes/edges; use one or the other")
+    if not isinstance(num_parts, (int, np.integer)) or isinstance(num_parts, bool) or num_parts < 1:
+        raise InvalidInputError(f"--parts {num_parts!r} is invalid: the partition count must be an integer >= 1")
+    if num_parts > total_nodes:
+        raise InvalidInputError(
+            f"--parts {num_parts} is larger than the node count {total_nodes}: every partition needs nodes; "
+            f"use --parts {max(1, min(total_nodes, 8))} or fewer"
+        )
