@@ -1,12 +1,30 @@
-"""Process-wide allocator tuning for batch-sized buffers (sampler outputs, gathered feature rows), and its stats."""
+"""Process-wide allocator choice and tuning for batch-sized buffers (sampler outputs, gathered feature
+rows, a model's activations), and the allocator's stats.
+
+``GRAPHSTORE_MALLOC`` chooses (read when a process starts its ranks or tunes itself):
+
+- unset or ``auto``: ranks started by ``graphstore-train`` run under jemalloc where the machine has it
+  (:func:`preload_env`: ``LD_PRELOAD``; Debian/Ubuntu package ``libjemalloc2``), else under glibc tuned
+  by :func:`keep_freed_memory`. A process already running under jemalloc (preloaded by the user, e.g.
+  under torchrun or SLURM) is left to it.
+- ``jemalloc``: as ``auto``, but a launcher that cannot find jemalloc stops with an error.
+- ``glibc``: glibc tuned by :func:`keep_freed_memory`, no preload.
+- ``default``: the allocator is left alone.
+
+``GRAPHSTORE_JEMALLOC`` names the library file when it is not in a standard place.
+"""
 
 from __future__ import annotations
 
 import ctypes
+import glob
 import logging
 import os
+import platform
 import sys
 from typing import NamedTuple
+
+from graphstore.errors import InvalidInputError
 
 logger = logging.getLogger(__name__)
 
@@ -15,6 +33,17 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
 MMAP_THRESHOLD = 1 << 30  # blocks below this come from the heap and are reused when freed
 TRIM_THRESHOLD = (1 << 31) - 1  # the heap's free top is kept: trimming is left to release_freed()
 ARENAS = 1  # every thread allocates from the same heap: what one thread frees, another reuses
+MODES = ("auto", "jemalloc", "glibc", "default")
+# jemalloc's options for ranks (MALLOC_CONF, unless the user set it). oversize_threshold:0: blocks of 8 MiB
+# and more are not given an arena of their own that unmaps them when freed. dirty_decay_ms:-1: freed
+# pages stay mapped, so a step's activations reuse the last step's pages instead of faulting fresh ones in
+# (as the glibc tuning does); release_freed() hands them back (the trainer does at each epoch's start).
+# narenas:1: every thread (training loop, prefetch, RPC) allocates from one arena, so what one frees
+# another reuses. jemalloc's size classes and extent reuse keep this heap from fragmenting the way glibc's
+# does (README: Distributed training).
+JEMALLOC_CONF = "oversize_threshold:0,dirty_decay_ms:-1,narenas:1"
+_JEMALLOC_DIRS = ("/usr/lib/{arch}-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
+_MALLCTL_ARENAS_ALL = 4096  # jemalloc's "every arena" index in mallctl names
 
 
 class HeapStats(NamedTuple):
@@ -39,9 +68,110 @@ def _libc() -> ctypes.CDLL | None:
         return None
 
 
+def mode(env: dict[str, str] | None = None) -> str:
+    """``GRAPHSTORE_MALLOC`` (of ``env``, default this process's environment): one of :data:`MODES`."""
+    value = (os.environ if env is None else env).get("GRAPHSTORE_MALLOC", "").strip().lower() or "auto"
+    if value not in MODES:
+        raise InvalidInputError(f"GRAPHSTORE_MALLOC={value!r} is not an allocator choice; use one of "
+                                f"{', '.join(MODES)} (or unset it: auto)")
+    return value
+
+
 def tuned() -> bool:
-    """Whether this process runs with the tuning (``GRAPHSTORE_MALLOC=default`` turns it off)."""
-    return os.environ.get("GRAPHSTORE_MALLOC", "").lower() != "default" and sys.platform.startswith("linux")
+    """Whether this process tunes glibc (not under jemalloc, and ``GRAPHSTORE_MALLOC`` is not ``default``).
+
+    Library code asks this (a feature store, the sampler): a value it does not know is logged and read
+    as ``auto`` here; the launcher and the ranks refuse it (:func:`preload_env`, :func:`check_rank`)."""
+    try:
+        chosen = mode()
+    except InvalidInputError as exc:
+        logger.warning("%s; tuning the allocator as for auto", exc)
+        chosen = "auto"
+    return chosen != "default" and sys.platform.startswith("linux") and not jemalloc_active()
+
+
+def _mallctl() -> object | None:
+    libc = _libc()
+    try:
+        call = libc.mallctl if libc is not None else None  # only jemalloc exports it unprefixed
+    except AttributeError:
+        return None
+    if call is not None:
+        call.restype = ctypes.c_int
+        call.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return call
+
+
+def jemalloc_active() -> bool:
+    """Whether this process's ``malloc`` is jemalloc's (preloaded, see :func:`preload_env`)."""
+    return _mallctl() is not None
+
+
+def name() -> str:
+    """The allocator this process runs with: ``jemalloc``, ``glibc-tuned`` or ``system``."""
+    if jemalloc_active():
+        return "jemalloc"
+    return "glibc-tuned" if _TUNED and tuned() else "system"
+
+
+def check_rank() -> str | None:
+    """For a rank started by another launcher (torchrun, srun): raises when ``GRAPHSTORE_MALLOC=jemalloc``
+    but this process does not run under it; returns a hint when jemalloc is on the machine but not in use
+    (``auto``), else ``None``."""
+    chosen = mode()
+    if chosen in ("glibc", "default") or jemalloc_active():
+        return None
+    path = find_jemalloc()
+    hint = (f"LD_PRELOAD={path} MALLOC_CONF={JEMALLOC_CONF}" if path else
+            "LD_PRELOAD=/path/to/libjemalloc.so.2 (Debian/Ubuntu: apt install libjemalloc2)")
+    if chosen == "jemalloc":
+        raise InvalidInputError(f"GRAPHSTORE_MALLOC=jemalloc, but this rank does not run under jemalloc; start it "
+                                f"with {hint} in its environment, or set GRAPHSTORE_MALLOC=glibc")
+    if path is None:
+        return None
+    return (f"this rank runs under glibc's allocator although jemalloc is installed; start ranks with {hint} "
+            "in their environment for flat memory per rank (graphstore-train does it itself)")
+
+
+def find_jemalloc(env: dict[str, str] | None = None) -> str | None:
+    """The path of this machine's ``libjemalloc.so.2`` (``GRAPHSTORE_JEMALLOC`` if set), or ``None``."""
+    env = os.environ if env is None else env
+    named = env.get("GRAPHSTORE_JEMALLOC", "").strip()
+    if named:
+        if not os.path.isfile(named):
+            raise InvalidInputError(f"GRAPHSTORE_JEMALLOC={named!r} is not a file; name jemalloc's shared library "
+                                    "(e.g. /usr/lib/x86_64-linux-gnu/libjemalloc.so.2) or unset it")
+        return named
+    if not sys.platform.startswith("linux"):
+        return None
+    for folder in _JEMALLOC_DIRS:
+        found = sorted(glob.glob(os.path.join(folder.format(arch=platform.machine()), "libjemalloc.so.2")))
+        if found:
+            return found[0]
+    return None
+
+
+def preload_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a rank process: with jemalloc preloaded (``LD_PRELOAD``, and :data:`JEMALLOC_CONF` as
+    ``MALLOC_CONF`` unless set) when ``GRAPHSTORE_MALLOC`` is ``auto`` or ``jemalloc`` and the machine
+    has it. Raises :class:`InvalidInputError` for ``jemalloc`` without the library."""
+    chosen = mode(env)
+    if chosen in ("glibc", "default"):
+        return env
+    if "jemalloc" in env.get("LD_PRELOAD", ""):  # preloaded by the user: our options unless theirs are set
+        return {**env, "MALLOC_CONF": env.get("MALLOC_CONF", JEMALLOC_CONF)}
+    path = find_jemalloc(env)
+    if path is None:
+        if chosen == "jemalloc":
+            raise InvalidInputError(
+                "GRAPHSTORE_MALLOC=jemalloc, but no libjemalloc.so.2 was found in "
+                f"{', '.join(d.format(arch=platform.machine()) for d in _JEMALLOC_DIRS)}; install it (Debian/Ubuntu: "
+                "apt install libjemalloc2), name it with GRAPHSTORE_JEMALLOC=PATH, or set GRAPHSTORE_MALLOC=glibc")
+        return env
+    out = dict(env)
+    out["LD_PRELOAD"] = ":".join(p for p in (path, env.get("LD_PRELOAD", "")) if p)
+    out.setdefault("MALLOC_CONF", JEMALLOC_CONF)
+    return out
 
 
 def keep_freed_memory() -> None:
@@ -62,8 +192,9 @@ def keep_freed_memory() -> None:
     global _TUNED
     if _TUNED:
         return
+    wanted = tuned()
     _TUNED = True
-    libc = _libc() if tuned() else None
+    libc = _libc() if wanted else None
     if libc is None:
         return
     try:
@@ -75,11 +206,15 @@ def keep_freed_memory() -> None:
 
 
 def release_freed() -> bool:
-    """Hand the heap's freed memory back to the system (glibc ``malloc_trim``); True when some was.
+    """Hand the allocator's freed memory back to the system (glibc ``malloc_trim``; jemalloc: purge every
+    arena); True when it was asked and did.
 
     Costs a page fault per 4 KiB the next allocations touch again: call it between phases (an epoch's
     end), not per batch.
     """
+    mallctl = _mallctl()
+    if mallctl is not None:
+        return mallctl(f"arena.{_MALLCTL_ARENAS_ALL}.purge".encode(), None, None, None, 0) == 0
     libc = _libc()
     try:
         return bool(libc.malloc_trim(0)) if libc is not None else False
@@ -87,9 +222,24 @@ def release_freed() -> bool:
         return False
 
 
+def _jemalloc_stat(mallctl: object, key: str) -> int | None:
+    value, size = ctypes.c_size_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_size_t))
+    ok = mallctl(key.encode(), ctypes.byref(value), ctypes.byref(size), None, 0) == 0  # type: ignore[operator]
+    return int(value.value) if ok else None
+
+
 def heap_stats() -> HeapStats | None:
     """The allocator's own count of what it hands out and what it keeps freed (glibc >= 2.33
-    ``mallinfo2``, every arena), ``None`` where there is no such call."""
+    ``mallinfo2``, every arena; jemalloc: ``stats.allocated`` and what it keeps resident beyond it),
+    ``None`` where there is no such call."""
+    mallctl = _mallctl()
+    if mallctl is not None:
+        stamp, size = ctypes.c_uint64(1), ctypes.c_size_t(8)
+        mallctl(b"epoch", None, None, ctypes.byref(stamp), size)  # refresh jemalloc's cached counts
+        allocated, resident = _jemalloc_stat(mallctl, "stats.allocated"), _jemalloc_stat(mallctl, "stats.resident")
+        if allocated is None or resident is None:  # a build without statistics
+            return None
+        return HeapStats(in_use=allocated, free=max(0, resident - allocated))
     libc = _libc()
     try:
         call = libc.mallinfo2 if libc is not None else None

@@ -14,8 +14,9 @@ and the peak resident set of every rank (polled by this tool every 0.1 s, so a c
 peak report is measured the same way), and a loader-only pass (``--loader-only``: the distributed loader
 iterated with no model: batches/s per rank, the rate a model would be fed).
 
-``--case compare`` runs, on the first rank count, this checkout, this checkout with
-``GRAPHSTORE_MALLOC=default`` and (with ``--baseline-tree PATH``, e.g. a ``git worktree`` of main) that
+``--case compare`` runs, on the first rank count, this checkout (its ranks under jemalloc where the
+machine has it), this checkout with ``GRAPHSTORE_MALLOC=glibc`` (glibc tuned) and with
+``GRAPHSTORE_MALLOC=default`` (no tuning), and (with ``--baseline-tree PATH``, e.g. a ``git worktree`` of main) that
 checkout, each in a child process with ``PYTHONPATH=PATH``, interleaved ``--repeats`` times, since
 absolute times drift between runs on a shared machine. ``--spec pairs:nodes=N,pairs=P,features=F,
 classes=C,seed=S`` generates P random node pairs, made undirected (2P directed edges), F random features,
@@ -137,7 +138,8 @@ def summarize(job: dict, ranks: int) -> dict:
            "peak_rss_mb_per_epoch": [[round(b / 2**20) for b in p] for p in peaks],
            "peak_rss_mb_largest": round(max(largest) / 2**20) if largest else None,
            "peak_growth_after_epoch_2": round(max(largest) / max(largest[:2]), 3) if len(largest) > 2 else None,
-           "memory_mb": last.get("memory_mb"), "test_acc": last.get("test_acc")}
+           "memory_mb": last.get("memory_mb"), "test_acc": last.get("test_acc"),
+           "allocator": last.get("allocator", "not reported")}
     if "loader_batches_per_s" in last:
         row["loader_batches_per_s"] = [_median([e["loader_batches_per_s"][r] for e in later]) for r in range(ranks)]
     return row
@@ -167,6 +169,7 @@ def compare(args: argparse.Namespace) -> list[dict]:
     ranks = int(args.ranks.split(",")[0])
     dest = dataset(args, ranks)
     variants = [("this checkout", ROOT, [], {}),
+                ("this checkout, GRAPHSTORE_MALLOC=glibc", ROOT, [], {"GRAPHSTORE_MALLOC": "glibc"}),
                 ("this checkout, GRAPHSTORE_MALLOC=default", ROOT, [], {"GRAPHSTORE_MALLOC": "default"})]
     if args.baseline_tree:
         variants.insert(0, (f"baseline {args.baseline_tree}", Path(args.baseline_tree).resolve(), [], {}))
@@ -240,7 +243,7 @@ def print_compare(rows: list[dict], args: argparse.Namespace) -> None:
         r = v["runs"][-1]
         peaks = [max(p) for p in r["peak_rss_mb_per_epoch"]]
         loader = r.get("loader_batches_per_s")
-        print(f"| {v['variant']} | {v['train_seconds_median']:.1f} | {v['speed_vs_first']:.2f} | "
+        print(f"| {v['variant']} ({r['allocator']}) | {v['train_seconds_median']:.1f} | {v['speed_vs_first']:.2f} | "
               f"{r['data_wait_per_step']:.3f} | {r['compute_per_step']:.3f} | {_gb(max(peaks[:2]))} / "
               f"{_gb(max(peaks))} | {r['peak_growth_after_epoch_2']} | {', '.join(map(str, loader or [])) or '-'} |")
     for v in rows:

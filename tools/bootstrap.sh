@@ -13,3 +13,22 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import
   .venv/bin/pip install -q -e ".[test,s3]"
   echo "$want" > "$stamp"
 fi
+# jemalloc: graphstore-train runs its ranks under it where the machine has it (graphstore/allocator.py:
+# flat memory per rank). Installed here when this runs as root on Debian/Ubuntu and it is missing, tried
+# once per .venv (.venv/.jemalloc-tried); set GRAPHSTORE_NO_APT=1 to skip. Without it ranks use glibc's
+# allocator, tuned.
+have_jemalloc() {  # the places graphstore/allocator.py looks
+  for f in /usr/lib/*-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 /usr/lib/libjemalloc.so.2 \
+      /usr/local/lib/libjemalloc.so.2; do
+    [ -e "$f" ] && return 0
+  done
+  return 1
+}
+if [ -z "${GRAPHSTORE_NO_APT:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+    && [ ! -e .venv/.jemalloc-tried ] && ! have_jemalloc; then
+  touch .venv/.jemalloc-tried
+  apt_get() { timeout 300 apt-get -q -o Acquire::http::Timeout=30 -o Acquire::Retries=1 "$@" >/dev/null 2>&1; }
+  echo "tools/bootstrap.sh: installing libjemalloc2 (apt-get; GRAPHSTORE_NO_APT=1 skips this)" >&2
+  apt_get install -y libjemalloc2 || { apt_get update && apt_get install -y libjemalloc2; } \
+    || echo "tools/bootstrap.sh: could not install libjemalloc2; ranks will use glibc's allocator" >&2
+fi

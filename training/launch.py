@@ -16,6 +16,7 @@ import warnings
 from dataclasses import asdict
 from typing import Any
 
+from graphstore import allocator
 from graphstore.cli_args import Parser, integer, number
 from graphstore.cli_storage import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
@@ -152,6 +153,7 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
                    "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, through the relay
                    "GRAPHSTORE_CONFIG_FILE": config_file,  # OpenMP/BLAS pools sized like torch's (training.threads)
                    "OMP_NUM_THREADS": str(threads.choose(config.threads, nproc).threads)}
+            env = allocator.preload_env(env)  # jemalloc where the machine has it (graphstore.allocator)
             # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
             relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
             stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")
@@ -257,6 +259,7 @@ def _check_job(config: TrainConfig, nproc: int | None) -> int:
     from sampling.distributed import RankLayout
 
     validate.check_outputs(config)
+    allocator.preload_env(dict(os.environ))  # raises with the fix for a bad GRAPHSTORE_MALLOC/GRAPHSTORE_JEMALLOC
     ds = graphstore.open_dataset(config.dataset, config.storage_options or None)
     validate.check_dataset(config, ds)
     nproc = nproc or ds.num_parts

@@ -51,6 +51,9 @@ class Trainer:
                  on_epoch: Callable[[dict[str, Any], int], None] | None = None) -> None:
         """``on_epoch(record, epochs)`` is called on rank 0 after every epoch (the CLI prints a line)."""
         self.config, self.world, self.on_epoch = config, world, on_epoch
+        hint = allocator.check_rank()  # raises when GRAPHSTORE_MALLOC=jemalloc is not in effect
+        if hint and world.rank == 0:
+            logger.warning(hint)
         allocator.keep_freed_memory()  # before any thread starts: one heap for all of them (see allocator)
         self.dataset = graphstore.open_dataset(config.dataset, config.storage_options or None,
                                                cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes,
@@ -192,6 +195,7 @@ class Trainer:
         self.timers.snapshot()  # evaluation's sampling/feature time is not part of the training breakdown
         record["steps"] = steps
         record["memory_mb"] = memory_per_rank(self.dataset, self.peak)
+        record["allocator"] = allocator.name()  # what the memory figures were measured under
         return _per_step(reduce_record(record))
 
     def _write_inference(self, model: torch.nn.Module) -> None:

@@ -53,7 +53,8 @@ print(json.dumps(out))
 
 def _probe(mode: str) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("GRAPHSTORE_MALLOC", None)
+    for name in ("GRAPHSTORE_MALLOC", "LD_PRELOAD", "MALLOC_CONF"):  # glibc, whatever the caller runs under
+        env.pop(name, None)
     out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, env=env, timeout=120,
                          check=True)
     return json.loads(out.stdout)
@@ -86,3 +87,110 @@ def test_stats_count_what_is_handed_out():
     grown = allocator.heap_stats().in_use - stats.in_use
     del block
     assert grown >= 60 * 2**20, grown
+
+
+JE_PROBE = """
+import json, os, numpy as np
+from graphstore import allocator
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+out = {"name": allocator.name(), "conf": os.environ.get("MALLOC_CONF")}
+block = np.ones(40 << 17)  # 40 MB, freed, then the next batch-sized block of the same size
+del block
+before = rss()
+block = np.ones(40 << 17)
+out["grew"] = rss() - before  # the freed pages were reused: no new ones
+del block
+stats = allocator.heap_stats()
+out["heap_free"] = stats.free if stats else None
+kept = rss()
+out["released"] = allocator.release_freed()
+out["dropped"] = kept - rss()
+print(json.dumps(out))
+"""
+
+
+def _jemalloc() -> str:
+    from graphstore import allocator
+
+    path = allocator.find_jemalloc({})  # where the tests look: the standard places
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI runs on a machine with jemalloc (tools/bootstrap.sh installs libjemalloc2): not found")
+        pytest.skip("jemalloc is not installed here (apt install libjemalloc2)")
+    return path
+
+
+def test_ranks_run_under_jemalloc_that_keeps_and_releases_freed_pages():
+    from graphstore import allocator
+
+    path = _jemalloc()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in ("GRAPHSTORE_MALLOC", "GRAPHSTORE_JEMALLOC", "LD_PRELOAD", "MALLOC_CONF"):
+        env.pop(name, None)
+    env = allocator.preload_env(env)
+    assert env["LD_PRELOAD"] == path and env["MALLOC_CONF"] == allocator.JEMALLOC_CONF, env
+    got = json.loads(subprocess.run([sys.executable, "-c", JE_PROBE], capture_output=True, text=True, env=env,
+                                    timeout=120, check=True).stdout)
+    mb = 2**20
+    assert got["name"] == "jemalloc" and got["conf"] == allocator.JEMALLOC_CONF, got
+    assert got["grew"] < 8 * mb, got  # a freed block's pages serve the next one (no page faults)
+    assert got["heap_free"] > 32 * mb, got  # and are counted as kept
+    assert got["released"] and got["dropped"] > 32 * mb, got  # until released
+
+
+@pytest.mark.parametrize("mode", ["glibc", "default"])
+def test_other_allocator_choices_preload_nothing(mode):
+    from graphstore import allocator
+
+    env = {"GRAPHSTORE_MALLOC": mode, "LD_PRELOAD": "/lib/other.so"}
+    assert allocator.preload_env(env) == env
+
+
+def test_a_preload_of_the_user_is_kept_beside_jemalloc():
+    from graphstore import allocator
+
+    path = _jemalloc()
+    env = allocator.preload_env({"LD_PRELOAD": "/lib/other.so", "MALLOC_CONF": "narenas:2"})
+    assert env["LD_PRELOAD"] == f"{path}:/lib/other.so" and env["MALLOC_CONF"] == "narenas:2", env
+    env = allocator.preload_env({"LD_PRELOAD": path})  # the user's own preload gets our options
+    assert env == {"LD_PRELOAD": path, "MALLOC_CONF": allocator.JEMALLOC_CONF}, env
+
+
+def test_library_code_reads_an_unknown_choice_as_auto(monkeypatch, caplog):
+    from graphstore import allocator
+
+    monkeypatch.setenv("GRAPHSTORE_MALLOC", "tcmalloc")
+    assert allocator.tuned() == (not allocator.jemalloc_active())
+    assert "GRAPHSTORE_MALLOC='tcmalloc'" in caplog.text
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"GRAPHSTORE_MALLOC": "tcmalloc"}, ["GRAPHSTORE_MALLOC='tcmalloc'", "auto, jemalloc, glibc, default"]),
+    ({"GRAPHSTORE_JEMALLOC": "/nonexistent/libjemalloc.so.2"}, ["is not a file", "unset it"]),
+    ({"GRAPHSTORE_MALLOC": "jemalloc", "GRAPHSTORE_JEMALLOC": ""}, ["no libjemalloc.so.2 was found",
+                                                                   "apt install libjemalloc2", "GRAPHSTORE_JEMALLOC"]),
+])
+def test_a_bad_allocator_choice_is_named_with_its_fix(env, words, monkeypatch):
+    from graphstore import allocator
+    from graphstore.errors import InvalidInputError
+
+    monkeypatch.setattr(allocator, "_JEMALLOC_DIRS", ())  # a machine without jemalloc
+    with pytest.raises(InvalidInputError) as err:
+        allocator.preload_env(env)
+    assert all(w in str(err.value) for w in words), err.value
+
+
+def test_a_rank_asked_for_jemalloc_without_it_stops_with_the_fix(monkeypatch):
+    from graphstore import allocator
+    from graphstore.errors import InvalidInputError
+
+    path = _jemalloc()
+    if allocator.jemalloc_active():
+        pytest.skip("this test process itself runs under jemalloc")
+    monkeypatch.delenv("GRAPHSTORE_JEMALLOC", raising=False)
+    monkeypatch.setenv("GRAPHSTORE_MALLOC", "jemalloc")
+    with pytest.raises(InvalidInputError, match=f"LD_PRELOAD={path}"):
+        allocator.check_rank()  # this test process runs under glibc
+    monkeypatch.setenv("GRAPHSTORE_MALLOC", "auto")
+    assert f"LD_PRELOAD={path}" in allocator.check_rank()

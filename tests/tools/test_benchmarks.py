@@ -90,7 +90,9 @@ def test_bench_train_compares_with_a_baseline_checkout(tmp_path):
                "features=8,classes=4,seed=1", "--epochs", "3", "--batch-size", "256", "--hidden", "16",
                "--baseline-tree", str(ROOT), "--data", str(tmp_path / "t"))
     names = [v["variant"] for v in out["variants"]]
-    assert names[0].startswith("baseline") and "GRAPHSTORE_MALLOC=default" in names[2] and "loader" in names[3]
+    assert names[0].startswith("baseline") and "GRAPHSTORE_MALLOC=glibc" in names[2]
+    assert "GRAPHSTORE_MALLOC=default" in names[3] and "loader" in names[4]
+    assert [v["runs"][0]["allocator"] for v in out["variants"][2:4]] == ["glibc-tuned", "system"]
     for v in out["variants"]:
         run = v["runs"][0]
         assert len(run["peak_rss_mb_per_epoch"]) == 3 and run["peak_growth_after_epoch_2"] > 0

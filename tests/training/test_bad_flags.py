@@ -179,3 +179,16 @@ def test_one_line_names_the_first_cause(tmp_path, monkeypatch, records, codes, s
     assert got == code and all(w in line for w in words) and "\n" not in line, line
     log = line.rsplit("rank output: ", 1)[1].rstrip(")")
     assert os.path.dirname(log) == str(tmp_path) and ("Traceback" in open(log).read() or not records)
+
+
+@pytest.mark.parametrize("env, word", [({"GRAPHSTORE_MALLOC": "tcmalloc"}, "GRAPHSTORE_MALLOC='tcmalloc'"),
+                                       ({"GRAPHSTORE_JEMALLOC": "/nonexistent.so"}, "GRAPHSTORE_JEMALLOC")])
+def test_a_bad_allocator_setting_is_refused_before_ranks_start(ds, capsys, monkeypatch, env, word):
+    monkeypatch.setattr("training.launch.launch_local", _no_ranks)
+    for name in ("LD_PRELOAD", "GRAPHSTORE_MALLOC", "GRAPHSTORE_JEMALLOC"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main([ds, "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert word in err and len(err.splitlines()) == 1, err

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from graphstore import allocator
 
 from tests.training.conftest import metrics, run_train
 
@@ -14,6 +18,8 @@ def test_eval_cadence_subset_and_peak_memory_in_the_metrics(synthetic2, tmp_path
                     "--eval-every", 2, "--eval-max-batches", 2, "--metrics-out", tmp_path / "m.json")
     assert out.returncode == 0, out.stderr
     doc = metrics(tmp_path / "m.json")
+    jemalloc = "jemalloc" in allocator.preload_env(dict(os.environ)).get("LD_PRELOAD", "")
+    expected_allocator = "jemalloc" if jemalloc else "glibc-tuned"  # graphstore-train's choice in this environment
     first, second, last = doc["epochs"]
     assert first["evaluation"] == "none" and "val_acc" not in first and first["next_evaluation"] == 2
     assert second["evaluation"] == "subset" and last["evaluation"] == "full"
@@ -29,6 +35,7 @@ def test_eval_cadence_subset_and_peak_memory_in_the_metrics(synthetic2, tmp_path
         assert len(mem["peak_rss"]) == 2 and all(p >= r > 0 for p, r in zip(mem["peak_rss"], mem["rss"])), mem
         assert all(h > 0 for h in mem["heap_in_use"]), mem
         assert set(record["per_step"]) == {"data_wait", "compute"} and record["per_step"]["compute"] > 0
+        assert record["allocator"] == expected_allocator, record
     assert "peak RSS/rank GiB: " in lines[0]
     assert doc["threads"]["local_ranks"] == 2 and doc["threads"]["threads"] >= 1
 
