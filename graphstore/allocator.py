@@ -17,6 +17,7 @@ rows, a model's activations), and the allocator's stats.
 from __future__ import annotations
 
 import ctypes
+import functools
 import glob
 import logging
 import os
@@ -59,6 +60,7 @@ class _MallInfo2(ctypes.Structure):
                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
+@functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -90,6 +92,7 @@ def tuned() -> bool:
     return chosen != "default" and sys.platform.startswith("linux") and not jemalloc_active()
 
 
+@functools.lru_cache(maxsize=1)
 def _mallctl() -> object | None:
     libc = _libc()
     try:

@@ -17,12 +17,8 @@ fi
 # flat memory per rank). Installed here when this runs as root on Debian/Ubuntu and it is missing, tried
 # once per .venv (.venv/.jemalloc-tried); set GRAPHSTORE_NO_APT=1 to skip. Without it ranks use glibc's
 # allocator, tuned.
-have_jemalloc() {  # the places graphstore/allocator.py looks
-  for f in /usr/lib/*-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 /usr/lib/libjemalloc.so.2 \
-      /usr/local/lib/libjemalloc.so.2; do
-    [ -e "$f" ] && return 0
-  done
-  return 1
+have_jemalloc() {  # where graphstore/allocator.py looks (GRAPHSTORE_JEMALLOC aside)
+  .venv/bin/python -c "import sys; from graphstore.allocator import find_jemalloc; sys.exit(find_jemalloc({}) is None)"
 }
 if [ -z "${GRAPHSTORE_NO_APT:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
     && [ ! -e .venv/.jemalloc-tried ] && ! have_jemalloc; then

@@ -145,15 +145,15 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
         scratch = os.path.join(tmp, "tmp")  # every rank's temporary files (PyG's generated modules, ...)
         os.mkdir(scratch)
         procs, logs = [], []
+        base = allocator.preload_env(dict(os.environ))  # jemalloc where the machine has it (graphstore.allocator)
         for rank in range(nproc):
-            env = {**os.environ, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
+            env = {**base, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
                    "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous", "TMPDIR": scratch, "TEMP": scratch,
                    "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
                    "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
                    "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, through the relay
                    "GRAPHSTORE_CONFIG_FILE": config_file,  # OpenMP/BLAS pools sized like torch's (training.threads)
                    "OMP_NUM_THREADS": str(threads.choose(config.threads, nproc).threads)}
-            env = allocator.preload_env(env)  # jemalloc where the machine has it (graphstore.allocator)
             # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
             relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
             stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")
