@@ -10,6 +10,7 @@ import numpy as np
 
 from sampling import derived
 from sampling.topology import CSCBlock
+from sampling.variants import variants_csc
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,10 @@ class BlockArgs:
     ``topo`` is :func:`sampling.variants.hop_picks`'s topology tuple; :meth:`var` its variant tuple.
     The packed layout is read when every block has it (also by the filters, for source IDs). Times:
     edge times (``CSCBlock.time``) or the source type's ``node_time``; with exactly one of them each
-    destination's edges are cut by a binary search over a time-sorted copy (:mod:`sampling.derived`),
-    with both they are scanned; with neither there is no time constraint (``timed`` is False).
+    destination's edges are cut by a binary search over a time-sorted copy of its records (time, source,
+    edge ID: :func:`sampling.derived.time_records`), whose picks are read from there and are
+    time-sorted positions until :meth:`csc_positions` translates them; with both they are scanned;
+    with neither there is no time constraint (``timed`` is False).
     """
 
     def __init__(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None = None,
@@ -55,6 +58,7 @@ class BlockArgs:
         indices = tuple(i64 if packs else _ready(b.indices, np.int64) for b in blocks)
         eids = tuple(i64 if packs else _ready(b.eid, np.int64) for b in blocks)
         packed_ = tuple(_ready(b.packed, np.int32) if packs else i32 for b in blocks)
+        packed_pairs = packed_
         self.weights = self.aliases = None
         self.astride = 2
         if variants.weighted:
@@ -68,21 +72,36 @@ class BlockArgs:
         self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets)
         self.src, self.stride = (packed_, self.use_packed) if packs else (indices, 1)
         self.parts = np.array([b.part for b in blocks], np.int32)
-        self._times(blocks, variants, node_time)
+        self._times(blocks, variants, node_time, packed_pairs if packs else None)
         masked = any(len(b.split) for b in blocks)
         self.splits = tuple(_ready(b.split, np.int8) for b in blocks) if masked else None
         self.allowed = blocks[0].allowed if masked else 0
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
 
-    def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None) -> None:
-        self.times = self.tcuts = self.node_time = None
+    def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None,
+               pairs: tuple[np.ndarray, ...] | None) -> None:
+        self.times = self.tsort = self.node_time = None
         edge_times = variants.temporal and all(len(b.time) == len(b.indices) for b in blocks)
         node_time = _ready(node_time, np.int64) if variants.temporal and node_time is not None else None
         self.timed = edge_times or node_time is not None
         if edge_times and node_time is not None:  # both constrain: scanned
             self.times, self.node_time = tuple(_ready(b.time, np.int64) for b in blocks), node_time
         elif self.timed:
-            self.tcuts = tuple(_time_sorted(b, node_time) for b in blocks)
+            spans = [node_time] if node_time is not None else [np.asarray(b.time) for b in blocks]
+            narrow = pairs is not None and all(derived.narrow_times(t, True) for t in spans)
+            wide_pos = any(len(b.indices) >= 2**31 for b in blocks)
+            built = [_time_records(b, node_time, p, narrow, wide_pos)
+                     for b, p in zip(blocks, pairs or [None] * len(blocks))]
+            self.tsort = (tuple(r[0] for r in built), tuple(r[1] for r in built),
+                          np.array([int(r[2][0]) for r in built], np.int64))
+
+    def csc_positions(self, pos: np.ndarray, block_edges: np.ndarray) -> np.ndarray:
+        """``pos`` as CSC positions: a time-sorted pick's position is translated (in place) through its
+        block's order; ``block_edges`` (rows of each block's first edge, as the kernels fill them)."""
+        if self.tsort is not None and len(pos):
+            variants_csc(self.tsort[1], np.ascontiguousarray(block_edges, np.int64).reshape(-1, len(self.blocks) + 1),
+                         pos)
+        return pos
 
     def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> tuple:
         """The variant tuple; ``timed``: limits are given (else times are ignored); ``exclusion`` =
@@ -90,7 +109,7 @@ class BlockArgs:
         t = timed and self.timed
         excl, mul, mode = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0))
         return (self.src, self.stride, self.weights, self.aliases, self.astride, self.times if t else None,
-                self.tcuts if t else None, self.node_time if t else None,
+                self.tsort if t else None, self.node_time if t else None,
                 bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
 
 
@@ -105,16 +124,23 @@ def _weighted_packed(block: CSCBlock, packed: np.ndarray, alias: np.ndarray) -> 
                            1, *_origin(block, "weight-packed"))[0]
 
 
-def _time_sorted(block: CSCBlock, node_time: np.ndarray | None) -> np.ndarray:
+def _time_records(block: CSCBlock, node_time: np.ndarray | None, pairs: np.ndarray | None, narrow: bool,
+                  wide_pos: bool) -> tuple[np.ndarray, ...]:
+    """The block's time-sorted records, their CSC positions and the time subtracted (one value)."""
     indptr = _ready(block.indptr, np.int64)
-    if node_time is None:
-        time = _ready(block.time, np.int64)
-        return derived.derived("tsorted", (block.indptr, block.time), lambda: (derived.time_sorted(indptr, time),),
-                               1, *_origin(block, "time"))[0]
-    indices = block.indices
-    return derived.derived("nsorted", (block.indptr, block.indices, node_time),
-                           lambda: (derived.time_sorted(indptr, node_time[np.asarray(indices)]),), 1,
-                           *_origin(block, "node-time"))[0]
+    rec_type, pos_type = (np.int32 if narrow else np.int64), (np.int64 if wide_pos else np.int32)
+    kind = f"trec{32 if narrow else 64}-{64 if wide_pos else 32}" + ("n" if node_time is not None else "")
+    sources = (block.indptr, block.time) if node_time is None else (block.indptr, block.indices, node_time)
+
+    def build() -> tuple[np.ndarray, ...]:
+        key = _ready(block.time, np.int64) if node_time is None else node_time[np.asarray(block.indices)]
+        src, eid = (pairs[0::2], pairs[1::2]) if pairs is not None else (_ready(block.indices, np.int64),
+                                                                         _ready(block.eid, np.int64))
+        rec, order = np.empty(3 * len(key), rec_type), np.empty(len(key), pos_type)
+        base = derived.time_records(indptr, key, src, eid, rec, order)
+        return rec, order, np.array([base], np.int64)
+
+    return derived.derived(kind, sources, build, 3, *_origin(block, "node-time" if node_time is not None else "time"))
 
 
 def _origin(block: CSCBlock, what: str) -> tuple[str, str | None]:

@@ -28,7 +28,7 @@ class FastPath:
 
     def __init__(self, topo: EdgeTopology, num_nodes: int, fanouts: list[dict[Any, int]], replace: bool, *,
                  packed: bool = True, dense_max_nodes: int = multihop.DENSE_MAX_NODES,
-                 variants: Variants = Variants()) -> None:
+                 variants: Variants = Variants(), positions: bool = True) -> None:
         keep_freed_memory()  # every batch allocates tens of MB of outputs
         self.num_nodes = num_nodes
         self.variants = variants
@@ -42,6 +42,7 @@ class FastPath:
         self.parts = self.blocks.parts
         self.fanouts = np.array([hop[None] for hop in fanouts], np.int64)
         self.replace = replace
+        self.positions = positions  # whether edge_locator is wanted (edge attributes read by CSC position)
 
     def sample(self, seeds: np.ndarray, local: threading.local, seed_time: np.ndarray | None = None,
                exclusion: tuple | None = None, strict: bool = False) -> SamplerOutput:
@@ -56,12 +57,13 @@ class FastPath:
             local.dense = np.empty(self.num_nodes if self.dense else 0, np.int32)
             local.table = np.full(0 if self.dense else 1 << 12, -1, np.int64)
         try:
+            time_sorted = False
             if self.plain and exclusion is None:
                 result = multihop.sample_multihop(*self.blocks.topo, seeds, self.fanouts, self.replace, local.rng,
                                                   local.seen, local.dense, local.table)
                 batch = None
             else:
-                *result, batch = self._sample_variants(seeds, local, seed_time, exclusion, strict)
+                time_sorted, *result, batch = self._sample_variants(seeds, local, seed_time, exclusion, strict)
             nodes, row, col, eid, pos, block_edges, per_hop_nodes, per_hop_edges, local.table = result
         except BaseException:  # e.g. MemoryError mid-batch: the map still holds this batch's nodes
             local.dense = None  # rebuilt empty by the next call
@@ -74,6 +76,10 @@ class FastPath:
         batch = torch.from_numpy(_fit(batch, start_len)) if self.variants.disjoint else None
         out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
                             torch.from_numpy(eid), batch, per_hop_nodes.tolist(), per_hop_edges.tolist())
+        if time_sorted and not self.positions:
+            return out  # picks of time-sorted records: positions translated only when edge attributes want them
+        if time_sorted:
+            self.blocks.csc_positions(pos, block_edges)
         # called only if edge attributes are fetched; tensors (not arrays) so a worker hands them over
         # through shared memory rather than pickling their bytes
         out.edge_locator = {None: functools.partial(_locate, self.parts, torch.from_numpy(block_edges), len(eid),
@@ -89,7 +95,7 @@ class FastPath:
                                         "one time per seed (input_time or edge_label_time)")
             limits = np.ascontiguousarray(seed_time, np.int64) - (1 if strict else 0)  # t' < t <=> t' <= t - 1
         var = self.blocks.var(self.variants.last, limits is not None, exclusion)
-        return variants.sample_variants(self.blocks.topo, seeds, self.fanouts, self.replace, local.rng, local.seen,
+        return var[6] is not None, *variants.sample_variants(self.blocks.topo, seeds, self.fanouts, self.replace, local.rng, local.seen,
                                         local.dense, local.table, self.num_nodes, self.variants.disjoint, var, limits)
 
 

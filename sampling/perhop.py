@@ -213,7 +213,10 @@ def run_kernel(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replac
     out = (_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_I)
     e, (row, col, eid, pos), _ = variants.hop_picks(args.topo, ids, 0, len(ids), int(k), bool(replace), rng,
                                                     in_order, out, 0, block_edges, bufs, var, limits)
-    return row[:e], col[:e], eid[:e], pos[:e], block_edges
+    pos = pos[:e]
+    if var[6] is not None:  # picks of time-sorted records: their CSC positions
+        args.csc_positions(pos, block_edges)
+    return row[:e], col[:e], eid[:e], pos, block_edges
 
 
 def _output(types: dict[Any, _Nodes], edges: dict[Any, list], per_hop: dict[Any, list[int]], disjoint: bool,

@@ -11,9 +11,10 @@ pays for another, and variants combine (weighted + temporal + disjoint + masked 
   redrawn (successive draws ∝ weight), after a few the rest are drawn exactly from the weight left.
   When other filters leave a subset of the edges, the subset's cumulative weights are searched.
 - temporal: an edge is a candidate when its time is at or before its frontier node's limit (its
-  subgraph's seed time). With ``tcuts`` (each destination's edges sorted by time, built once per
-  block) the cut is a search and ``last`` takes the end of the prefix; otherwise
-  ``times`` (per CSC position) and/or ``node_time`` (per source node) are scanned.
+  subgraph's seed time). With ``tsort`` (each destination's edges as records of time, source and edge
+  ID sorted by time, built once per block: :func:`sampling.derived.time_records`) the cut is a
+  binary search, ``last`` takes the end of the prefix and picks are positions of the records;
+  otherwise ``times`` (per CSC position) and/or ``node_time`` (per source node) are scanned.
 - edge mask: ``splits`` (link split per CSC position) admits edges whose split ``v`` has bit ``1 << v``
   in ``allowed``; ``excl`` (sorted keys) drops the links of a link batch (``excl_mode`` 1: key
   ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either). Fanouts count admitted edges.
@@ -79,34 +80,6 @@ def _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, e
 
 
 @njit(cache=True, nogil=True)
-def _sorted_candidates(src, stride, tcut, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst, cand):
-    """Over a time-sorted segment (``tcut``: interleaved time, offset): the offsets (in time order, latest
-    last) of the edges at or before ``limit`` that the mask and the exclusion admit; returns how many.
-    The cut is counted branch-free over a short segment, else found by binary search."""
-    if deg <= 32:
-        lo = 0
-        for j in range(deg):
-            lo += 1 if tcut[2 * (start + j)] <= limit else 0
-    else:
-        lo, hi = 0, deg
-        while lo < hi:  # the first edge later than the limit
-            mid = (lo + hi) >> 1
-            if tcut[2 * (start + mid)] <= limit:
-                lo = mid + 1
-            else:
-                hi = mid
-    c = 0
-    for j in range(lo):
-        off = tcut[2 * (start + j) + 1]
-        cand[c] = off
-        if split is None and excl is None:
-            c += 1
-        else:
-            c += 1 if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, start + off, dst) else 0
-    return c
-
-
-@njit(cache=True, nogil=True)
 def _filtered_cum(weight, start, cand, count, wkeys):
     """Cumulative weights of the candidates (for :func:`_weighted` over them)."""
     total = 0.0
@@ -117,7 +90,7 @@ def _filtered_cum(weight, start, cand, count, wkeys):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _fetch_ahead(start, deg, b, weights, aliases, astride, times, tcuts, splits):
+def _fetch_ahead(start, deg, b, weights, aliases, astride, times, splits):
     if deg == 0:
         return
     if aliases is not None:  # draws land anywhere in the segment: fetch its lines
@@ -128,9 +101,6 @@ def _fetch_ahead(start, deg, b, weights, aliases, astride, times, tcuts, splits)
     if times is not None:
         prefetch(times[b], start)
         prefetch(times[b], start + deg - 1)
-    if tcuts is not None:  # a segment is read whole (up to 32 edges): fetch its lines (4 edges each)
-        for j in range(0, min(deg, 32), 4):
-            prefetch(tcuts[b], 2 * (start + j))
     if splits is not None:
         prefetch(splits[b], start)
 
@@ -144,25 +114,10 @@ def _at(arrays, b):
 
 
 @njit(cache=True, nogil=True)
-def _count(src, stride, times, tcut, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst,
-           cand, tkeys_buf):
-    """How many candidates a filtered node has (their offsets into ``cand``)."""
-    if tcut is not None:
-        return _sorted_candidates(src, stride, tcut, split, allowed, excl, excl_mul, excl_mode, start, deg, limit,
-                                  dst, cand)
-    return _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit,
-                       dst, cand, tkeys_buf)
-
-
-@njit(cache=True, nogil=True)
-def _choose(state, count, k, replace, latest, filtered, start, tcut, tkeys_buf, weight, alias, astride, wkeys,
-            scratch, pos, e):
+def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight, alias, astride, wkeys, scratch,
+            pos, e):
     """Draw among ``count`` candidates (or the whole segment when not ``filtered``) into ``pos[e:]``."""
     if latest and 0 <= k < count:
-        if tcut is not None:  # time-sorted candidates: the latest are the last k
-            for j in range(k):
-                pos[e + j] = count - k + j
-            return k
         return _latest(tkeys_buf, count, k, pos, e)
     if weight is not None:
         if alias is not None:
@@ -174,33 +129,108 @@ def _choose(state, count, k, replace, latest, filtered, start, tcut, tkeys_buf, 
 
 @njit(cache=True, nogil=True)
 def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
-               weights, aliases, astride, times, tcuts, node_time, limits, last, splits, allowed, excl, excl_mul,
+               weights, aliases, astride, times, tsort, node_time, limits, last, splits, allowed, excl, excl_mul,
                excl_mode):
     """The picks of block ``b``'s frontier nodes (``order[t]``, ID ``ids[t]``, for ``t`` in its bounds):
     their CSC positions into ``pos[e:]`` and their frontier positions ``f_lo + order[t]`` into
     ``col[e:]``; returns the end. ``limits`` is per frontier position; the variants as in the module
-    docstring (``src[b][stride * p]`` the source of position ``p``, read by filters only)."""
+    docstring (``src[b][stride * p]`` the source of position ``p``, read by filters only). With
+    ``tsort`` (time-sorted records) the positions are theirs: :func:`_pick_sorted`."""
+    if tsort is not None:
+        return _pick_sorted(state, starts, degs, order, ids, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
+                            bufs, src[b], stride, _at(weights, b), _at(splits, b), allowed, excl, excl_mul, excl_mode,
+                            limits, last, tsort[0][b], tsort[1][b], tsort[2][b])
     scratch, cand, tkeys_buf, wkeys = bufs
     filtered = limits is not None or splits is not None or excl is not None
     latest = last and limits is not None
-    src_b, split_b, times_b, tcut_b = src[b], _at(splits, b), _at(times, b), _at(tcuts, b)
+    src_b, split_b, times_b = src[b], _at(splits, b), _at(times, b)
     weight_b, alias_b = _at(weights, b), _at(aliases, b)
     for t in range(bounds[b], bounds[b + 1]):
         if t + _AHEAD < bounds[b + 1]:  # the attribute arrays are read at each node: fetch ahead
-            _fetch_ahead(starts[t + _AHEAD], degs[t + _AHEAD], b, weights, aliases, astride, times, tcuts, splits)
+            _fetch_ahead(starts[t + _AHEAD], degs[t + _AHEAD], b, weights, aliases, astride, times, splits)
         deg, start = degs[t], starts[t]
         if deg == 0:
             continue
         count = deg
         if filtered:
             limit = limits[order[t]] if limits is not None else 0
-            count = _count(src_b, stride, times_b, tcut_b, node_time, split_b, allowed, excl, excl_mul, excl_mode,
-                           start, deg, limit, ids[t], cand, tkeys_buf)
+            count = _candidates(src_b, stride, times_b, node_time, split_b, allowed, excl, excl_mul, excl_mode, start,
+                                deg, limit, ids[t], cand, tkeys_buf)
         _weights_of(weight_b, alias_b, filtered, start, cand, count, wkeys)
-        m = _choose(state, count, k, replace, latest, filtered, start, tcut_b, tkeys_buf, weight_b, alias_b, astride,
-                    wkeys, scratch, pos, e)
+        m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, wkeys,
+                    scratch, pos, e)
         for j in range(e, e + m):
             pos[j] = start + (cand[pos[j]] if filtered else pos[j])
+            col[j] = f_lo + order[t]
+        e += m
+    return e
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cut(rec, start, deg, key):
+    """How many of the time-sorted records ``[start, start + deg)`` have a time at or before ``key``."""
+    lo, n = 0, deg
+    while n > 0:
+        half = n >> 1
+        if rec[3 * (start + lo + half)] <= key:
+            lo += half + 1
+            n -= half + 1
+        else:
+            n = half
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, cut, dst, cand, wkeys):
+    """Of the first ``cut`` time-sorted positions from ``start``, the offsets the mask and the exclusion
+    admit, into ``cand`` (and their cumulative weights into ``wkeys``); returns how many. ``csc`` maps a
+    sorted position to the CSC position the mask, the source IDs and the weights are read at."""
+    count = 0
+    total = 0.0
+    for c in range(cut):
+        keep = True
+        if split is not None or excl is not None:
+            keep = _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, csc[start + c], dst)
+        if weight is not None:
+            w = weight[csc[start + c]]
+            total += w if (keep and w > 0) else 0.0
+            wkeys[count] = total
+        cand[count] = c
+        count += 1 if keep else 0
+    return count
+
+
+@njit(cache=True, nogil=True)
+def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, pos, col, e, bufs, src, stride, weight,
+                 split, allowed, excl, excl_mul, excl_mode, limits, last, rec, csc, base):
+    """:func:`pick_block` over time-sorted records (``rec``: time less ``base``, source, edge ID per
+    position; ``csc``: each one's CSC position): the cut is a binary search, ``last`` takes the end of
+    the prefix, and the positions written are the records' (read by the gather from the same lines)."""
+    scratch, cand, _, wkeys = bufs
+    indirect = weight is not None or split is not None or excl is not None
+    step = max(1, 64 // (3 * rec.itemsize))  # records per cache line
+    for t in range(t_lo, t_hi):
+        if t + _AHEAD < t_hi:  # the cut reads the segment: fetch its lines
+            ahead, n = starts[t + _AHEAD], degs[t + _AHEAD]
+            for j in range(0, min(n, 48), step):
+                prefetch(rec, 3 * (ahead + j))
+        deg, start = degs[t], starts[t]
+        if deg == 0:
+            continue
+        count = _cut(rec, start, deg, limits[order[t]] - base)
+        if indirect:
+            count = _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, count, ids[t],
+                              cand, wkeys)
+        if last and 0 <= k < count:  # time order: the latest are the last k
+            for j in range(k):
+                pos[e + j] = count - k + j
+            m = k
+        elif weight is not None:
+            m = _weighted(state, wkeys, 0, count, k, replace, pos, e)
+        else:
+            m = _uniform(state, count, k, replace, pos, e, scratch)
+        for j in range(e, e + m):
+            pos[j] = start + (cand[pos[j]] if indirect else pos[j])
             col[j] = f_lo + order[t]
         e += m
     return e

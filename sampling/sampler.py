@@ -175,7 +175,7 @@ class NeighborSampler(BaseSampler):
             c = self.config
             ok = not self.is_hetero and None in topo and all(type(b) is CSCBlock for b in topo[None].blocks)
             self._fast_path = FastPath(topo[None], self.num_nodes, self._fanouts, c.replace,
-                                       variants=self._variants()) if ok else None
+                                       variants=self._variants(), positions=_is_dataset(self._data)) if ok else None
             if self._fast_path is not None and not self._fast_path.covers_sources:
                 self._fast_path = None  # e.g. one partition's store: sources outside it must raise NotOwnedError
         return self._fast_path
