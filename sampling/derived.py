@@ -1,6 +1,6 @@
 """Per-block arrays the engine derives from a block's stored ones, built once and then reused:
-alias tables of the edge weights and each destination's edges sorted by time (with their sources and
-edge IDs beside the times).
+alias tables of the edge weights and each destination's edges sorted by time (the times apart from
+the sources and edge IDs).
 
 Built at first use (numba, one pass over the block) and kept per process; for dataset blocks of 16 MiB
 of sources or more also written to the dataset's cache directory (``<cache_dir>/derived``, keyed by the stored arrays'
@@ -108,14 +108,14 @@ def weighted_packed(packed, alias):
 
 
 @njit(cache=True, nogil=True)
-def time_records(indptr, key, src, eid, rec, order):
-    """Each destination's edges in time order, one record per edge: ``rec[3i]`` the time of the ``i``-th
-    edge in that order (within its destination's range) less the smallest time of ``key``, then its
-    source and edge ID, so the time cut and the gather of what is picked read the same lines;
-    ``order[i]`` its CSC position. ``rec`` and ``order`` are filled (int32 where the values fit:
-    :func:`narrow_times`); returns the time subtracted. Equal times are ordered latest position first,
-    so the last ``k`` of a prefix are the earliest positions among equal times (the rule of the scan
-    over CSC order)."""
+def time_records(indptr, key, src, eid, keys, pairs, order):
+    """Each destination's edges in time order: ``keys[i]`` the time of the ``i``-th edge in that order
+    (within its destination's range) less the smallest time of ``key``, ``pairs[2i]``/``pairs[2i + 1]``
+    its source and edge ID, ``order[i]`` its CSC position. The time cut reads only ``keys`` (4 bytes an
+    edge where they fit), the gather of what is picked only ``pairs``. The outputs are filled (int32
+    where the values fit: :func:`narrow_times`); returns the time subtracted. Equal times are ordered
+    latest position first, so the last ``k`` of a prefix are the earliest positions among equal times
+    (the rule of the scan over CSC order)."""
     base = np.int64(0)
     if len(key):
         base = key[0]
@@ -130,24 +130,23 @@ def time_records(indptr, key, src, eid, rec, order):
             ordered &= key[s + j] > key[s + j - 1]
         if ordered:
             for j in range(n):
-                _record(rec, order, key, src, eid, base, s + j, s + j)
+                _record(keys, pairs, order, key, src, eid, base, s + j, s + j)
             continue
         perm = np.argsort(key[s: s + n][::-1], kind="mergesort")
         for i in range(n):
-            _record(rec, order, key, src, eid, base, s + i, s + n - 1 - perm[i])
+            _record(keys, pairs, order, key, src, eid, base, s + i, s + n - 1 - perm[i])
     return base
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _record(rec, order, key, src, eid, base, at, p):
-    rec[3 * at], rec[3 * at + 1], rec[3 * at + 2] = key[p] - base, src[p], eid[p]
+def _record(keys, pairs, order, key, src, eid, base, at, p):
+    keys[at], pairs[2 * at], pairs[2 * at + 1] = key[p] - base, src[p], eid[p]
     order[at] = p
 
 
-def narrow_times(key: np.ndarray, ids_fit: bool) -> bool:
-    """Whether :func:`time_records` of ``key`` fit int32 records: the IDs do (``ids_fit``) and the times
-    span less than 2**31."""
-    return ids_fit and (len(key) == 0 or int(key.max()) - int(key.min()) < 2**31 - 1)
+def narrow_times(key: np.ndarray) -> bool:
+    """Whether the times ``key`` span less than 2**31 (:func:`time_records` keys fit int32)."""
+    return len(key) == 0 or int(key.max()) - int(key.min()) < 2**31 - 1
 
 
 def derived(kind: str, sources: tuple[np.ndarray, ...], build: Callable[[], tuple[np.ndarray, ...]], count: int,

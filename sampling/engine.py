@@ -43,8 +43,8 @@ class BlockArgs:
     ``topo`` is :func:`sampling.variants.hop_picks`'s topology tuple; :meth:`var` its variant tuple.
     The packed layout is read when every block has it (also by the filters, for source IDs). Times:
     edge times (``CSCBlock.time``) or the source type's ``node_time``; with exactly one of them each
-    destination's edges are cut by a binary search over a time-sorted copy of its records (time, source,
-    edge ID: :func:`sampling.derived.time_records`), whose picks are read from there and are
+    destination's edges are cut by a search over a time-sorted copy of its times, and the picks are read
+    from the (source, edge ID) pairs in the same order (:func:`sampling.derived.time_records`): they are
     time-sorted positions until :meth:`csc_positions` translates them; with both they are scanned;
     with neither there is no time constraint (``timed`` is False).
     """
@@ -88,18 +88,18 @@ class BlockArgs:
             self.times, self.node_time = tuple(_ready(b.time, np.int64) for b in blocks), node_time
         elif self.timed:
             spans = [node_time] if node_time is not None else [np.asarray(b.time) for b in blocks]
-            narrow = pairs is not None and all(derived.narrow_times(t, True) for t in spans)
+            narrow = all(derived.narrow_times(t) for t in spans)
             wide_pos = any(len(b.indices) >= 2**31 for b in blocks)
             built = [_time_records(b, node_time, p, narrow, wide_pos)
                      for b, p in zip(blocks, pairs or [None] * len(blocks))]
-            self.tsort = (tuple(r[0] for r in built), tuple(r[1] for r in built),
-                          np.array([int(r[2][0]) for r in built], np.int64))
+            self.tsort = (tuple(r[0] for r in built), tuple(r[1] for r in built), tuple(r[2] for r in built),
+                          np.array([int(r[3][0]) for r in built], np.int64))
 
     def csc_positions(self, pos: np.ndarray, block_edges: np.ndarray) -> np.ndarray:
         """``pos`` as CSC positions: a time-sorted pick's position is translated (in place) through its
         block's order; ``block_edges`` (rows of each block's first edge, as the kernels fill them)."""
         if self.tsort is not None and len(pos):
-            variants_csc(self.tsort[1], np.ascontiguousarray(block_edges, np.int64).reshape(-1, len(self.blocks) + 1),
+            variants_csc(self.tsort[2], np.ascontiguousarray(block_edges, np.int64).reshape(-1, len(self.blocks) + 1),
                          pos)
         return pos
 
@@ -126,21 +126,25 @@ def _weighted_packed(block: CSCBlock, packed: np.ndarray, alias: np.ndarray) -> 
 
 def _time_records(block: CSCBlock, node_time: np.ndarray | None, pairs: np.ndarray | None, narrow: bool,
                   wide_pos: bool) -> tuple[np.ndarray, ...]:
-    """The block's time-sorted records, their CSC positions and the time subtracted (one value)."""
+    """The block's time-sorted keys, (source, edge ID) pairs and CSC positions, and the time subtracted
+    (one value). ``narrow``: int32 keys; the pairs are int32 when the block has its packed pairs."""
     indptr = _ready(block.indptr, np.int64)
-    rec_type, pos_type = (np.int32 if narrow else np.int64), (np.int64 if wide_pos else np.int32)
-    kind = f"trec{32 if narrow else 64}-{64 if wide_pos else 32}" + ("n" if node_time is not None else "")
+    key_type, pair_type = (np.int32 if narrow else np.int64), (np.int32 if pairs is not None else np.int64)
+    pos_type = np.int64 if wide_pos else np.int32
+    kind = (f"tsort{32 if narrow else 64}-{32 if pairs is not None else 64}-{64 if wide_pos else 32}"
+            + ("n" if node_time is not None else ""))
     sources = (block.indptr, block.time) if node_time is None else (block.indptr, block.indices, node_time)
 
     def build() -> tuple[np.ndarray, ...]:
         key = _ready(block.time, np.int64) if node_time is None else node_time[np.asarray(block.indices)]
         src, eid = (pairs[0::2], pairs[1::2]) if pairs is not None else (_ready(block.indices, np.int64),
                                                                          _ready(block.eid, np.int64))
-        rec, order = np.empty(3 * len(key), rec_type), np.empty(len(key), pos_type)
-        base = derived.time_records(indptr, key, src, eid, rec, order)
-        return rec, order, np.array([base], np.int64)
+        keys, out = np.empty(len(key), key_type), np.empty(2 * len(key), pair_type)
+        order = np.empty(len(key), pos_type)
+        base = derived.time_records(indptr, key, src, eid, keys, out, order)
+        return keys, out, order, np.array([base], np.int64)
 
-    return derived.derived(kind, sources, build, 3, *_origin(block, "node-time" if node_time is not None else "time"))
+    return derived.derived(kind, sources, build, 4, *_origin(block, "node-time" if node_time is not None else "time"))
 
 
 def _origin(block: CSCBlock, what: str) -> tuple[str, str | None]:

@@ -11,9 +11,9 @@ pays for another, and variants combine (weighted + temporal + disjoint + masked 
   redrawn (successive draws ∝ weight), after a few the rest are drawn exactly from the weight left.
   When other filters leave a subset of the edges, the subset's cumulative weights are searched.
 - temporal: an edge is a candidate when its time is at or before its frontier node's limit (its
-  subgraph's seed time). With ``tsort`` (each destination's edges as records of time, source and edge
-  ID sorted by time, built once per block: :func:`sampling.derived.time_records`) the cut is a
-  binary search, ``last`` takes the end of the prefix and picks are positions of the records;
+  subgraph's seed time). With ``tsort`` (each destination's edges sorted by time, their times apart
+  from their sources and edge IDs, built once per block: :func:`sampling.derived.time_records`) the
+  cut is a search over the times, ``last`` takes the end of the prefix and picks are sorted positions;
   otherwise ``times`` (per CSC position) and/or ``node_time`` (per source node) are scanned.
 - edge mask: ``splits`` (link split per CSC position) admits edges whose split ``v`` has bit ``1 << v``
   in ``allowed``; ``excl`` (sorted keys) drops the links of a link batch (``excl_mode`` 1: key
@@ -130,16 +130,18 @@ def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight
 @njit(cache=True, nogil=True)
 def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
                weights, aliases, astride, times, tsort, node_time, limits, last, splits, allowed, excl, excl_mul,
-               excl_mode):
+               excl_mode, gathered, row, eid):
     """The picks of block ``b``'s frontier nodes (``order[t]``, ID ``ids[t]``, for ``t`` in its bounds):
     their CSC positions into ``pos[e:]`` and their frontier positions ``f_lo + order[t]`` into
     ``col[e:]``; returns the end. ``limits`` is per frontier position; the variants as in the module
     docstring (``src[b][stride * p]`` the source of position ``p``, read by filters only). With
-    ``tsort`` (time-sorted records) the positions are theirs: :func:`_pick_sorted`."""
+    ``tsort`` (time-sorted edges) the positions are the sorted ones: :func:`_pick_sorted`. ``gathered``: the
+    picks read their node's lines (alias entries beside the packed pairs), so the sources and edge IDs
+    are read from there at once, into ``row``/``eid``."""
     if tsort is not None:
         return _pick_sorted(state, starts, degs, order, ids, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
                             bufs, src[b], stride, _at(weights, b), _at(splits, b), allowed, excl, excl_mul, excl_mode,
-                            limits, last, tsort[0][b], tsort[1][b], tsort[2][b])
+                            limits, last, tsort[0][b], tsort[2][b], tsort[3][b])
     scratch, cand, tkeys_buf, wkeys = bufs
     filtered = limits is not None or splits is not None or excl is not None
     latest = last and limits is not None
@@ -162,22 +164,27 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
         for j in range(e, e + m):
             pos[j] = start + (cand[pos[j]] if filtered else pos[j])
             col[j] = f_lo + order[t]
+            if gathered:
+                row[j], eid[j] = src_b[stride * pos[j]], src_b[stride * pos[j] + 1]
         e += m
     return e
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _cut(rec, start, deg, key):
-    """How many of the time-sorted records ``[start, start + deg)`` have a time at or before ``key``."""
+def _cut(keys, start, deg, key):
+    """How many of the time-sorted ``keys[start:start + deg]`` are at or before ``key``: counted over a
+    short segment (independent compares, no branch to mispredict), else a branch-free halving search."""
+    if deg <= 32:
+        lo = 0
+        for j in range(deg):
+            lo += 1 if keys[start + j] <= key else 0
+        return lo
     lo, n = 0, deg
-    while n > 0:
+    while n > 1:
         half = n >> 1
-        if rec[3 * (start + lo + half)] <= key:
-            lo += half + 1
-            n -= half + 1
-        else:
-            n = half
-    return lo
+        lo = lo + half if keys[start + lo + half] <= key else lo  # the answer stays in [lo, lo + n]
+        n -= half
+    return lo + (1 if keys[start + lo] <= key else 0)
 
 
 @njit(cache=True, nogil=True)
@@ -202,22 +209,23 @@ def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mod
 
 @njit(cache=True, nogil=True)
 def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, pos, col, e, bufs, src, stride, weight,
-                 split, allowed, excl, excl_mul, excl_mode, limits, last, rec, csc, base):
-    """:func:`pick_block` over time-sorted records (``rec``: time less ``base``, source, edge ID per
-    position; ``csc``: each one's CSC position): the cut is a binary search, ``last`` takes the end of
-    the prefix, and the positions written are the records' (read by the gather from the same lines)."""
+                 split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base):
+    """:func:`pick_block` over time-sorted edges (``keys``: time less ``base`` per position; ``csc``: each
+    one's CSC position): the cut is a search over the keys, ``last`` takes the end of the prefix, and the
+    positions written are the sorted ones (phase 3 reads their sources and edge IDs)."""
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
-    step = max(1, 64 // (3 * rec.itemsize))  # records per cache line
+    words = 64 // keys.itemsize  # keys per cache line
     for t in range(t_lo, t_hi):
-        if t + _AHEAD < t_hi:  # the cut reads the segment: fetch its lines
-            ahead, n = starts[t + _AHEAD], degs[t + _AHEAD]
-            for j in range(0, min(n, 48), step):
-                prefetch(rec, 3 * (ahead + j))
+        if t + _AHEAD < t_hi:  # the cut reads the node's keys: fetch their lines (up to 4)
+            first = starts[t + _AHEAD]
+            end = first + min(degs[t + _AHEAD], 4 * words)
+            for w in range(first - first % words, end, words):
+                prefetch(keys, w)
         deg, start = degs[t], starts[t]
         if deg == 0:
             continue
-        count = _cut(rec, start, deg, limits[order[t]] - base)
+        count = _cut(keys, start, deg, limits[order[t]] - base)
         if indirect:
             count = _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, count, ids[t],
                               cand, wkeys)
@@ -230,8 +238,8 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
         else:
             m = _uniform(state, count, k, replace, pos, e, scratch)
         for j in range(e, e + m):
-            pos[j] = start + (cand[pos[j]] if indirect else pos[j])
-            col[j] = f_lo + order[t]
+            p = start + (cand[pos[j]] if indirect else pos[j])
+            pos[j], col[j] = p, f_lo + order[t]
         e += m
     return e
 
