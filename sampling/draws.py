@@ -198,11 +198,10 @@ def _uniform(state, count, k, replace, out, e, scratch):
         m = k
         for n, j in enumerate(range(count - k, count)):
             r, s0, s1, s2, s3 = _below(j + 1, s0, s1, s2, s3)
-            for i in range(e, e + n):
-                if out[i] == r:
-                    r = j
-                    break
-            out[e + n] = r
+            taken = False
+            for i in range(e, e + n):  # every earlier pick compared: no exit to mispredict
+                taken |= out[i] == r
+            out[e + n] = j if taken else r
     else:  # partial Fisher-Yates
         m = k
         for j in range(count):
