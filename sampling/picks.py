@@ -30,6 +30,7 @@ from sampling.prefetch import prefetch
 
 STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1  # temporal strategies (as the remote sampling requests name them)
 _AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
+_AHEAD_CUT = 16  # frontier nodes ahead whose time-sorted keys the cut starts fetching
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -188,6 +189,20 @@ def _cut(keys, start, deg, key):
 
 
 @njit(cache=True, nogil=True)
+def _cuts(keys, starts, degs, order, limits, base, t_lo, t_hi):
+    """Each node's count of edges at or before its limit, over its degree in ``degs``: a loop of its own
+    (its reads overlap, as the picks' branches would not let them)."""
+    words = 64 // keys.itemsize  # keys per cache line
+    for t in range(t_lo, t_hi):
+        if t + _AHEAD_CUT < t_hi:  # fetch the lines of a node's keys ahead (up to 4)
+            first = starts[t + _AHEAD_CUT]
+            end = first + min(degs[t + _AHEAD_CUT], 4 * words)
+            for w in range(first - first % words, end, words):
+                prefetch(keys, w)
+        degs[t] = _cut(keys, starts[t], degs[t], limits[order[t]] - base)
+
+
+@njit(cache=True, nogil=True)
 def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, cut, dst, cand, wkeys):
     """Of the first ``cut`` time-sorted positions from ``start``, the offsets the mask and the exclusion
     admit, into ``cand`` (and their cumulative weights into ``wkeys``); returns how many. ``csc`` maps a
@@ -215,17 +230,11 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
     positions written are the sorted ones (phase 3 reads their sources and edge IDs)."""
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
-    words = 64 // keys.itemsize  # keys per cache line
+    _cuts(keys, starts, degs, order, limits, base, t_lo, t_hi)
     for t in range(t_lo, t_hi):
-        if t + _AHEAD < t_hi:  # the cut reads the node's keys: fetch their lines (up to 4)
-            first = starts[t + _AHEAD]
-            end = first + min(degs[t + _AHEAD], 4 * words)
-            for w in range(first - first % words, end, words):
-                prefetch(keys, w)
-        deg, start = degs[t], starts[t]
-        if deg == 0:
+        count, start = degs[t], starts[t]
+        if count == 0:
             continue
-        count = _cut(keys, start, deg, limits[order[t]] - base)
         if indirect:
             count = _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, count, ids[t],
                               cand, wkeys)
