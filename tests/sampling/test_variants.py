@@ -167,14 +167,13 @@ def test_time_records_order_each_destination_and_break_ties_by_earlier_position(
     indptr = np.array([0, 4, 4, 7])
     time = np.array([5, 1, 5, 3, 9, 2, 9]) + 10**12
     src, eid = np.arange(100, 107), np.arange(200, 207)
-    assert not narrow_times(np.array([0, 2**31]), True) and narrow_times(time, True) and not narrow_times(time, False)
-    rec, order = np.empty(21, np.int32), np.empty(7, np.int32)
-    base = time_records(indptr, time, src, eid, rec, order)
-    rec = rec.reshape(-1, 3)
+    assert not narrow_times(np.array([0, 2**31])) and narrow_times(time)
+    keys, pairs, order = np.empty(7, np.int32), np.empty(14, np.int32), np.empty(7, np.int32)
+    base = time_records(indptr, time, src, eid, keys, pairs, order)
     assert base == 10**12 + 1
-    assert (rec[:, 0].astype(np.int64) + base).tolist() == [10**12 + t for t in [1, 3, 5, 5, 2, 9, 9]]
+    assert (keys.astype(np.int64) + base).tolist() == [10**12 + t for t in [1, 3, 5, 5, 2, 9, 9]]
     assert order.tolist() == [1, 3, 2, 0, 5, 6, 4], "equal times: later position first ('last' keeps the earlier)"
-    assert rec[:, 1].tolist() == (100 + order).tolist() and rec[:, 2].tolist() == (200 + order).tolist()
+    assert pairs[0::2].tolist() == (100 + order).tolist() and pairs[1::2].tolist() == (200 + order).tolist()
     data = Data(edge_index=torch.tensor([[1, 2, 3, 4], [0, 0, 0, 0]]), num_nodes=5, time=torch.tensor([7, 7, 7, 1]))
     out = _sample(NeighborSampler(data, [2], time_attr="time", temporal_strategy="last"), [0], [10])
     assert sorted(out.edge.tolist()) == [0, 1], "ties at the cut: the earlier edges, as the scan did"
@@ -249,12 +248,13 @@ def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp
 
     first, blocks = sample()
     stored = sorted(p.name.split("-")[0] for p in (tmp_path / "derived").iterdir())
-    assert stored == ["alias"] * 3 + ["trec32"] * 3 * 3 + ["wpacked"] * 3, stored
+    assert stored == ["alias"] * 3 + ["tsort32"] * 3 * 4 + ["wpacked"] * 3, stored
     monkeypatch.setattr(derived, "_BUILT", type(derived._BUILT)())  # as a new process: nothing built in memory
     monkeypatch.setattr(derived, "alias_table", None)  # would fail if called: the stored tables are read
     monkeypatch.setattr(derived, "time_records", None)
     monkeypatch.setattr(derived, "weighted_packed", None)
     again, mapped = sample()
-    assert all(isinstance(t, np.memmap) for t in mapped.tsort[0]) and all(isinstance(p, np.memmap) for p in mapped.topo[3])
+    assert all(isinstance(t, np.memmap) for part in mapped.tsort[:3] for t in part)
+    assert all(isinstance(p, np.memmap) for p in mapped.topo[3])
     assert torch.equal(first.edge, again.edge) and torch.equal(first.node, again.node)
     assert (g.edge_time[first.edge.numpy()] <= 600).all()
