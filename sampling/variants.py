@@ -195,7 +195,7 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
             starts[h + 1, :] = n_nodes
             continue
         limits = _hop_limits(batch_of, f_lo, f_hi, seed_times)
-        e, out, bufs = hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, False, out, n_edges, block_edges[h],
+        e, out, bufs = hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, disjoint, out, n_edges, block_edges[h],
                                  bufs, var, limits)
         if n_nodes + e - n_edges > len(nodes):
             nodes = _grow(nodes, n_nodes + e - n_edges)
