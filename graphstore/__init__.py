@@ -9,7 +9,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from graphstore.ingest import ingest  # no torch: the function, not the subpackage, is graphstore.ingest
+from graphstore.jitcache import drop_stale
+
+drop_stale()  # before any kernel loads from numba's cache: a cached kernel may hold another file's old code
+
+from graphstore.ingest import ingest  # noqa: E402  # no torch: the function, not the subpackage, is graphstore.ingest
 from graphstore.linksplit import LinkSplit
 from graphstore.retry import RetryPolicy
 from graphstore.version import __version__

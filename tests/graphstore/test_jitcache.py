@@ -1,0 +1,74 @@
+"""Cached numba kernels are dropped when any source of the two packages changes (numba only checks the
+file a kernel is defined in, so a kernel calling another file's kernel would run that file's old code)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from graphstore.jitcache import MARKER, drop_stale
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _tree(base: Path) -> None:
+    for name in ("graphstore", "sampling"):
+        (base / name / "__pycache__").mkdir(parents=True)
+        (base / name / "__init__.py").write_text("")
+
+
+def test_cached_kernels_go_when_a_source_changes_and_stay_otherwise(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    _tree(tmp_path)
+    cached = [tmp_path / "sampling" / "__pycache__" / f"picks.f-1.py311.{ext}" for ext in ("nbi", "1.nbc")]
+    for path in cached:
+        path.write_bytes(b"x")
+    assert drop_stale(tmp_path) == 2, "no marker yet: nothing cached can be trusted"
+    assert not any(p.exists() for p in cached) and (tmp_path / "graphstore" / "__pycache__" / MARKER).is_file()
+    for path in cached:
+        path.write_bytes(b"x")
+    assert drop_stale(tmp_path) == 0 and all(p.exists() for p in cached), "unchanged sources keep the cache"
+    (tmp_path / "sampling" / "draws.py").write_text("X = 1\n")
+    assert drop_stale(tmp_path) == 2 and not any(p.exists() for p in cached)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "elsewhere"))
+    (tmp_path / "sampling" / "draws.py").write_text("X = 2\n")
+    assert drop_stale(tmp_path) == 0, "a cache folder of the user's is theirs"
+
+
+@pytest.mark.slow
+def test_a_kernel_sees_the_new_code_of_a_kernel_it_calls_in_another_file(tmp_path):
+    """End to end with numba: ``a.f`` calls ``b.g``; after ``b.py`` changes, ``f`` returns the new value."""
+    _tree(tmp_path)
+    (tmp_path / "sampling" / "a.py").write_text(textwrap.dedent("""
+        from numba import njit
+        from sampling.b import g
+
+        @njit(cache=True)
+        def f():
+            return g()
+    """))
+    run = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        sys.path.insert(0, {str(tmp_path)!r})
+        from graphstore.jitcache import drop_stale
+        drop_stale(Path({str(tmp_path)!r}))
+        import sampling.a
+        print(sampling.a.f())
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    env["PYTHONPATH"] = str(REPO)
+    results = []
+    for value in (1, 2):
+        (tmp_path / "sampling" / "b.py").write_text(f"from numba import njit\n\n\n@njit(cache=True)\ndef g():\n"
+                                                    f"    return {value}\n")
+        out = subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        results.append(int(out.stdout.split()[-1]))
+    assert results == [1, 2], "the caller's cached code was used after its callee changed"
+    assert list((tmp_path / "sampling" / "__pycache__").glob("a.f-*.nbi")), "the kernels are cached again"
