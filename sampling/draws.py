@@ -1,7 +1,7 @@
 """The draws of the picks phase (numba): uniform, weighted (cumulative weights or alias tables), latest.
 
 Each writes offsets in ``[0, count)`` into ``out[e:]`` and returns how many; the generator state is
-xoshiro256** (:mod:`sampling.multihop`), four words updated in place.
+xoshiro256** (:mod:`sampling.rng`), four words updated in place.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.multihop import _below, _next
+from sampling.rng import _below, _next
 
 _DOUBLE = 1.0 / 9007199254740992.0  # 2**-53
 _SCAN_MAX = 48  # up to this many candidates a weighted pick counts the cumulative weights below its draw

@@ -7,8 +7,8 @@ de-duplication through :mod:`sampling.idmap`), so the CPU overlaps their cache m
 waiting on one at a time. Blocks may carry a packed layout (int32 source ID and edge ID side by
 side, FORMAT.md): one cache line per sampled edge instead of two.
 
-Random numbers come from xoshiro256** with Lemire's bounded draw (a few ns per draw, against
-~12 ns for numba's Mersenne Twister); each thread owns its state.
+Random numbers: :mod:`sampling.rng`; the draws (Floyd's algorithm, a partial Fisher-Yates shuffle,
+with replacement) are :func:`sampling.draws._uniform`, the one copy every variant uses too.
 """
 
 from __future__ import annotations
@@ -16,60 +16,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from sampling.draws import _uniform
 from sampling.idmap import DENSE_MAX_NODES, dedup_dense, dedup_hash, forget, insert_seeds, pow2, rehash  # noqa: F401
 from sampling.prefetch import prefetch
+from sampling.rng import _below, _next, rng_state  # noqa: F401  (re-exported: the drivers seed from here)
 
-_M32 = 0xFFFFFFFF
 # Software prefetch distances (A/B-measured on the products benchmark: +22% for the gathers, +5%
 # for the pointers): the reads are in ascending order but strided, which hardware prefetchers miss.
 _AHEAD_NODES, _AHEAD_EDGES = 16, 32
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _rotl(x, k):
-    return (x << np.uint64(k)) | (x >> np.uint64(64 - k))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _next(s0, s1, s2, s3):
-    """xoshiro256** (Blackman & Vigna) on a state held in four locals: ``(64 random bits, new state)``."""
-    result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
-    t = s1 << np.uint64(17)
-    s2 ^= s0
-    s3 ^= s1
-    s1 ^= s2
-    s0 ^= s3
-    s2 ^= t
-    s3 = _rotl(s3, 45)
-    return result, s0, s1, s2, s3
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _below(n, s0, s1, s2, s3):
-    """A uniform integer in ``[0, n)`` for ``0 < n < 2**32`` (Lemire's multiply-shift, unbiased)."""
-    nn = np.uint64(n)
-    r, s0, s1, s2, s3 = _next(s0, s1, s2, s3)
-    m = (r >> np.uint64(32)) * nn
-    low = m & np.uint64(_M32)
-    if low < nn:
-        floor = (np.uint64(_M32) - nn + np.uint64(1)) % nn
-        while low < floor:
-            r, s0, s1, s2, s3 = _next(s0, s1, s2, s3)
-            m = (r >> np.uint64(32)) * nn
-            low = m & np.uint64(_M32)
-    return np.int64(m >> np.uint64(32)), s0, s1, s2, s3
-
-
-def rng_state(seed: int) -> np.ndarray:
-    """A xoshiro256** state from an integer seed (expanded with splitmix64, as its authors advise)."""
-    state, x = np.empty(4, np.uint64), seed % 2**64
-    for i in range(4):
-        x = (x + 0x9E3779B97F4A7C15) % 2**64
-        z = x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
-        state[i] = z ^ (z >> 31)
-    return state
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -177,53 +131,23 @@ def _grow(a, need):
 
 @njit(cache=True, nogil=True)
 def _picks(state, starts, degs, order, bounds, k, replace, f_lo, pos, col, e, scratch, edge_bounds):
-    """Phase 2: for every frontier node (in block order), ``k`` CSC positions of its neighbors.
-
-    All of them when ``k < 0`` or, without replacement, ``deg <= k``. Without replacement: Floyd's
-    algorithm for small ``k``, else a partial Fisher-Yates shuffle over ``scratch`` (≥ max degree).
-    Writes ``pos``/``col`` from ``e`` on, and each block's first edge to ``edge_bounds``; returns the
-    end. Arithmetic only: no cache misses.
+    """Phase 2: for every frontier node (in block order), ``k`` CSC positions of its neighbors
+    (:func:`sampling.draws._uniform`: all of them when ``k < 0`` or, without replacement, ``deg <= k``).
+    ``scratch`` (≥ max degree when ``k > 32``) is the shuffle's. Writes ``pos``/``col`` from ``e`` on, and
+    each block's first edge to ``edge_bounds``; returns the end. Arithmetic only: no cache misses.
     """
-    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for b in range(len(bounds) - 1):
         edge_bounds[b] = e
         for t in range(bounds[b], bounds[b + 1]):
             deg, start, dst = degs[t], starts[t], f_lo + order[t]
             if deg == 0:
                 continue
-            if k < 0 or (not replace and deg <= k):
-                m = deg
-                for j in range(deg):
-                    pos[e + j] = start + j
-            elif replace:
-                m = k
-                for j in range(k):
-                    r, s0, s1, s2, s3 = _below(deg, s0, s1, s2, s3)
-                    pos[e + j] = start + r
-            elif k <= 32 or deg > 4 * k:
-                m = k
-                for n, j in enumerate(range(start + deg - k, start + deg)):
-                    r, s0, s1, s2, s3 = _below(j - start + 1, s0, s1, s2, s3)
-                    r += start
-                    for i in range(e, e + n):
-                        if pos[i] == r:
-                            r = j
-                            break
-                    pos[e + n] = r
-            else:
-                m = k
-                for j in range(deg):
-                    scratch[j] = j
-                for j in range(k):
-                    r, s0, s1, s2, s3 = _below(deg - j, s0, s1, s2, s3)
-                    r += j
-                    scratch[j], scratch[r] = scratch[r], scratch[j]
-                    pos[e + j] = start + scratch[j]
+            m = _uniform(state, deg, k, replace, pos, e, scratch)
             for j in range(e, e + m):
+                pos[j] += start
                 col[j] = dst
             e += m
     edge_bounds[len(bounds) - 1] = e
-    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
 
 

@@ -19,10 +19,11 @@ from numba import njit
 
 from sampling.idmap import (dedup_dense, dedup_disjoint, dedup_hash, dedup_subgraphs, forget, forget_disjoint,
                             insert_seeds, insert_seeds_disjoint, pow2, rehash)
-from sampling.multihop import _AHEAD_EDGES, _by_block, _by_id, _gather, _grow, _next, _pointers, buffer_len
+from sampling.multihop import _AHEAD_EDGES, _by_block, _by_id, _gather, _grow, _pointers, buffer_len
 from sampling.draws import _weighted, cumulative_weights  # noqa: F401  (re-exported: tests use them)
 from sampling.picks import pick_block
 from sampling.prefetch import prefetch
+from sampling.rng import _next
 
 
 @njit(cache=True, nogil=True)
