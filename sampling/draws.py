@@ -181,27 +181,38 @@ def _weighted_alias(state, alias, astride, weight, cum, start, count, k, replace
     return _exact_rest(state, cum, 0, count, k, out, e, m)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _uniform(state, count, k, replace, out, e, scratch):
     """Offsets in ``[0, count)`` drawn uniformly into ``out[e:]`` (the fast path's rules); returns how many."""
-    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+    m, state[0], state[1], state[2], state[3] = uniform_draws(state[0], state[1], state[2], state[3], count, k,
+                                                              replace, out, e, scratch, 0)
+    return m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def uniform_draws(s0, s1, s2, s3, count, k, replace, out, e, scratch, base):
+    """:func:`_uniform` on a generator state held in locals, each offset written plus ``base``: all of
+    them when ``k < 0`` or, without replacement, ``count <= k``; with replacement ``k`` draws; else
+    Floyd's algorithm for small ``k``, a partial Fisher-Yates shuffle over ``scratch`` (≥ ``count``)
+    for large. Returns ``(how many, new state)``."""
     if k < 0 or (not replace and count <= k):
         m = count
         for j in range(count):
-            out[e + j] = j
+            out[e + j] = base + j
     elif replace:
         m = k
         for j in range(k):
             r, s0, s1, s2, s3 = _below(count, s0, s1, s2, s3)
-            out[e + j] = r
+            out[e + j] = base + r
     elif k <= 32 or count > 4 * k:  # Floyd's algorithm
         m = k
         for n, j in enumerate(range(count - k, count)):
             r, s0, s1, s2, s3 = _below(j + 1, s0, s1, s2, s3)
+            r += base
             taken = False
             for i in range(e, e + n):  # every earlier pick compared: no exit to mispredict
                 taken |= out[i] == r
-            out[e + n] = j if taken else r
+            out[e + n] = base + j if taken else r
     else:  # partial Fisher-Yates
         m = k
         for j in range(count):
@@ -210,9 +221,8 @@ def _uniform(state, count, k, replace, out, e, scratch):
             r, s0, s1, s2, s3 = _below(count - j, s0, s1, s2, s3)
             r += j
             scratch[j], scratch[r] = scratch[r], scratch[j]
-            out[e + j] = scratch[j]
-    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
-    return m
+            out[e + j] = base + scratch[j]
+    return m, s0, s1, s2, s3
 
 
 @njit(cache=True, nogil=True)

@@ -8,7 +8,7 @@ waiting on one at a time. Blocks may carry a packed layout (int32 source ID and 
 side, FORMAT.md): one cache line per sampled edge instead of two.
 
 Random numbers: :mod:`sampling.rng`; the draws (Floyd's algorithm, a partial Fisher-Yates shuffle,
-with replacement) are :func:`sampling.draws._uniform`, the one copy every variant uses too.
+with replacement) are :func:`sampling.draws.uniform_draws`, the one copy every variant uses too.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.draws import _uniform
+from sampling.draws import uniform_draws
 from sampling.idmap import DENSE_MAX_NODES, dedup_dense, dedup_hash, forget, insert_seeds, pow2, rehash  # noqa: F401
 from sampling.prefetch import prefetch
 from sampling.rng import _below, _next, rng_state  # noqa: F401  (re-exported: the drivers seed from here)
@@ -132,22 +132,24 @@ def _grow(a, need):
 @njit(cache=True, nogil=True)
 def _picks(state, starts, degs, order, bounds, k, replace, f_lo, pos, col, e, scratch, edge_bounds):
     """Phase 2: for every frontier node (in block order), ``k`` CSC positions of its neighbors
-    (:func:`sampling.draws._uniform`: all of them when ``k < 0`` or, without replacement, ``deg <= k``).
-    ``scratch`` (≥ max degree when ``k > 32``) is the shuffle's. Writes ``pos``/``col`` from ``e`` on, and
-    each block's first edge to ``edge_bounds``; returns the end. Arithmetic only: no cache misses.
+    (:func:`sampling.draws.uniform_draws`: all of them when ``k < 0`` or, without replacement,
+    ``deg <= k``). ``scratch`` (≥ max degree when ``k > 32``) is the shuffle's. Writes ``pos``/``col``
+    from ``e`` on, and each block's first edge to ``edge_bounds``; returns the end. Arithmetic only:
+    no cache misses.
     """
+    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for b in range(len(bounds) - 1):
         edge_bounds[b] = e
         for t in range(bounds[b], bounds[b + 1]):
             deg, start, dst = degs[t], starts[t], f_lo + order[t]
             if deg == 0:
                 continue
-            m = _uniform(state, deg, k, replace, pos, e, scratch)
+            m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
             for j in range(e, e + m):
-                pos[j] += start
                 col[j] = dst
             e += m
     edge_bounds[len(bounds) - 1] = e
+    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
 
 
