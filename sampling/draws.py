@@ -108,7 +108,7 @@ def _exact_rest(state, cum, base, count, k, out, e, m):
     return m
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _weighted(state, cum, base, count, k, replace, out, e):
     """Offsets in ``[0, count)`` drawn ∝ weight (``cum[base:base+count]`` cumulative) into ``out[e:]``;
     returns how many (every positive-weight one when ``k < 0`` or, without replacement, at most ``k``)."""
@@ -225,7 +225,7 @@ def uniform_draws(s0, s1, s2, s3, count, k, replace, out, e, scratch, base):
     return m, s0, s1, s2, s3
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _latest(tkeys, count, k, out, e):
     """The offsets of the ``k`` candidates with the largest ``tkeys`` (ties: the earlier one) into ``out[e:]``."""
     m = 0

@@ -54,7 +54,7 @@ def _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, p, dst):
     return keep
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst,
                 cand, tkeys):
     """Offsets of the edges the time limit, the split mask and the exclusion admit, into ``cand`` (their
@@ -202,7 +202,7 @@ def _cuts(keys, starts, degs, order, limits, base, t_lo, t_hi):
         degs[t] = _cut(keys, starts[t], degs[t], limits[order[t]] - base)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, cut, dst, cand, wkeys):
     """Of the first ``cut`` time-sorted positions from ``start``, the offsets the mask and the exclusion
     admit, into ``cand`` (and their cumulative weights into ``wkeys``); returns how many. ``csc`` maps a
@@ -253,7 +253,7 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
     return e
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _weights_of(weight, alias, filtered, start, cand, count, wkeys):
     """The cumulative weights a weighted pick searches (of the candidates, or of the whole segment when
     there is no alias table), into ``wkeys``."""
