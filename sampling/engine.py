@@ -93,7 +93,7 @@ class BlockArgs:
             built = [_time_records(b, node_time, p, narrow, wide_pos)
                      for b, p in zip(blocks, pairs or [None] * len(blocks))]
             self.tsort = (tuple(r[0] for r in built), tuple(r[1] for r in built), tuple(r[2] for r in built),
-                          np.array([int(r[3][0]) for r in built], np.int64))
+                          np.array([r[3][:2] for r in built], np.int64).reshape(-1, 2))
 
     def csc_positions(self, pos: np.ndarray, block_edges: np.ndarray) -> np.ndarray:
         """``pos`` as CSC positions: a time-sorted pick's position is translated (in place) through its
@@ -127,11 +127,12 @@ def _weighted_packed(block: CSCBlock, packed: np.ndarray, alias: np.ndarray) -> 
 def _time_records(block: CSCBlock, node_time: np.ndarray | None, pairs: np.ndarray | None, narrow: bool,
                   wide_pos: bool) -> tuple[np.ndarray, ...]:
     """The block's time-sorted keys, (source, edge ID) pairs and CSC positions, and the time subtracted
-    (one value). ``narrow``: int32 keys; the pairs are int32 when the block has its packed pairs."""
+    with the largest key (two values). ``narrow``: int32 keys; the pairs are int32 when the block has
+    its packed pairs."""
     indptr = _ready(block.indptr, np.int64)
     key_type, pair_type = (np.int32 if narrow else np.int64), (np.int32 if pairs is not None else np.int64)
     pos_type = np.int64 if wide_pos else np.int32
-    kind = (f"tsort{32 if narrow else 64}-{32 if pairs is not None else 64}-{64 if wide_pos else 32}"
+    kind = (f"tkeys{32 if narrow else 64}-{32 if pairs is not None else 64}-{64 if wide_pos else 32}"
             + ("n" if node_time is not None else ""))
     sources = (block.indptr, block.time) if node_time is None else (block.indptr, block.indices, node_time)
 
@@ -142,7 +143,7 @@ def _time_records(block: CSCBlock, node_time: np.ndarray | None, pairs: np.ndarr
         keys, out = np.empty(len(key), key_type), np.empty(2 * len(key), pair_type)
         order = np.empty(len(key), pos_type)
         base = derived.time_records(indptr, key, src, eid, keys, out, order)
-        return keys, out, order, np.array([base], np.int64)
+        return keys, out, order, np.array([base, int(keys.max()) if len(keys) else 0], np.int64)
 
     return derived.derived(kind, sources, build, 4, *_origin(block, "node-time" if node_time is not None else "time"))
 

@@ -142,7 +142,7 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
     if tsort is not None:
         return _pick_sorted(state, starts, degs, order, ids, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
                             bufs, src[b], stride, _at(weights, b), _at(splits, b), allowed, excl, excl_mul, excl_mode,
-                            limits, last, tsort[0][b], tsort[2][b], tsort[3][b])
+                            limits, last, tsort[0][b], tsort[2][b], tsort[3][b, 0], tsort[3][b, 1])
     scratch, cand, tkeys_buf, wkeys = bufs
     filtered = limits is not None or splits is not None or excl is not None
     latest = last and limits is not None
@@ -189,17 +189,20 @@ def _cut(keys, start, deg, key):
 
 
 @njit(cache=True, nogil=True)
-def _cuts(keys, starts, degs, order, limits, base, t_lo, t_hi):
+def _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi):
     """Each node's count of edges at or before its limit, over its degree in ``degs``: a loop of its own
-    (its reads overlap, as the picks' branches would not let them)."""
+    (its reads overlap, as the picks' branches would not let them). A limit at or after the block's
+    ``latest`` key keeps every edge without reading any (sampling at the present time costs no cut)."""
     words = 64 // keys.itemsize  # keys per cache line
     for t in range(t_lo, t_hi):
-        if t + _AHEAD_CUT < t_hi:  # fetch the lines of a node's keys ahead (up to 4)
+        if t + _AHEAD_CUT < t_hi and limits[order[t + _AHEAD_CUT]] - base < latest:  # fetch its keys' lines
             first = starts[t + _AHEAD_CUT]
             end = first + min(degs[t + _AHEAD_CUT], 4 * words)
             for w in range(first - first % words, end, words):
                 prefetch(keys, w)
-        degs[t] = _cut(keys, starts[t], degs[t], limits[order[t]] - base)
+        key = limits[order[t]] - base
+        if key < latest:
+            degs[t] = _cut(keys, starts[t], degs[t], key)
 
 
 @njit(cache=True, nogil=True)
@@ -224,13 +227,14 @@ def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mod
 
 @njit(cache=True, nogil=True)
 def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, pos, col, e, bufs, src, stride, weight,
-                 split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base):
-    """:func:`pick_block` over time-sorted edges (``keys``: time less ``base`` per position; ``csc``: each
-    one's CSC position): the cut is a search over the keys, ``last`` takes the end of the prefix, and the
-    positions written are the sorted ones (phase 3 reads their sources and edge IDs)."""
+                 split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base, latest):
+    """:func:`pick_block` over time-sorted edges (``keys``: time less ``base`` per position, at most
+    ``latest``; ``csc``: each one's CSC position): the cut is a search over the keys, ``last`` takes the
+    end of the prefix, and the positions written are the sorted ones (phase 3 reads their sources and
+    edge IDs)."""
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
-    _cuts(keys, starts, degs, order, limits, base, t_lo, t_hi)
+    _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi)
     for t in range(t_lo, t_hi):
         count, start = degs[t], starts[t]
         if count == 0:

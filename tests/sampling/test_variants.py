@@ -248,7 +248,7 @@ def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp
 
     first, blocks = sample()
     stored = sorted(p.name.split("-")[0] for p in (tmp_path / "derived").iterdir())
-    assert stored == ["alias"] * 3 + ["tsort32"] * 3 * 4 + ["wpacked"] * 3, stored
+    assert stored == ["alias"] * 3 + ["tkeys32"] * 3 * 4 + ["wpacked"] * 3, stored
     monkeypatch.setattr(derived, "_BUILT", type(derived._BUILT)())  # as a new process: nothing built in memory
     monkeypatch.setattr(derived, "alias_table", None)  # would fail if called: the stored tables are read
     monkeypatch.setattr(derived, "time_records", None)
@@ -258,3 +258,20 @@ def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp
     assert all(isinstance(p, np.memmap) for p in mapped.topo[3])
     assert torch.equal(first.edge, again.edge) and torch.equal(first.node, again.node)
     assert (g.edge_time[first.edge.numpy()] <= 600).all()
+
+
+def test_the_cut_at_and_around_the_latest_edge_time():
+    """A limit at or after the block's latest edge time keeps every edge without reading the times; one
+    below it cuts. Full fanout, one hop: each seed's edges are exactly those at or before its time."""
+    rng = np.random.default_rng(5)
+    src, dst = rng.integers(0, 50, 600), rng.integers(0, 50, 600)
+    etime = rng.integers(0, 1000, 600)
+    data = Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=50, time=torch.from_numpy(etime))
+    sampler = _variant(NeighborSampler(data, [-1], time_attr="time", seed=1))
+    latest = int(etime.max())
+    seeds = np.arange(50)
+    for when in (latest + 10**9, latest, latest - 1, int(np.median(etime))):
+        out = _sample(sampler, seeds, np.full(50, when))
+        eid = out.edge.numpy()
+        assert sorted(eid.tolist()) == sorted(np.flatnonzero(etime <= when).tolist()), when
+        assert np.array_equal(dst[eid], seeds[out.col.numpy()]) and np.array_equal(src[eid], out.node.numpy()[out.row.numpy()])
