@@ -77,7 +77,7 @@ class FastPath:
         out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
                             torch.from_numpy(eid), batch, per_hop_nodes.tolist(), per_hop_edges.tolist())
         if time_sorted and not self.positions:
-            return out  # picks of time-sorted records: positions translated only when edge attributes want them
+            return out  # picks in time order: positions translated only when edge attributes want them
         if time_sorted:
             self.blocks.csc_positions(pos, block_edges)
         # called only if edge attributes are fetched; tensors (not arrays) so a worker hands them over
@@ -95,8 +95,9 @@ class FastPath:
                                         "one time per seed (input_time or edge_label_time)")
             limits = np.ascontiguousarray(seed_time, np.int64) - (1 if strict else 0)  # t' < t <=> t' <= t - 1
         var = self.blocks.var(self.variants.last, limits is not None, exclusion)
-        return var[6] is not None, *variants.sample_variants(self.blocks.topo, seeds, self.fanouts, self.replace, local.rng, local.seen,
-                                        local.dense, local.table, self.num_nodes, self.variants.disjoint, var, limits)
+        result = variants.sample_variants(self.blocks.topo, seeds, self.fanouts, self.replace, local.rng, local.seen,
+                                          local.dense, local.table, self.num_nodes, self.variants.disjoint, var, limits)
+        return var[6] is not None, *result  # first: whether the picks are positions in time order
 
 
 def _fit(a: np.ndarray, buffer_len: int) -> np.ndarray:

@@ -214,7 +214,7 @@ def run_kernel(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replac
     e, (row, col, eid, pos), _ = variants.hop_picks(args.topo, ids, 0, len(ids), int(k), bool(replace), rng,
                                                     in_order, out, 0, block_edges, bufs, var, limits)
     pos = pos[:e]
-    if var[6] is not None:  # picks of time-sorted records: their CSC positions
+    if var[6] is not None:  # picks in time order: their CSC positions
         args.csc_positions(pos, block_edges)
     return row[:e], col[:e], eid[:e], pos, block_edges
 

@@ -85,7 +85,7 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
 
 @njit(cache=True, nogil=True)
 def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, row, eid):
-    """Phase 3: from the time-sorted records when the picks are theirs, else over the packed pairs when
+    """Phase 3: from the time-sorted pairs when the picks are theirs, else over the packed pairs when
     they are used, else the separate arrays."""
     if tsort is not None:  # the picks are time-sorted positions: their pairs are in that order
         _gather_strided(tsort[1], 2, block_edges, pos, row, eid)

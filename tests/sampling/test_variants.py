@@ -274,4 +274,5 @@ def test_the_cut_at_and_around_the_latest_edge_time():
         out = _sample(sampler, seeds, np.full(50, when))
         eid = out.edge.numpy()
         assert sorted(eid.tolist()) == sorted(np.flatnonzero(etime <= when).tolist()), when
-        assert np.array_equal(dst[eid], seeds[out.col.numpy()]) and np.array_equal(src[eid], out.node.numpy()[out.row.numpy()])
+        node, row, col = out.node.numpy(), out.row.numpy(), out.col.numpy()
+        assert np.array_equal(dst[eid], seeds[col]) and np.array_equal(src[eid], node[row])
