@@ -9,14 +9,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from graphstore.ingest import ingest  # no torch: the function, not the subpackage, is graphstore.ingest
 from graphstore.jitcache import drop_stale
-
-drop_stale()  # before any kernel loads from numba's cache: a cached kernel may hold another file's old code
-
-from graphstore.ingest import ingest  # noqa: E402  # no torch: the function, not the subpackage, is graphstore.ingest
 from graphstore.linksplit import LinkSplit
 from graphstore.retry import RetryPolicy
 from graphstore.version import __version__
+
+drop_stale()  # before any kernel is loaded from numba's cache (kernels load at their first call, not import)
 
 if TYPE_CHECKING:  # pragma: no cover
     from graphstore.dataset import Dataset, open_dataset
