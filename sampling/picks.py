@@ -25,7 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.draws import _latest, _uniform, _weighted, _weighted_alias, cumulative_weights  # noqa: F401
+from sampling.draws import (_latest, _uniform, _weighted, _weighted_alias, cumulative_weights,  # noqa: F401
+                            uniform_draws)
 from sampling.prefetch import prefetch
 
 STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1  # temporal strategies (as the remote sampling requests name them)
@@ -235,25 +236,31 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
     _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi)
+    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
-        count, start = degs[t], starts[t]
+        count, start, dst = degs[t], starts[t], f_lo + order[t]
         if count == 0:
             continue
-        if indirect:
+        if indirect:  # a subset of the prefix: draws are offsets into ``cand``
             count = _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, count, ids[t],
                               cand, wkeys)
+        first = 0 if indirect else start
         if last and 0 <= k < count:  # time order: the latest are the last k
             for j in range(k):
-                pos[e + j] = count - k + j
+                pos[e + j] = first + count - k + j
             m = k
         elif weight is not None:
+            state[0], state[1], state[2], state[3] = s0, s1, s2, s3
             m = _weighted(state, wkeys, 0, count, k, replace, pos, e)
+            s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
         else:
-            m = _uniform(state, count, k, replace, pos, e, scratch)
+            m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, first)
         for j in range(e, e + m):
-            p = start + (cand[pos[j]] if indirect else pos[j])
-            pos[j], col[j] = p, f_lo + order[t]
+            if indirect:
+                pos[j] = start + cand[pos[j]]
+            col[j] = dst
         e += m
+    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
 
 

@@ -125,6 +125,24 @@ def test_disjoint_subgraphs_never_share_nodes(graphs, backend):
     assert shared > 0 or len(node) < 200, "copies of a node in several subgraphs are kept apart, not merged"
 
 
+def test_disjoint_maps_stay_apart_when_their_tags_wrap():
+    """Each (hop, subgraph) tags its entries in one reused table; after 2**22 - 1 tags the table is
+    zeroed, else an entry left by the first subgraph would answer for the one that reuses its tag.
+    Node 0 has a self-loop, node 1 an edge from node 2 (other slots of the table); the first seed and
+    the one past the wrap are node 0, every other seed is node 1."""
+    from sampling.idmap import _TAGS
+
+    data = Data(edge_index=torch.tensor([[0, 2], [0, 1]]), num_nodes=3)
+    seeds = np.ones(_TAGS + 1, np.int64)
+    seeds[0] = seeds[_TAGS - 1] = 0
+    out = _sample(_variant(NeighborSampler(data, [1], disjoint=True, seed=0)), seeds)
+    row, col, batch = (t.numpy() for t in (out.row, out.col, out.batch))
+    assert len(row) == len(seeds)
+    assert np.array_equal(batch[row], batch[col]), "an edge crosses two subgraphs"
+    loops = np.flatnonzero(seeds == 0)
+    assert np.array_equal(row[np.isin(col, loops)], loops), "a self-loop comes back to its own seed"
+
+
 def test_every_variant_combined_in_one_call(graphs):
     """Weighted + temporal + disjoint + replace: times respected, weights positive, subgraphs apart."""
     g = graphs["dataset3"]
