@@ -95,9 +95,10 @@ def _filtered_cum(weight, start, cand, count, wkeys):
 def _fetch_ahead(start, deg, b, weights, aliases, astride, times, splits):
     if deg == 0:
         return
-    if aliases is not None:  # draws land anywhere in the segment: fetch its lines
-        for j in range(0, min(deg, 64), 16 // astride):
-            prefetch(aliases[b], astride * (start + j))
+    if aliases is not None:  # draws land anywhere in the segment: fetch its lines (up to 64 entries)
+        per_line = 16 // astride
+        for j in range(start - start % per_line, start + min(deg, 64), per_line):
+            prefetch(aliases[b], astride * j)
     elif weights is not None:
         prefetch(weights[b], start)
     if times is not None:
