@@ -158,7 +158,8 @@ def _weighted_alias(state, alias, astride, weight, cum, start, count, k, replace
         tries -= 1
         j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
         at = astride * (start + j)
-        j = np.int64(alias[at + 1]) if low >= np.uint32(alias[at]) else j  # a select, not a jump
+        threshold, other = np.uint32(alias[at]), np.int64(alias[at + 1])  # both read: a load in one arm is a jump
+        j = other if low >= threshold else j  # a select: which one is a coin flip, no jump to mispredict
         if replace:
             out[e + m] = j
             m += 1

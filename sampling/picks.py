@@ -161,7 +161,8 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
             limit = limits[order[t]] if limits is not None else 0
             count = _candidates(src_b, stride, times_b, node_time, split_b, allowed, excl, excl_mul, excl_mode, start,
                                 deg, limit, ids[t], cand, tkeys_buf)
-        _weights_of(weight_b, alias_b, filtered, start, cand, count, wkeys)
+        if weight_b is not None and (filtered or alias_b is None):  # else the alias table draws: no call
+            _weights_of(weight_b, alias_b, filtered, start, cand, count, wkeys)
         m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, wkeys,
                     scratch, pos, e)
         for j in range(e, e + m):
