@@ -1,5 +1,5 @@
 """The one-call driver of ``NeighborSampler``: every hop of a homogeneous batch over local blocks in one
-numba call, plain (:mod:`sampling.multihop`) or with its variants (:mod:`sampling.variants`)."""
+numba call of the sampling kernel (:func:`sampling.variants.sample_variants`), plain or with variants."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ __all__ = ["FastPath", "Variants"]
 
 
 class FastPath:
-    """Homogeneous sampling over local blocks: all hops in one numba call, over the packed layout when
-    every block has it: :func:`sampling.multihop.sample_multihop` when plain (uniform, not disjoint, no
-    mask, no exclusion), else :func:`sampling.variants.sample_variants` with the variants of
-    ``variants``, the blocks' link split mask (``CSCBlock.split``) and a link batch's exclusion."""
+    """Homogeneous sampling over local blocks: all hops in one numba call of
+    :func:`sampling.variants.sample_variants`, over the packed layout when every block has it, with the
+    variants of ``variants`` (none: ``plain``), the blocks' link split mask (``CSCBlock.split``) and a
+    link batch's exclusion."""
 
     def __init__(self, topo: EdgeTopology, num_nodes: int, fanouts: list[dict[Any, int]], replace: bool, *,
                  packed: bool = True, dense_max_nodes: int = multihop.DENSE_MAX_NODES,
@@ -57,13 +57,7 @@ class FastPath:
             local.dense = np.empty(self.num_nodes if self.dense else 0, np.int32)
             local.table = np.full(0 if self.dense else 1 << 12, -1, np.int64)
         try:
-            time_sorted = False
-            if self.plain and exclusion is None:
-                result = multihop.sample_multihop(*self.blocks.topo, seeds, self.fanouts, self.replace, local.rng,
-                                                  local.seen, local.dense, local.table)
-                batch = None
-            else:
-                time_sorted, *result, batch = self._sample_variants(seeds, local, seed_time, exclusion, strict)
+            time_sorted, *result, batch = self._sample(seeds, local, seed_time, exclusion, strict)
             nodes, row, col, eid, pos, block_edges, per_hop_nodes, per_hop_edges, local.table = result
         except BaseException:  # e.g. MemoryError mid-batch: the map still holds this batch's nodes
             local.dense = None  # rebuilt empty by the next call
@@ -86,8 +80,8 @@ class FastPath:
                                                     torch.from_numpy(pos))}
         return out
 
-    def _sample_variants(self, seeds: np.ndarray, local: threading.local, seed_time: np.ndarray | None,
-                         exclusion: tuple | None, strict: bool) -> tuple:
+    def _sample(self, seeds: np.ndarray, local: threading.local, seed_time: np.ndarray | None,
+                exclusion: tuple | None, strict: bool) -> tuple:
         limits = None
         if self.variants.temporal and self.blocks.timed:
             if seed_time is None or len(seed_time) != len(seeds):

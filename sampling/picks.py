@@ -145,6 +145,9 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
         return _pick_sorted(state, starts, degs, order, ids, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
                             bufs, src[b], stride, _at(weights, b), _at(splits, b), allowed, excl, excl_mul, excl_mode,
                             limits, last, tsort[0][b], tsort[2][b], tsort[3][b, 0], tsort[3][b, 1])
+    if weights is None and limits is None and splits is None and excl is None:  # every variant off
+        return _pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
+                             bufs[0])
     scratch, cand, tkeys_buf, wkeys = bufs
     filtered = limits is not None or splits is not None or excl is not None
     latest = last and limits is not None
@@ -171,6 +174,25 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
             if gathered:
                 row[j], eid[j] = src_b[stride * pos[j]], src_b[stride * pos[j] + 1]
         e += m
+    return e
+
+
+@njit(cache=True, nogil=True)
+def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch):
+    """:func:`pick_block` with every variant off (the plain path): ``k`` CSC positions of each node's
+    edges (:func:`sampling.draws.uniform_draws`: all of them when ``k < 0`` or, without replacement,
+    ``deg <= k``; ``scratch`` ≥ the largest degree), the generator state in locals. Arithmetic only:
+    no cache misses."""
+    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+    for t in range(t_lo, t_hi):
+        deg, start, dst = degs[t], starts[t], f_lo + order[t]
+        if deg == 0:
+            continue
+        m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
+        for j in range(e, e + m):
+            col[j] = dst
+        e += m
+    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
 
 

@@ -1,4 +1,5 @@
-"""The phased sampling kernel with its per-edge variants: weighted, temporal, disjoint and edge-masked.
+"""The sampling kernel, phased, with its per-edge variants: weighted, temporal, disjoint and edge-masked
+(every variant off: the plain path; there is no other sampler).
 
 One hop is :func:`hop_picks` (the frontier sorted by block/ID, pointer reads, the picks of
 :mod:`sampling.picks`, gathers); de-duplication is :mod:`sampling.idmap`. Two drivers call them:
@@ -40,9 +41,9 @@ def _room(row, col, eid, pos, bufs, need, max_deg):
 def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges, block_edges, bufs, var, limits):
     """One hop for the frontier ``nodes[f_lo:f_hi]`` (each owned by a block of ``topo``): phases 1 to 3.
 
-    ``topo`` = ``(indptrs, indices, eids, packed, use_packed, offsets)`` as for
-    :func:`sampling.multihop.sample_multihop`, except that ``use_packed`` is the int32 count per edge of
-    ``packed`` (0: not used); ``out`` = ``(row, col, eid, pos)``, written from
+    ``topo`` = ``(indptrs, indices, eids, packed, use_packed, offsets)``: per-block tuples (block ``b``
+    owns destinations ``[offsets[b], offsets[b+1])``) of the CSC arrays, or of ``packed`` int32 values,
+    ``use_packed`` of them per edge (source and edge ID first; 0: not used); ``out`` = ``(row, col, eid, pos)``, written from
     ``n_edges`` on (grown as needed): global source IDs, frontier positions, edge IDs, CSC positions.
     ``block_edges[b]`` gets block ``b``'s first edge; with time-sorted edges (``var[6]``) the positions
     are theirs (:func:`variants_csc` translates them). ``in_order``: visit the frontier in its own
@@ -163,10 +164,16 @@ def _forget(seen, table, nodes, batch_of, n_nodes, num_nodes, disjoint):
 def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, num_nodes, disjoint, var, seed_times):
     """Sample every hop of one batch with the variants ``var`` (as for :func:`hop_picks`).
 
-    ``topo`` as for :func:`hop_picks`; the rest and the result as for
-    :func:`sampling.multihop.sample_multihop`, plus ``num_nodes``, ``disjoint`` and ``seed_times`` (per
-    seed, or ``None``: needs ``disjoint``), and one more result: each node's subgraph (the position
-    of its seed; empty when not disjoint). When disjoint ``seen`` must be empty.
+    The one sampling kernel: every variant off (``var`` of ``None`` s, not disjoint) is the plain path.
+    ``topo`` as for :func:`hop_picks`. Global IDs map to local ones through ``seen`` (uint64 bitmap
+    over the nodes, all 0) with ``dense`` (int32, one entry per node, any content), or, when ``seen`` is
+    empty, through ``table`` (interleaved int64 key/value hash, all -1); either is left empty again
+    (when disjoint ``seen`` must be empty: a per-subgraph table is used). ``seed_times``: per seed, or
+    ``None`` (needs ``disjoint``). Returns ``(nodes, row, col, edge_ids, edge_positions, block_edges,
+    nodes_per_hop, edges_per_hop, table, batch_of)``: ``row``/``col`` local source/destination IDs;
+    ``block_edges[h, b]`` the first edge of hop ``h`` in block ``b`` (edges are grouped by block within
+    a hop); ``batch_of`` each node's subgraph (the position of its seed; empty when not disjoint). If a
+    neighbor ID is not a node ID (a damaged dataset) it stops, with ``nodes_per_hop[0] = -1``.
     """
     num_seeds, num_blocks, hops = len(seeds), len(topo[5]) - 1, len(fanouts)
     cap = buffer_len(num_seeds, fanouts)

@@ -186,22 +186,21 @@ def test_a_zero_hop_ends_the_frontier_as_in_the_general_path(graphs, backend, fa
 def test_an_error_inside_the_kernel_leaves_no_stale_nodes(graphs, monkeypatch):
     """A MemoryError mid-batch used to leave the batch's nodes marked as seen: later batches mapped
     them to stale local IDs."""
-    from sampling import fastpath, multihop
+    from sampling import fastpath, idmap, variants
 
     data = graphs["dataset3"].data
     sampler = NeighborSampler(data, [-1, -1])
     before = _per_hop(_sample(sampler, [3, 17]))
-    real = multihop.sample_multihop
+    real = variants.sample_variants
 
-    def fails_midway(indptrs, indices, eids, packed, use_packed, offsets, seeds, fanouts, replace, state, seen,
-                     dense, table):
-        multihop.insert_seeds(seen, dense, table, np.array([17, 250, 99]), np.empty(3, np.int64))
+    def fails_midway(topo, seeds, fanouts, replace, state, seen, dense, table, *rest):
+        idmap.insert_seeds(seen, dense, table, np.array([17, 250, 99]), np.empty(3, np.int64))
         raise MemoryError("simulated: allocation failed inside the kernel")
 
-    monkeypatch.setattr(fastpath.multihop, "sample_multihop", fails_midway)
+    monkeypatch.setattr(fastpath.variants, "sample_variants", fails_midway)
     with pytest.raises(MemoryError):
         _sample(sampler, [250, 99])
-    monkeypatch.setattr(fastpath.multihop, "sample_multihop", real)
+    monkeypatch.setattr(fastpath.variants, "sample_variants", real)
     assert _per_hop(_sample(sampler, [3, 17])) == before
 
 
