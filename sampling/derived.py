@@ -20,6 +20,8 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
+from sampling.topology import in_huge_pages
+
 logger = logging.getLogger(__name__)
 
 STORE_MIN_BYTES = 1 << 24  # smaller sources are rebuilt by each process (a fraction of a second), never stored
@@ -161,7 +163,7 @@ def derived(kind: str, sources: tuple[np.ndarray, ...], build: Callable[[], tupl
             _BUILT.move_to_end(key)
             return hit[1]
     stored = origin and cache_dir and sum(a.nbytes for a in sources) >= STORE_MIN_BYTES
-    result = _stored(kind, origin, cache_dir, build, count) if stored else build()
+    result = _stored(kind, origin, cache_dir, build, count) if stored else tuple(in_huge_pages(a) for a in build())
     with _LOCK:
         _BUILT[key] = (sources, result)  # holding the sources keeps their ids from being reused
         while len(_BUILT) > _KEEP:
