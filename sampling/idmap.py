@@ -205,11 +205,6 @@ _TAGS = 1 << (62 - _NODE_BITS)  # tags before the table is zeroed again (keys st
 _SPARSE_MAX = 1 << 16  # up to this many slots a subgraph's table is kept 1/8 full, else 1/2
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _tag_hash(g, mask):
-    return np.int64(((np.uint64(g) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)) & np.uint64(mask))
-
-
 @njit(cache=True, nogil=True)
 def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_nodes, starts, h, table, vals):
     """Phase 4 of disjoint sampling, one subgraph at a time, through a small table that holds only that
@@ -250,7 +245,7 @@ def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_
         mask = cap - 1
         for j in range(h + 1):  # the subgraph's nodes so far (distinct: each goes to a free slot)
             for i in range(starts[j, b], starts[j, b + 1]):
-                slot = _tag_hash(nodes[i], mask)
+                slot = _hash(nodes[i], mask)
                 while lo_key <= table[slot] < hi_key:
                     slot = (slot + 1) & mask
                 table[slot], vals[slot] = lo_key | nodes[i], i
@@ -262,7 +257,7 @@ def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_
                 if g < 0 or g >= num_nodes:
                     return n_nodes, False, table, vals
                 key = lo_key | g
-                slot = _tag_hash(g, mask)
+                slot = _hash(g, mask)
                 while table[slot] != key and lo_key <= table[slot] < hi_key:
                     slot = (slot + 1) & mask
                 if table[slot] != key:

@@ -164,8 +164,9 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
             limit = limits[order[t]] if limits is not None else 0
             count = _candidates(src_b, stride, times_b, node_time, split_b, allowed, excl, excl_mul, excl_mode, start,
                                 deg, limit, ids[t], cand, tkeys_buf)
-        if weight_b is not None and (filtered or alias_b is None):  # else the alias table draws: no call
-            _weights_of(weight_b, alias_b, filtered, start, cand, count, wkeys)
+        if weight_b is not None:
+            if filtered or alias_b is None:  # else the alias table draws: no cumulative weights
+                _weights_of(weight_b, filtered, start, cand, count, wkeys)
         m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, wkeys,
                     scratch, pos, e)
         for j in range(e, e + m):
@@ -260,6 +261,8 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
     _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi)
+    if not indirect and not last:  # uniform over each node's prefix: the plain picks
+        return _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch)
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
         count, start, dst = degs[t], starts[t], f_lo + order[t]
@@ -289,14 +292,12 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
 
 
 @njit(cache=True, nogil=True)
-def _weights_of(weight, alias, filtered, start, cand, count, wkeys):
+def _weights_of(weight, filtered, start, cand, count, wkeys):
     """The cumulative weights a weighted pick searches (of the candidates, or of the whole segment when
-    there is no alias table), into ``wkeys``."""
-    if weight is None:
-        return
+    there is no alias table: the caller asks only then), into ``wkeys``."""
     if filtered:
         _filtered_cum(weight, start, cand, count, wkeys)
-    elif alias is None:
+    else:
         total = 0.0
         for j in range(count):
             w = weight[start + j]

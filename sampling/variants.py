@@ -44,7 +44,8 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     ``topo`` = ``(indptrs, indices, eids, packed, use_packed, offsets)``: per-block tuples (block ``b``
     owns destinations ``[offsets[b], offsets[b+1])``) of the CSC arrays, or of ``packed`` int32 values,
     ``use_packed`` of them per edge (source and edge ID first; 0: not used); ``out`` = ``(row, col,
-    eid, pos)``, written from ``n_edges`` on (grown as needed): global source IDs, frontier positions, edge IDs, CSC positions.
+    eid, pos)``, written from ``n_edges`` on (grown as needed): global source IDs, frontier positions,
+    edge IDs, CSC positions.
     ``block_edges[b]`` gets block ``b``'s first edge; with time-sorted edges (``var[6]``) the positions
     are theirs (:func:`variants_csc` translates them). ``in_order``: visit the frontier in its own
     order within a block (else, for large frontiers, by ID). ``var`` = ``(src, stride, weights,
