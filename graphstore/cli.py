@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
+import signal
 import sys
+import threading
+import traceback
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -62,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     ing.add_argument("--method", choices=METHODS, default="metis", help="partitioner (default metis)")
     ing.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
     ing.add_argument("--overwrite", action="store_true", help="replace an existing dataset at DEST")
+    ing.add_argument("--parents", action="store_true",
+                     help="create DEST's missing parent directories (without it a missing parent is refused)")
     ing.add_argument("--compression", choices=COMPRESSIONS, default="none",
                      help="none (memory-mapped hot path, default) or zstd (cold storage)")
     ing.add_argument("--halo-features", default="", metavar="NAMES",
@@ -103,7 +110,24 @@ def _run_ingest(ingest: Any, args: argparse.Namespace, bars: _Bars, client: Any)
                   storage_options=parse_storage_options(args.storage_option) or None, progress=bars,
                   link_split=args.link_split, link_split_by=args.link_split_by,
                   link_split_edge_type=args.edge_type.split(",") if args.edge_type else None,
-                  engine=args.engine, client=client)
+                  engine=args.engine, client=client, parents=args.parents)
+
+
+@contextlib.contextmanager
+def _terminate_interrupts() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler) ends an ingest as Ctrl-C does: its claim and staging directory go."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _ingest(args: argparse.Namespace) -> int:
@@ -112,7 +136,7 @@ def _ingest(args: argparse.Namespace) -> int:
     check_dask_arguments(args)
     bars = _Bars(enabled=not args.json and sys.stderr.isatty())
     try:
-        with dask_client(args) as client:
+        with _terminate_interrupts(), dask_client(args) as client:
             summary = _run_ingest(ingest, args, bars, client)
     finally:
         bars.close()
@@ -173,21 +197,23 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _verify(args: argparse.Namespace) -> int:
-    ds = open_from_args(args)
+    ds = open_from_args(args, check=False)  # a damaged dataset must still open here: verify lists every problem
     bar = ChunkBar("verify", enabled=not args.json and sys.stderr.isatty() and not ds.location.is_local)
     try:
         problems = ds.verify(bar)
     finally:
         bar.close()
-    chunks = sum(a.num_chunks for a in ds.manifest.arrays.values())
+    arrays, chunks = len(ds.manifest.arrays), sum(a.num_chunks for a in ds.manifest.arrays.values())
     if args.json:
-        report = {"dataset": ds.url, "chunks": chunks, "ok": not problems, "problems": problems}
+        report = {"dataset": ds.url, "arrays": arrays, "chunks": chunks, "ok": not problems, "problems": problems}
         print(json.dumps({**report, "io": ds.io_stats()} if args.io else report, indent=2))
     elif problems:
-        print(f"{ds.url}: {len(problems)} damaged chunk(s) of {chunks}:", *problems, sep="\n  ", file=sys.stderr)
-        print("re-ingest the dataset (graphstore ingest ... --overwrite)", file=sys.stderr)
+        print(f"{ds.url}: {len(problems)} problem(s) in {arrays} arrays and {chunks} chunks:", *problems,
+              sep="\n  ", file=sys.stderr)
+        print("the dataset is damaged: re-ingest it (graphstore ingest SOURCE DEST --overwrite)", file=sys.stderr)
     else:
-        print(f"{ds.url}: all {chunks} chunks match their checksums")
+        print(f"{ds.url}: the metadata of all {arrays} arrays matches the manifest, and all {chunks} chunks match "
+              "their checksums")
     if args.io and not args.json:
         print(io_text(ds.io_stats()))
     return 1 if problems else 0
@@ -202,14 +228,21 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return {"ingest": _ingest, "info": _info, "verify": _verify}[args.command](args)
-    except (GraphstoreError, ImportError) as exc:
-        print(f"graphstore {args.command}: error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
+    except (GraphstoreError, ImportError, OSError) as exc:  # OSError: one the library did not name (a bug)
+        if args.verbose:
+            traceback.print_exc()
+        print(f"graphstore {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"graphstore {args.command}: interrupted; nothing was committed", file=sys.stderr)
         return 130
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if isinstance(exc, (GraphstoreError, ImportError)) else f"{type(exc).__name__}: {text}"
 
 
 if __name__ == "__main__":

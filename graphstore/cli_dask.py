@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
 import socket
 import sys
@@ -11,9 +12,15 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
 
-from graphstore.errors import InvalidInputError, MissingBackendError
+from graphstore.errors import InvalidInputError, MissingBackendError, UnreachableHostError
+from graphstore.ingest import budget
 
 _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
+# a worker holds about 200 MiB before its first task and needs room for one task of at least MIN_TASK_BYTES at
+# the budget's share of the rest (graphstore.ingest.budget); below that its nanny restarts it forever
+MIN_MEMORY_LIMIT = budget._BASELINE + int(budget.MIN_TASK_BYTES / budget._TASK_SHARE)  # 328 MiB
+CONNECT_SECONDS = 5  # --scheduler: how long to wait for it to accept a connection, and then to answer
+_DEFAULT_PORT = 8786
 
 
 def add_dask_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,10 +46,13 @@ def check_dask_arguments(args: argparse.Namespace) -> None:
                                 f"{args.scheduler} joins a running one: drop one of them")
     if args.workers is not None and args.workers < 1:
         raise InvalidInputError(f"--workers {args.workers}: give at least 1 worker")
-    if args.memory_limit is not None:
-        _parse_bytes(args.memory_limit)
+    if args.memory_limit is not None and _parse_bytes(args.memory_limit) < MIN_MEMORY_LIMIT:
+        raise InvalidInputError(f"--memory-limit {args.memory_limit} is below {MIN_MEMORY_LIMIT >> 20} MiB, the least "
+                                "a worker runs with (about 200 MiB to start, plus room for one ingest task; below "
+                                "it the worker is restarted forever): give e.g. 1GB")
     if args.scheduler is not None:
         _check_reachable_dest(args.scheduler, str(args.dest))
+        _probe(args.scheduler)
 
 
 def _parse_bytes(text: str) -> int:
@@ -55,6 +65,38 @@ def _parse_bytes(text: str) -> int:
     if value <= 0:
         raise InvalidInputError(f"--memory-limit {text!r} is not a size; give e.g. 4GB or 512MiB")
     return int(value)
+
+
+def _probe(scheduler: str) -> None:
+    """Refuse a ``tcp://``/``tls://`` scheduler address nobody listens on, within :data:`CONNECT_SECONDS`."""
+    parsed = urlparse(scheduler if "://" in scheduler else f"tcp://{scheduler}")
+    if parsed.scheme not in ("tcp", "tls"):
+        return  # ucx://, inproc://: Client's own timeout bounds them
+    try:
+        host, port = parsed.hostname or "", parsed.port or _DEFAULT_PORT
+    except ValueError:
+        raise InvalidInputError(f"--scheduler {scheduler} is not an address; give tcp://HOST:PORT") from None
+    try:
+        socket.create_connection((host, port), timeout=CONNECT_SECONDS).close()
+    except OSError as exc:
+        why = f"no answer in {CONNECT_SECONDS} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise UnreachableHostError(f"--scheduler {scheduler}: cannot connect to {host}:{port} ({why}); start a Dask "
+                                   f"scheduler there (dask scheduler --port {port}) or fix the address, or drop "
+                                   "--scheduler to start a local cluster") from None
+
+
+def _join(scheduler: str) -> Any:
+    """A Client of the running cluster at ``scheduler``; one line naming it if no Dask scheduler answers."""
+    from distributed import Client
+
+    try:
+        return Client(scheduler, timeout=2 * CONNECT_SECONDS)
+    except Exception as exc:  # noqa: BLE001  (another service there answers with anything: even MemoryError)
+        detail = ("it answered in a protocol that is not Dask's" if isinstance(exc, MemoryError)  # a huge frame
+                  else " ".join(f"{type(exc).__name__}: {exc}".split())[:200])
+        raise UnreachableHostError(f"--scheduler {scheduler}: no Dask scheduler answered ({detail}); is a Dask "
+                                   "scheduler (not another service) listening there? Fix the address, or drop "
+                                   "--scheduler to start a local cluster") from None
 
 
 def _check_reachable_dest(scheduler: str, dest: str) -> None:
@@ -79,8 +121,10 @@ def dask_client(args: argparse.Namespace) -> Iterator[Any]:
         from distributed import Client, LocalCluster
     except ImportError as exc:
         raise MissingBackendError("--engine dask needs distributed: pip install 'graphstore[dask]'") from exc
+    if not getattr(args, "verbose", False):  # distributed logs INFO lines of its own (scheduler, nanny) otherwise
+        logging.getLogger("distributed").setLevel(logging.WARNING)
     if args.scheduler is not None:
-        with Client(args.scheduler) as client:
+        with _join(args.scheduler) as client:
             yield client
         return
     with LocalCluster(n_workers=args.workers or 2, threads_per_worker=1, processes=True,

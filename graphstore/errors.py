@@ -87,3 +87,7 @@ class UnreachableHostError(GraphstoreError, ConnectionError):
 
 class IngestStageError(GraphstoreError, RuntimeError):
     """An ingest stage failed on an engine's worker (named with the worker and the stage)."""
+
+
+class IngestClaimedError(GraphstoreError, FileExistsError):
+    """Another ingest holds the claim on the destination, or took this ingest's claim while it ran."""

@@ -22,6 +22,11 @@ LINK_SPLIT = "link_split"  # edge attribute: 0 train, 1 val, 2 test (ingest --li
 _SAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
+def ingest_claim(name: str) -> str:
+    """The claim an ingest holds beside its DEST ``name`` (a sibling, never inside): ``.<name>.ingest-lock``."""
+    return f".{name}.ingest-lock"
+
+
 def part_key(part: int) -> str:
     """The group of partition ``part``: ``part_00003``."""
     return f"part_{part:05d}"

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from graphstore import layout
 from graphstore.errors import (GraphstoreError, MissingBackendError, StorageError, StorageNotFoundError,
                                StoragePermissionError, UnsupportedLocationError)
 from graphstore.retry import RetryPolicy, call_with_retry, causes, error_code, is_transient
@@ -144,18 +145,20 @@ class RemoteLocation(Location):
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}" if key else self.root
 
-    def _call(self, action: str, fn: Callable[..., T], *args: Any, on_retry: OnRetry | None = None) -> T:
+    def _call(self, action: str, fn: Callable[..., T], *args: Any, on_retry: OnRetry | None = None,
+              policy: RetryPolicy | None = None) -> T:
         """``fn(*args)`` with retries; a missing key stays FileNotFoundError, the rest become graphstore errors."""
         try:
-            return call_with_retry(fn, *args, policy=self.retry, what=f"{action} ({self.url})", on_retry=on_retry)
+            return call_with_retry(fn, *args, policy=policy or self.retry, what=f"{action} ({self.url})",
+                                   on_retry=on_retry)
         except FileNotFoundError as exc:
             if _bucket_missing(exc):
-                raise self.storage_error(exc, action) from exc
+                raise self.storage_error(exc, action, (policy or self.retry).attempts) from exc
             raise
         except GraphstoreError:
             raise
         except Exception as exc:
-            raise self.storage_error(exc, action) from exc
+            raise self.storage_error(exc, action, (policy or self.retry).attempts) from exc
 
     def read_bytes(self, key: str) -> bytes | None:
         try:
@@ -211,12 +214,20 @@ class RemoteLocation(Location):
             _absent(exc)
         self.fs.invalidate_cache()
 
+    def claim_slot(self) -> ObjectSlot:
+        """Where an ingest into this prefix keeps its claim: an object beside it (see graphstore.ingest.claim)."""
+        parent, _, name = self.root.rpartition("/")
+        if self.protocol in _OBJECT_STORES and not parent:
+            raise UnsupportedLocationError(f"DEST {self.url} is a whole bucket: give a prefix inside it, e.g. "
+                                           f"{self.url.rstrip('/')}/name (ingest keeps its claim beside the dataset)")
+        return ObjectSlot(self, f"{parent}/{layout.ingest_claim(name)}")
+
     def check_container(self) -> None:
         bucket = self.root.split("/", 1)[0]
         if self.protocol not in _OBJECT_STORES or not bucket:
             return
-        try:
-            self._call(f"looking up bucket {bucket}", self.fs.info, bucket)
+        try:  # the first contact: the backend's own retries are enough to tell a dead endpoint from a blip
+            self._call(f"looking up bucket {bucket}", self.fs.info, bucket, policy=RetryPolicy(attempts=1))
         except FileNotFoundError as exc:
             if isinstance(exc, GraphstoreError):
                 raise
@@ -225,7 +236,7 @@ class RemoteLocation(Location):
                 "it first (graphstore never creates buckets), or fix the URL"
             ) from exc
 
-    def storage_error(self, exc: BaseException, action: str) -> BaseException:
+    def storage_error(self, exc: BaseException, action: str, attempts: int | None = None) -> BaseException:
         if isinstance(exc, GraphstoreError):
             return exc
         detail = self._scrub(f"{type(exc).__name__}: {exc}")[:400]
@@ -238,7 +249,8 @@ class RemoteLocation(Location):
             return StoragePermissionError(f"{action}: access to {self.url} was denied ({detail}); {_CREDENTIAL_HINT}")
         if isinstance(exc, FileNotFoundError):
             return StorageNotFoundError(f"{action}: not found under {self.url} ({detail})")
-        tried = f" after {self.retry.attempts} attempts" if is_transient(exc) else ""
+        attempts = attempts or self.retry.attempts
+        tried = f" after {attempts} attempts" if is_transient(exc) and attempts > 1 else ""
         return StorageError(f"{action}: {self.url} failed{tried} ({detail}); check the endpoint and network, "
                             "or raise the retry limits")
 
@@ -252,6 +264,56 @@ class RemoteLocation(Location):
         for secret in sorted(secrets, key=len, reverse=True):
             text = text.replace(secret, "***")
         return redact_url(text)
+
+
+class ObjectSlot:
+    """An ingest claim as an object beside the dataset, created only if absent (S3: ``If-None-Match: *``).
+
+    A backend without a conditional create (fsspec's generic ``mode="create"`` looks, then writes) can
+    let two creators both succeed; the claim protocol reads the claim back after creating it and again
+    before it commits (graphstore.ingest.claim), so at most one of them commits.
+    """
+
+    def __init__(self, location: RemoteLocation, path: str) -> None:
+        self.location, self.path = location, path
+        self.where = redact_url(f"{location.protocol}://{path.lstrip('/')}")
+
+    def create(self, data: bytes) -> bool:
+        """Create the claim holding ``data``; ``False`` if there is one already (a retried create that
+        had succeeded also says ``False``: the caller reads the claim and finds its own token)."""
+        return self.location._call(f"creating the ingest claim {self.where}", self._create, data)
+
+    def _create(self, data: bytes) -> bool:
+        fs = self.location.fs
+        try:
+            fs.pipe_file(self.path, data, mode="create")
+        except FileExistsError:
+            return False
+        except TypeError:  # a backend whose pipe_file predates mode=: look, then write (the race above)
+            if fs.exists(self.path):
+                return False
+            fs.pipe_file(self.path, data)
+        return True
+
+    def read(self) -> bytes | None:
+        self.location.fs.invalidate_cache()
+        try:
+            return self.location._call(f"reading the ingest claim {self.where}", self.location.fs.cat_file, self.path)
+        except FileNotFoundError as exc:
+            return _absent(exc)
+
+    def remove(self) -> None:
+        try:
+            self.location._call(f"deleting the ingest claim {self.where}", self.location.fs.rm_file, self.path)
+        except FileNotFoundError as exc:
+            _absent(exc)
+        self.location.fs.invalidate_cache()
+
+    def set_aside(self, stale: bytes) -> None:
+        """Delete the claim if it still holds ``stale``. Object stores have no rename: another process can
+        take the claim between the read and the delete, and lose it; it then fails at its commit."""
+        if self.read() == stale:
+            self.remove()
 
 
 def _absent(exc: FileNotFoundError) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import uuid
@@ -9,15 +10,43 @@ import zlib
 from typing import Any
 
 from graphstore import layout
-from graphstore.errors import UnsupportedLocationError
+from graphstore.errors import (GraphstoreError, StorageError, StorageNotFoundError, StoragePermissionError,
+                               UnsupportedLocationError)
 from graphstore.location import Location, OnRetry, redact_url
 from graphstore.remote import RemoteLocation
 from graphstore.retry import RetryPolicy
 
-__all__ = ["Location", "LocalLocation", "LocationWrapper", "OnRetry", "RemoteLocation", "UnsupportedLocationError",
-           "is_dataset", "open_location", "redact_url"]
+__all__ = ["FileSlot", "Location", "LocalLocation", "LocationWrapper", "OnRetry", "RemoteLocation",
+           "UnsupportedLocationError", "is_dataset", "local_error", "open_location", "redact_url"]
 
 _BLOCK = 1 << 22
+_DISK_FULL = "the disk is full: free space there, or choose a DEST on a disk with room"
+_NO_ACCESS = "permission denied: choose a DEST you can write, or fix its permissions"
+_FIXES = {  # errno -> what to do about it (the path and the action are named before it)
+    errno.ENOSPC: _DISK_FULL, errno.EDQUOT: _DISK_FULL, errno.EACCES: _NO_ACCESS, errno.EPERM: _NO_ACCESS,
+    errno.EROFS: "the file system is read-only: choose a DEST on a writable one",
+    errno.ENOENT: "a directory on the way is missing, or the file system takes no files (/proc, /sys): "
+                  "choose a DEST on a disk, in a directory that exists",
+    errno.ENOTDIR: "a part of the path is a file, not a directory: choose another DEST",
+    errno.EIO: "the disk reported an I/O error: check it, or choose a DEST on another disk",
+}
+
+
+def local_error(where: str, action: str, exc: OSError, note: str = "") -> GraphstoreError:
+    """``exc`` (raised while ``action`` at ``where``) as one line: the path, the error and what to do.
+
+    Examples
+    --------
+    >>> str(local_error("/data/ds", "writing x", OSError(errno.ENOSPC, "No space left on device")))[:52]
+    '/data/ds: writing x failed (No space left on device '
+    """
+    code = errno.errorcode.get(exc.errno or 0)
+    what = f"{exc.strerror or exc}{f' [{code}]' if code else ''}"
+    fix = _FIXES.get(exc.errno or 0, "check the disk and the path, or choose another DEST")
+    text = f"{where}: {action} failed ({what}){f'; {note}' if note else ''}; {fix}"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return StoragePermissionError(text)
+    return StorageNotFoundError(text) if exc.errno == errno.ENOENT else StorageError(text)
 
 
 class LocalLocation(Location):
@@ -28,9 +57,10 @@ class LocalLocation(Location):
 
     is_local = True
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, shown: str | None = None) -> None:
         self.root = os.path.abspath(os.path.expanduser(root))
         self.url = self.root
+        self.shown = shown or self.root  # how errors name it (a staging directory: by its DEST)
 
     @property
     def local_root(self) -> str:  # type: ignore[override]
@@ -93,16 +123,31 @@ class LocalLocation(Location):
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def storage_error(self, exc: BaseException, action: str) -> BaseException:
+        """A file-system error (full, read-only, permissions) as one line naming this location and the fix."""
+        if isinstance(exc, OSError) and not isinstance(exc, GraphstoreError):
+            return local_error(self.shown, action, exc)
+        return exc
+
+    def claim_slot(self) -> FileSlot:
+        """Where an ingest into this directory keeps its claim: a file beside it (see graphstore.ingest.claim)."""
+        parent, name = os.path.split(self.root)
+        return FileSlot(os.path.join(parent, layout.ingest_claim(name)))
+
     # -- writing: ingest writes into a hidden sibling and renames it into place on commit --
 
     def staging(self) -> LocalLocation:
-        """A fresh hidden sibling directory to write a new dataset into (stale ones of dead ingests go)."""
+        """A fresh hidden sibling directory to write a new dataset into (stale ones of dead ingests go).
+
+        The parent directory must exist: a missing one is never created here (a mistyped mount path
+        would otherwise put the dataset on the wrong disk).
+        """
         parent, name = os.path.split(self.root)
-        os.makedirs(parent, exist_ok=True)
         for entry in os.listdir(parent):
             if entry.startswith((f".{name}.partial-", f".{name}.old-")) and not _pid_alive(entry):
                 shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
-        return LocalLocation(os.path.join(parent, f".{name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}"))
+        staged = os.path.join(parent, f".{name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        return LocalLocation(staged, shown=self.shown)
 
     def replace_with(self, staged: LocalLocation) -> None:
         """Move the complete dataset at ``staged`` to this location, replacing what is here."""
@@ -172,6 +217,70 @@ class LocationWrapper(Location):
 
     def storage_error(self, exc: BaseException, action: str) -> BaseException:
         return self.inner.storage_error(exc, action)
+
+    def claim_slot(self) -> Any:
+        """The inner location's ingest claim slot (``None`` where it has none)."""
+        slot = getattr(self.inner, "claim_slot", None)
+        return slot() if slot is not None else None
+
+
+class FileSlot:
+    """An ingest claim as a file made with ``O_CREAT | O_EXCL``: of several creators exactly one wins, on
+    any POSIX file system (NFS v3 and later included)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = self.where = path
+
+    def create(self, data: bytes) -> bool:
+        """Create the claim holding ``data``; ``False`` if there is one already."""
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            self.remove()  # a claim nobody could read (the disk filled, say) would block every later ingest
+            raise
+        return True
+
+    def read(self) -> bytes | None:
+        try:
+            with open(self.path, "rb") as fh:
+                return fh.read()
+        except FileNotFoundError:
+            return None
+
+    def remove(self) -> None:
+        try:
+            os.remove(self.path)
+        except FileNotFoundError:
+            pass
+
+    def set_aside(self, stale: bytes) -> None:
+        """Remove the claim if it still holds ``stale`` (a dead ingest's), atomically: it is renamed away
+        first, so of two processes clearing it only one moves it; one that moved a fresh claim (taken
+        by another in between) puts it back."""
+        aside = f"{self.path}.stale-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return
+        try:
+            with open(aside, "rb") as fh:
+                moved = fh.read()
+            if moved != stale:
+                try:
+                    os.link(aside, self.path)  # fails if a third took the claim meanwhile: theirs stands
+                except FileExistsError:
+                    pass
+                except OSError:  # a file system without hard links
+                    self.create(moved)
+        finally:
+            os.remove(aside)
 
 
 def _pid_alive(entry: str) -> bool:

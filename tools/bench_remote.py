@@ -97,7 +97,7 @@ def _dataset(data: Path, nodes: int, features: int, chunk_mb: float) -> graphsto
     except DatasetNotFoundError:
         spec = f"synthetic:nodes={nodes},avg_degree=4,features={features},classes=8,seed=0"
         print(f"ingesting {spec} into {data} (once)", file=sys.stderr)
-        graphstore.ingest(spec, data, num_parts=2, method="range", chunk_mb=chunk_mb)
+        graphstore.ingest(spec, data, num_parts=2, method="range", chunk_mb=chunk_mb, parents=True)
         return graphstore.open_dataset(data)
 
 

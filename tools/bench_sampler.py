@@ -71,7 +71,7 @@ def _dataset(data: Path, spec: str, parts: int) -> graphstore.Dataset:
         return graphstore.open_dataset(data)
     except DatasetNotFoundError:
         print(f"ingesting {spec} into {data} ({parts} METIS partitions, once)", file=sys.stderr)
-        graphstore.ingest(spec, data, num_parts=parts)
+        graphstore.ingest(spec, data, num_parts=parts, parents=True)
         return graphstore.open_dataset(data)
 
 

@@ -59,7 +59,7 @@ def _dataset(data: Path, nodes: int, features: int) -> graphstore.Dataset:
     except DatasetNotFoundError:
         spec = f"synthetic:nodes={nodes},avg_degree=4,features={features},classes=8,seed=0"
         print(f"ingesting {spec} into {data} (once)", file=sys.stderr)
-        graphstore.ingest(spec, data, num_parts=2, method="range")
+        graphstore.ingest(spec, data, num_parts=2, method="range", parents=True)
         return graphstore.open_dataset(data)
 
 
@@ -97,7 +97,7 @@ def bench_gather(data: Path, nodes: int, features: int, repeats: int, seed: int)
 
 def bench_ingest(spec: str, parts: int, method: str, dest: Path) -> dict:
     cmd = [sys.executable, "-m", "graphstore.cli", "ingest", spec, str(dest), "--parts", str(parts),
-           "--method", method, "--overwrite", "--json"]
+           "--method", method, "--overwrite", "--parents", "--json"]
     start = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     seconds = time.perf_counter() - start

@@ -83,5 +83,5 @@ def ingested(root: Any, spec: str, parts: int) -> Any:
         graphstore.open_dataset(dest)
     except DatasetNotFoundError:
         print(f"ingesting {spec} into {parts} partition(s) at {dest}", file=sys.stderr)
-        graphstore.ingest(spec, dest, num_parts=parts)
+        graphstore.ingest(spec, dest, num_parts=parts, parents=True)
     return dest

@@ -31,7 +31,7 @@ def run(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     steps = [
         (graphstore_cli, ["ingest", DEFAULT_SPEC.format(nodes=args.nodes), str(dataset), "--parts", str(args.nproc),
-                          "--method", "metis", "--overwrite"]),
+                          "--method", "metis", "--overwrite", "--parents"]),
         (graphstore_cli, ["info", str(dataset)]),
         (train_cli, [str(dataset), "--nproc", str(args.nproc), "--epochs", str(args.epochs), "--fanout", "10,5",
                      "--batch-size", "512", "--lr", "0.005", "--metrics-out", str(metrics)]),

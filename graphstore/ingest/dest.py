@@ -4,25 +4,66 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from graphstore import layout
-from graphstore.errors import DatasetExistsError, StoragePermissionError
+from graphstore.errors import DatasetExistsError, StorageNotFoundError, StoragePermissionError
 from graphstore.storage import Location, is_dataset
 
 logger = logging.getLogger(__name__)
 _PATH_SCHEMES = ("npz", "planetoid", "ogb", "parquet")
 
 
-def check_dest(location: Location, overwrite: bool, data: Any = None) -> bool:
-    """Refuse a DEST holding anything but a graphstore dataset; return whether there is one to replace.
+@dataclass(frozen=True)
+class DestState:
+    """What ``inspect_dest`` found: whether a dataset is to be replaced, and the fingerprint of what is there."""
 
-    A file at DEST (above all the SOURCE itself), a DEST inside the SOURCE or holding it, and a DEST
-    whose parent cannot be written are refused before anything is read or written.
+    replacing: bool
+    fingerprint: str  # "" nothing there; else the checksum of its root metadata (see fingerprint())
+
+
+def check_dest(location: Location, overwrite: bool, data: Any = None, parents: bool = False) -> bool:
+    """Refuse a DEST holding anything but a graphstore dataset; return whether there is one to replace."""
+    return inspect_dest(location, overwrite, data, parents).replacing
+
+
+def inspect_dest(location: Location, overwrite: bool, data: Any = None, parents: bool = False) -> DestState:
+    """Refuse a DEST holding anything but a graphstore dataset; say whether there is one to replace.
+
+    A file at DEST (above all the SOURCE itself), a DEST inside the SOURCE or holding it, a DEST whose
+    parent cannot be written, and a local DEST whose parent directory is missing (unless ``parents``)
+    are refused before anything is read or written.
     """
     if location.local_root is not None:
-        _check_local(location.local_root, data)
+        _check_local(location.local_root, data, parents)
     location.check_container()
+    seen = fingerprint(location)
+    return DestState(_replacing(location, overwrite), seen)
+
+
+def fingerprint(location: Location) -> str:
+    """``""`` when nothing is at DEST, else the checksum of its root metadata: it changes when a dataset
+    appears, is replaced or is removed, so the commit can tell that DEST is still what was checked."""
+    if not location.exists() or location.is_empty():
+        return ""
+    return location.checksum(layout.ROOT_METADATA) or "no root metadata"
+
+
+def check_unchanged(location: Location, seen: str) -> None:
+    """Raise if DEST is no longer what ``inspect_dest`` saw (another writer, not taking the claim, wrote it)."""
+    now = fingerprint(location)
+    if now != seen:
+        before, after = ("a dataset" if fp else "nothing" for fp in (seen, now))
+        raise DatasetExistsError(
+            f"DEST {location.url} changed while this ingest ran (it held {before}, now "
+            f"{'a different dataset' if seen and now else after}, written by something that does not take the "
+            "ingest claim); it was left as it is and nothing was committed: check it, then rerun (with "
+            "--overwrite to replace it)"
+        )
+
+
+def _replacing(location: Location, overwrite: bool) -> bool:
     if not location.exists() or location.is_empty():
         return False
     if not is_dataset(location):
@@ -49,7 +90,7 @@ def source_path(data: Any) -> str | None:
     return os.path.realpath(os.path.expanduser(rest))
 
 
-def _check_local(root: str, data: Any) -> None:
+def _check_local(root: str, data: Any, parents: bool) -> None:
     if os.path.lexists(root) and not os.path.isdir(root):
         raise DatasetExistsError(
             f"DEST {root} is a file, not a directory; refusing to write there (nothing of yours is moved or "
@@ -63,15 +104,16 @@ def _check_local(root: str, data: Any) -> None:
                 f"DEST {root} overlaps the SOURCE {src} (the same path, or one inside the other); the dataset "
                 "must go elsewhere: give a DEST outside the source"
             )
-    _check_writable(root)
+    _check_writable(root, parents)
 
 
 def _inside(path: str, parent: str) -> bool:
     return path.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def _check_writable(root: str) -> None:
-    """Ingest writes beside DEST (a hidden sibling, renamed into place): its parent must be writable."""
+def _check_writable(root: str, parents: bool) -> None:
+    """Ingest writes beside DEST (a hidden sibling, renamed into place): its parent must be writable, and
+    exist unless ``parents`` (a mistyped mount path must not land on the root disk)."""
     parent = os.path.dirname(root.rstrip(os.sep)) or os.sep
     existing = parent
     while not os.path.exists(existing):
@@ -79,6 +121,10 @@ def _check_writable(root: str) -> None:
     if not os.path.isdir(existing):
         raise DatasetExistsError(f"DEST {root}: {existing} is a file, so no directory can be made there; "
                                  "choose another DEST")
+    if existing != parent and not parents:
+        raise StorageNotFoundError(f"DEST {root}: its parent directory {parent} does not exist (a mistyped path "
+                                   "or a disk not mounted?); create it first, or pass --parents (parents=True) "
+                                   "to have ingest create it")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise StoragePermissionError(
             f"DEST {root}: cannot write in {existing} (permission denied; ingest writes beside DEST and renames "

@@ -36,6 +36,25 @@ def attr_names(columns: list[str], reserved: tuple[str, ...], where: str) -> dic
     return out
 
 
+def schema_difference(first: Any, other: Any, first_name: str, other_name: str) -> str:
+    """How two files' Arrow schemas differ, in one line (``""``: the same columns and types, in any order).
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> schema_difference(pa.schema([("src", pa.int64()), ("w", pa.float32())]),
+    ...                   pa.schema([("src", pa.int32())]), "a.parquet", "b.parquet")
+    "'w' only in a.parquet; 'src' is int64 in a.parquet but int32 in b.parquet"
+    """
+    a, b = {f.name: f.type for f in first}, {f.name: f.type for f in other}
+    first_name, other_name = first_name.rsplit("/", 1)[-1], other_name.rsplit("/", 1)[-1]
+    out = [f"{', '.join(map(repr, names))} only in {where}"
+           for names, where in (([n for n in a if n not in b], first_name), ([n for n in b if n not in a], other_name))
+           if names]
+    out += [f"{n!r} is {a[n]} in {first_name} but {b[n]} in {other_name}" for n in a if n in b and a[n] != b[n]]
+    return "; ".join(out)
+
+
 def column_schema(arrow_type: Any, name: str, where: str, width: int | None) -> ColumnSchema:
     """The stored dtype and row shape of a column, from its Arrow type (``width`` for variable lists)."""
     import pyarrow as pa

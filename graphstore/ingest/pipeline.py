@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from graphstore import layout
-from graphstore.errors import GraphstoreError, InvalidInputError, StorageError
+from graphstore.errors import GraphstoreError, IngestStageError, InvalidInputError
 from graphstore.ingest.budget import Budget
 from graphstore.ingest.chunks import ChunkedSource
+from graphstore.ingest.claim import Claim, claimed
 from graphstore.ingest.commit import build_manifest, halos_of
-from graphstore.ingest.dest import check_dest
+from graphstore.ingest.dest import check_unchanged, inspect_dest
 from graphstore.ingest.edge_stage import WriteSpec, run_edge_stages
 from graphstore.ingest.engine import Engine, engine_for
 from graphstore.ingest.link_stage import add_link_split
@@ -30,7 +31,7 @@ from graphstore.ingest.validate import (check_finite_rows, check_options, read_e
                                         validate_source)
 from graphstore.ingest.writer import ArrayWriter
 from graphstore.linksplit import LinkSplit, check_fractions
-from graphstore.storage import LocalLocation, Location, open_location
+from graphstore.storage import LocalLocation, Location, local_error, open_location
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
@@ -68,7 +69,7 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
            metis_max_edges: int | None = METIS_MAX_EDGES, storage_options: dict[str, Any] | None = None,
            progress: Progress | None = None, link_split: Any = None, link_split_by: str | None = None,
            link_split_edge_type: Any = None, link_split_time_attr: str | None = None, engine: str = "local",
-           client: Any = None) -> IngestSummary:
+           client: Any = None, parents: bool = False) -> IngestSummary:
     """Partition a graph and write it to ``dest`` as a graphstore dataset (Zarr v3).
 
     ``data`` is a SOURCE string (``planetoid:DIR``, ``ogb:DIR``, ``npz:PATH``, ``parquet:DIR``,
@@ -84,6 +85,11 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     the dataset is written in place, manifest last; replacing one first deletes its manifest (so it
     stops opening), then its arrays, so a failed overwrite there leaves no valid dataset.
 
+    One ingest writes a DEST at a time: each takes a claim beside DEST (``.<name>.ingest-lock``) before it
+    reads the source, refuses a DEST another live ingest claims (naming it), clears the claim of a dead
+    one on this machine, and commits only if its claim and DEST are as they were. A local DEST's parent
+    directory must exist unless ``parents`` (a mistyped mount path must not fill the root disk).
+
     Examples
     --------
     >>> import graphstore
@@ -96,22 +102,65 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     check_options(seed=seed, chunk_mb=chunk_mb, metis_max_edges=metis_max_edges)
     runner = engine_for(engine, client)
     location = open_location(dest, storage_options)
-    replacing = check_dest(location, overwrite, data)
-    source = _open_source(data, to_undirected, num_parts)
+    state = inspect_dest(location, overwrite, data, parents)
     options = dict(num_parts=num_parts, method=method, seed=seed, compression=compression,
                    allow_nan=allow_nan, chunk_bytes=int(chunk_mb * (1 << 20)),
                    metis_max_edges=metis_max_edges, progress=progress, started=started, engine=runner)
+    if parents and location.local_root is not None:
+        _on_disk(LocalLocation(location.local_root), "creating its parent directories",
+                 lambda: os.makedirs(os.path.dirname(location.local_root or ""), exist_ok=True))
     try:
-        options["replicate"] = _halo_attrs(source, halo_features)
-        options["link_splits"] = add_link_split(source, rule, runner) if rule is not None else {}
-        options["budget"] = runner.budget()
-        if location.local_root is not None:  # a directory here: stage beside it, then rename
-            summary = _ingest_staged(source, LocalLocation(location.local_root), options)
-        else:
-            summary = _ingest_in_place(source, location, replacing, options)
-    finally:
-        source.close()
+        with claimed(location) as claim:
+            options["commit"] = _Commit(location, claim, state.fingerprint)
+            options["commit"].check()  # nothing changed between the checks and the claim
+            source = _open_source(data, to_undirected, num_parts)
+            try:
+                summary = _ingest_source(source, location, state.replacing, halo_features, rule, options)
+            finally:
+                source.close()
+    except (OSError, IngestStageError) as exc:
+        raise _named(location, exc) from exc
     return IngestSummary(**{**summary.to_json(), "dest": location.url, "seconds": time.perf_counter() - started})
+
+
+@dataclass(frozen=True)
+class _Commit:
+    """What must still hold when an ingest commits: its claim on DEST, and DEST as it was checked."""
+
+    location: Location
+    claim: Claim | None
+    seen: str  # DEST's fingerprint when it was checked
+
+    def check(self, dest_too: bool = True) -> None:
+        if self.claim is not None:
+            self.claim.check()
+        if dest_too:
+            check_unchanged(self.location, self.seen)
+
+
+def _ingest_source(source: ChunkedSource, location: Location, replacing: bool, halo_features: Any,
+                   rule: LinkSplit | None, options: dict[str, Any]) -> IngestSummary:
+    options["replicate"] = _halo_attrs(source, halo_features)
+    options["link_splits"] = add_link_split(source, rule, options["engine"]) if rule is not None else {}
+    options["budget"] = options["engine"].budget()
+    if location.local_root is not None:  # a directory here: stage beside it, then rename
+        return _ingest_staged(source, LocalLocation(location.local_root), options)
+    return _ingest_in_place(source, location, replacing, options)
+
+
+def _named(location: Location, exc: BaseException) -> BaseException:
+    """An operating-system error of the write path (a scratch file, a Dask task's) as one line naming DEST.
+
+    Graphstore errors pass as they are, and so does an error about a file elsewhere (the SOURCE's).
+    """
+    cause = exc.__cause__ if isinstance(exc, IngestStageError) else exc
+    if not isinstance(cause, OSError) or isinstance(cause, GraphstoreError):
+        return exc
+    beside = os.path.dirname(location.local_root or "") + os.sep  # DEST and its staging directory
+    if location.local_root is not None and cause.filename and not os.fspath(cause.filename).startswith(beside):
+        return exc
+    error = location.storage_error(cause, "writing the dataset")
+    return local_error(f"DEST {location.url}", "writing the dataset", cause) if error is cause else error
 
 
 def _open_source(data: Any, to_undirected: bool | None, num_parts: int) -> ChunkedSource:
@@ -140,6 +189,7 @@ def _ingest_staged(source: ChunkedSource, location: LocalLocation, options: dict
     staged = _on_disk(location, "creating a staging directory beside it", location.staging)
     try:
         summary = _write_dataset(source, staged, **options)
+        _on_disk(location, "checking DEST before the commit", options["commit"].check)
         _on_disk(location, "renaming the new dataset into place", lambda: location.replace_with(staged))
     except BaseException:
         staged.remove()
@@ -154,8 +204,7 @@ def _on_disk(location: LocalLocation, action: str, fn: Callable[[], Any]) -> Any
     except GraphstoreError:
         raise
     except OSError as exc:
-        raise StorageError(f"DEST {location.root}: {action} failed ({exc.strerror or exc}); nothing was "
-                           "changed at DEST: choose a writable place with free space") from exc
+        raise local_error(f"DEST {location.root}", action, exc, "nothing was changed at DEST") from exc
 
 
 def _ingest_in_place(source: ChunkedSource, location: Location, replacing: bool,
@@ -173,6 +222,7 @@ def _ingest_in_place(source: ChunkedSource, location: Location, replacing: bool,
     writing = []
 
     def clear() -> None:
+        options["commit"].check()  # the last look before anything at DEST is deleted or written
         writing.append(True)
         if replacing:
             logger.info("deleting the dataset at %s: its manifest first, then its arrays", location.url)
@@ -245,7 +295,7 @@ def _halo_attrs(source: ChunkedSource, spec: tuple[str, ...] | str) -> dict[Any,
 def _write_dataset(source: ChunkedSource, staged: Location, *, num_parts: int, method: str, seed: int,
                    compression: str, replicate: dict[Any, tuple[str, ...]], allow_nan: bool, chunk_bytes: int,
                    metis_max_edges: int | None, progress: Progress | None, started: float,
-                   link_splits: dict[Any, dict[str, Any]], engine: Engine, budget: Budget,
+                   link_splits: dict[Any, dict[str, Any]], engine: Engine, budget: Budget, commit: _Commit,
                    prepare: Callable[[], None] | None = None) -> IngestSummary:
     keys = _type_keys(source)
     logger.info("partitioning %s into %d parts by %s on the %s engine", source.name, num_parts, method, engine.name)
@@ -272,6 +322,7 @@ def _write_dataset(source: ChunkedSource, staged: Location, *, num_parts: int, m
     manifest, written = build_manifest(source, books, keys, edges, nodes, replicate, dict(
         method=method, seed=seed, num_parts=num_parts, compression=compression, chunk_bytes=chunk_bytes,
         started=started, details=details, link_splits=link_splits))
+    commit.check(dest_too=False)  # in place, DEST holds this ingest's arrays: only the claim can be checked
     writer.commit(manifest.to_json())
     q = manifest.partitioning
     return IngestSummary(staged.url, num_parts, method, q["nodes_per_part"], q["edges_per_part"], q["edge_cut"],

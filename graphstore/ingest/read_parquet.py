@@ -22,7 +22,8 @@ import numpy as np
 
 from graphstore.errors import InvalidInputError, MissingBackendError, SourceNotFoundError
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock
-from graphstore.ingest.parquet_columns import _is_list, attr_names, column_schema, list_width, to_numpy
+from graphstore.ingest.parquet_columns import (_is_list, attr_names, column_schema, list_width, schema_difference,
+                                               to_numpy)
 from graphstore.types import EdgeType, NodeType
 
 logger = logging.getLogger(__name__)
@@ -207,10 +208,11 @@ def _dataset(fs: Any, root: str, kind: str, required: bool) -> tuple[list[Piece]
     for path in files:
         with fs.open(path, "rb") as fh:
             meta = _footer(pq, fh, path)
-            if schema is not None and not meta.schema_arrow.equals(schema):
-                raise InvalidInputError(f"{path}: its columns {meta.schema_arrow.names} / types differ from "
-                                        f"{files[0]}'s ({schema}); write every {kind} file with the same columns")
-            schema = meta.schema_arrow
+            differ = schema_difference(schema, meta.schema_arrow, files[0], path) if schema is not None else ""
+            if differ:
+                raise InvalidInputError(f"{files[0]} and {path} have different columns ({differ}); write every "
+                                        f"{kind} file with the same columns and types")
+            schema = schema if schema is not None else meta.schema_arrow
             pieces += [Piece(path, i, meta.metadata.row_group(i).num_rows) for i in range(meta.num_row_groups)]
     return pieces, schema
 

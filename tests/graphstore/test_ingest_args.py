@@ -1,11 +1,23 @@
-"""``graphstore.ingest`` arguments that only some sources used before: ``to_undirected`` for every source."""
+"""``graphstore.ingest`` arguments: ``to_undirected`` for every source; Dask flags checked at the door."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+
+import pytest
 import torch
 from torch_geometric.data import Data
 
 import graphstore
+from graphstore.cli import main
+from graphstore.cli_dask import MIN_MEMORY_LIMIT, dask_client
+from graphstore.errors import UnreachableHostError
 from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
 from tests.conftest import small_graph
 
@@ -33,3 +45,83 @@ def test_to_undirected_applies_to_in_memory_sources(tmp_path):
     ds = graphstore.open_dataset(tmp_path / "c")
     assert ds.manifest.edge_types[0].num_edges == 2 * len(src)
     assert _edge_set(ds) == set(zip(src.tolist(), dst.tolist())) | set(zip(dst.tolist(), src.tolist()))
+
+
+@pytest.fixture
+def not_dask():
+    """A TCP port where something that is not a Dask scheduler answers (an HTTP server, say)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(OSError):
+                conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+
+
+def test_a_scheduler_address_where_another_service_answers_is_one_line(tmp_path, capsys, not_dask):
+    started = time.monotonic()
+    assert main(["ingest", "synthetic:nodes=100", str(tmp_path / "ds"), "--engine", "dask", "--scheduler",
+                 not_dask]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--scheduler {not_dask}: no Dask scheduler answered" in err, err
+    assert time.monotonic() - started < 60  # bounded by the connect timeout, never a hang
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("verbose,level", [(False, logging.WARNING), (True, logging.INFO)])
+def test_dask_logs_info_only_with_verbose(not_dask, verbose, level):
+    import distributed  # noqa: F401  (sets the level of its loggers to INFO when imported)
+
+    logger = logging.getLogger("distributed")
+    before = logger.level
+    logger.setLevel(logging.INFO)
+    args = argparse.Namespace(engine="dask", scheduler=not_dask, workers=None, memory_limit=None, verbose=verbose)
+    try:
+        with pytest.raises(UnreachableHostError), dask_client(args):
+            pass
+        assert logger.getEffectiveLevel() == level
+    finally:
+        logger.setLevel(before)
+
+
+def test_memory_limit_minimum_is_what_a_worker_needs():
+    from graphstore.ingest.budget import MIN_TASK_BYTES, Budget
+
+    assert Budget.from_process_limit(MIN_MEMORY_LIMIT).task_bytes >= MIN_TASK_BYTES
+    assert MIN_MEMORY_LIMIT >> 20 == 328  # the number the refusal names
+
+
+def test_parents_creates_missing_directories_only_when_asked(tmp_path, capsys):
+    with pytest.raises(FileNotFoundError, match="pass --parents"):
+        graphstore.ingest("synthetic:nodes=100", tmp_path / "a" / "ds")
+    assert os.listdir(tmp_path) == []
+    graphstore.ingest("synthetic:nodes=100", tmp_path / "a" / "ds", parents=True)
+    assert main(["ingest", "synthetic:nodes=100", str(tmp_path / "b" / "c" / "ds"), "--parents", "--json"]) == 0
+    for path in ("a/ds", "b/c/ds"):
+        assert graphstore.open_dataset(tmp_path / path).num_nodes() == 100
+
+
+@pytest.mark.parametrize("error,words", [
+    (TimeoutError("timed out"), "cannot connect to 10.9.9.9:8786 (no answer in 5 s)"),
+    (socket.gaierror(-2, "Name or service not known"), "(Name or service not known)"),
+    (ConnectionRefusedError(111, "Connection refused"), "(Connection refused); start a Dask scheduler there"),
+])
+def test_scheduler_probe_names_the_address_and_the_fix(monkeypatch, error, words):
+    from graphstore import cli_dask
+
+    def connect(address, timeout):
+        assert timeout == cli_dask.CONNECT_SECONDS
+        raise error
+
+    monkeypatch.setattr(cli_dask.socket, "create_connection", connect)
+    with pytest.raises(UnreachableHostError) as info:
+        cli_dask._probe("10.9.9.9")  # no scheme, no port: tcp:// and Dask's 8786
+    assert words in str(info.value) and "--scheduler 10.9.9.9" in str(info.value), str(info.value)

@@ -214,3 +214,30 @@ def test_endpoint_union_is_the_same_however_it_is_merged(tmp_path, monkeypatch, 
     np.testing.assert_array_equal(got.nodes[None].attrs["id"].take(np.arange(len(want))), want)
     np.testing.assert_array_equal(want[got.edges[None].src], g["src"])
     np.testing.assert_array_equal(want[got.edges[None].dst], g["dst"])
+
+
+@pytest.mark.parametrize(("second", "words"), [
+    ({"src": [3], "dst": [1], "w": [0.5]}, ["'w' only in b.parquet"]),
+    ({"src": [3]}, ["'dst' only in a.parquet"]),
+    ({"src": pa.array([3], pa.int32()), "dst": [1], "t": [1]}, ["'t' only in b.parquet",
+                                                                 "'src' is int64 in a.parquet but int32 in b.parquet"]),
+])
+def test_files_with_different_columns_are_named_in_one_line(tmp_path, second, words) -> None:
+    os.makedirs(tmp_path / "edges")
+    pq.write_table(pa.table({"src": [1, 2], "dst": [2, 1]}), tmp_path / "edges" / "a.parquet")
+    pq.write_table(pa.table(second), tmp_path / "edges" / "b.parquet")
+    with pytest.raises(InvalidInputError) as info:
+        resolve_source(f"parquet:{tmp_path}")
+    text = str(info.value)
+    assert "\n" not in text and f"{tmp_path}/edges/a.parquet and {tmp_path}/edges/b.parquet have different" in text
+    for word in words:
+        assert word in text, text
+
+
+def test_files_with_the_same_columns_in_another_order_are_read(tmp_path) -> None:
+    os.makedirs(tmp_path / "edges")
+    pq.write_table(pa.table({"src": [0, 1], "dst": [1, 2]}), tmp_path / "edges" / "a.parquet")
+    pq.write_table(pa.table({"dst": [0], "src": [2]}), tmp_path / "edges" / "b.parquet")
+    got = materialize(resolve_chunked(f"parquet:{tmp_path}"))
+    np.testing.assert_array_equal(got.edges[None].src, [0, 1, 2])
+    np.testing.assert_array_equal(got.edges[None].dst, [1, 2, 0])
