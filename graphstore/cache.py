@@ -84,10 +84,12 @@ class CacheConfig:
     def __post_init__(self) -> None:
         directory = self.directory if self.directory is not None else default_cache_dir()
         object.__setattr__(self, "directory", os.path.abspath(os.path.expanduser(os.fspath(directory))))
-        limit = self.max_bytes if self.max_bytes is not None else os.environ.get(ENV_MAX_BYTES) or None
-        limit = parse_size(limit, "cache_max_bytes")
+        from_env = self.max_bytes is None and bool(os.environ.get(ENV_MAX_BYTES))
+        where = f"${ENV_MAX_BYTES}" if from_env else "cache_max_bytes"  # name what the user set
+        limit = parse_size(os.environ[ENV_MAX_BYTES] if from_env else self.max_bytes, where)
         if limit is not None and limit <= 0:
-            raise ConfigError(f"cache_max_bytes {limit} is invalid: give a positive size, or None for no limit")
+            raise ConfigError(f"{where} {limit} is invalid: give a positive size, or "
+                              f"{'unset it' if from_env else 'None'} for no limit")
         object.__setattr__(self, "max_bytes", limit)
         if not isinstance(self.concurrency, int) or not 1 <= self.concurrency <= 256:
             raise ConfigError(f"concurrency {self.concurrency!r} is invalid: give an integer in 1..256")

@@ -1,4 +1,4 @@
-"""Argparse types for the numeric flags of both CLIs: finite, in range, refused where they enter."""
+"""Argparse types for the numeric and size flags of both CLIs: finite, in range, refused where they enter."""
 
 from __future__ import annotations
 
@@ -37,6 +37,20 @@ def number(low: float | None = None, high: float | None = None, *, above: bool =
         return value
 
     return parse
+
+
+def size(raw: str) -> str:
+    """An argparse type: a positive byte size (``5000000000``, ``50GB``, ``4GiB``), kept as written."""
+    from graphstore.cache import parse_size
+    from graphstore.errors import ConfigError
+
+    try:
+        value = parse_size(raw, "size")
+    except ConfigError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a size; write bytes as 5000000000, 5GB or 4GiB") from None
+    if value is None or value <= 0:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a positive size; give e.g. 50GB, or leave the flag out")
+    return raw
 
 
 def _range(low: float | None, high: float | None, above: bool = False, below: bool = False) -> str:

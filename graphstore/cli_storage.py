@@ -8,6 +8,7 @@ import re
 import sys
 from typing import Any
 
+from graphstore.cli_args import size
 from graphstore.errors import ConfigError
 
 _FLOAT = re.compile(r"^-?[0-9]+\.[0-9]*$")
@@ -22,7 +23,7 @@ def add_storage_arguments(parser: argparse.ArgumentParser, cache: bool = True) -
         parser.add_argument("--cache-dir", default=None,
                             help="local chunk cache of remote datasets (default $GRAPHSTORE_CACHE_DIR or "
                                  "~/.cache/graphstore)")
-        parser.add_argument("--cache-max-bytes", default=None, metavar="SIZE",
+        parser.add_argument("--cache-max-bytes", type=size, default=None, metavar="SIZE",
                             help="cache size limit, e.g. 50GB (default $GRAPHSTORE_CACHE_MAX_BYTES or none); "
                                  "least recently used chunks are evicted")
 
@@ -73,12 +74,13 @@ def _value(raw: str) -> Any:
     return raw
 
 
-def open_from_args(args: argparse.Namespace) -> Any:
-    """The dataset at ``args.dest`` with the storage and cache options of the command line."""
+def open_from_args(args: argparse.Namespace, check: bool = True) -> Any:
+    """The dataset at ``args.dest`` with the storage and cache options of the command line (``check``: see
+    :func:`~graphstore.dataset.open_dataset`)."""
     from graphstore import open_dataset
 
     return open_dataset(args.dest, parse_storage_options(args.storage_option) or None, cache_dir=args.cache_dir,
-                        cache_max_bytes=args.cache_max_bytes)
+                        cache_max_bytes=args.cache_max_bytes, check=check)
 
 
 def io_text(stats: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,8 @@ from graphstore.arrays import ZarrRows, open_array
 from graphstore.cache import CacheConfig, ChunkCache, ChunkRef
 from graphstore.errors import (CorruptDatasetError, DatasetNotFoundError, GraphstoreError, PartitionIndexError,
                                UnknownAttributeError)
-from graphstore.integrity import check_csc, chunk_file_problems, verify_chunks
+from graphstore.integrity import (Read, check_csc, chunk_file_problems, manifest_problems, metadata_key,
+                                  metadata_paths, storage_problems, verify_chunks)
 from graphstore.iostats import IOStats
 from graphstore.lazy import LazyRows
 from graphstore.manifest import Manifest
@@ -172,6 +174,24 @@ class Dataset:
             raise CorruptDatasetError(f"{self.url}: {problems[0]}{more}; run `graphstore verify {self.url}` and "
                                       "re-ingest the dataset")
 
+    def check_structure(self) -> None:
+        """The cheap check every open makes: raise :class:`CorruptDatasetError` naming what is wrong.
+
+        The manifest must agree with itself (no I/O). Local datasets also need every partition, group
+        and array the manifest lists, each array's Zarr metadata parsing and matching its manifest entry
+        (shape, dtype, chunking, codec), and every chunk file present and whole (``os.stat`` only). Remote
+        ones get no request beyond the manifest: :meth:`verify` checks their metadata and chunks.
+        """
+        problems = manifest_problems(self.manifest)
+        if self.location.is_local and not problems:
+            problems, gone = storage_problems(self.manifest, self.location.read_bytes, self.location.has)
+            arrays = {p: a for p, a in self.manifest.arrays.items() if p not in gone}
+            problems += chunk_file_problems(self.location, arrays)
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise CorruptDatasetError(f"{self.url}: {problems[0]}{more}; the dataset is damaged: run `graphstore "
+                                      f"verify {self.url}` to list every problem, then re-ingest with --overwrite")
+
     def chunk_cache(self) -> ChunkCache:
         """This process's cache of this (remote) dataset's chunks."""
         if self._cache is None:
@@ -237,17 +257,22 @@ class Dataset:
         return [p for p in paths if p.rsplit("/", 1)[1] in names | _TOPOLOGY]
 
     def verify(self, progress: Progress | None = None) -> list[str]:
-        """Recompute every chunk checksum from storage; return one message per damaged or missing chunk.
+        """Check everything against the manifest; return one message per problem (empty: sound).
 
-        Remote datasets are read concurrently (every chunk is downloaded; counted in :meth:`io_stats`).
+        Problems are the manifest contradicting itself, a partition, group or array that is missing, group
+        or array metadata that does not parse or disagrees with the manifest (shape, dtype, chunking,
+        codec), and every chunk that is missing or fails its checksum (one line per missing array, not per
+        chunk). Remote datasets are read concurrently (every chunk is downloaded; counted in :meth:`io_stats`).
         """
-        refs = [ChunkRef(path, info, i) for path, info in sorted(self.manifest.arrays.items())
+        problems = manifest_problems(self.manifest)
+        found_problems, gone = storage_problems(self.manifest, self._metadata_reader(), self._has)
+        problems += found_problems
+        refs = [ChunkRef(path, info, i) for path, info in sorted(self.manifest.arrays.items()) if path not in gone
                 for i in range(info.num_chunks)]
         if self.location.is_local:
             found: Iterable[str | None] = (self.location.checksum(ref.key) for ref in refs)
         else:
             found = self.chunk_cache().stored_checksums(refs)
-        problems = []
         for done, (ref, checksum) in enumerate(zip(refs, found), 1):
             expected = ref.info.checksums[ref.index]
             if checksum is None:
@@ -259,10 +284,28 @@ class Dataset:
                 progress(done, len(refs))
         return problems
 
+    def _metadata_reader(self) -> Read:
+        """Local: read metadata when asked. Remote: every group and array metadata document, fetched now
+        concurrently (one request each, counted in :meth:`io_stats` under its path)."""
+        if self.location.is_local:
+            return self.location.read_bytes
+        paths = metadata_paths(self.manifest)
+        with ThreadPoolExecutor(max(1, self.cache_config.concurrency)) as pool:
+            docs = list(pool.map(lambda path: self.location.read_bytes(metadata_key(path)), paths))
+        for path, raw in zip(paths, docs):
+            self._stats.add(path, requests=1, nbytes=len(raw or b""))
+        return dict(zip(map(metadata_key, paths), docs)).get
+
+    def _has(self, path: str) -> bool:
+        if not self.location.is_local:
+            self._stats.add(path, requests=1)
+        return self.location.has(path)
+
 
 def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[str, Any] | None = None, *,
                  cache_dir: str | os.PathLike[str] | None = None, cache_max_bytes: int | str | None = None,
-                 concurrency: int = 16, retry: RetryPolicy | None = None, verify_reads: bool = False) -> Dataset:
+                 concurrency: int = 16, retry: RetryPolicy | None = None, verify_reads: bool = False,
+                 check: bool = True) -> Dataset:
     """Open the graphstore dataset at ``url``: a local/NFS path, ``file://``, or any fsspec URL (``s3://``, ...).
 
     Refuses a location without a complete manifest (an interrupted ingest) or with an unknown format
@@ -273,6 +316,10 @@ def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[s
     errors are retried as ``retry`` says. Topology is always checked on first use (checksums of local
     chunks and CSC invariants); ``verify_reads=True`` also checks every other local array's chunk
     checksums when the array is first read (remote chunks are always checked as they arrive).
+
+    Every open makes the cheap structure check (:meth:`Dataset.check_structure`: no chunk is read, and a
+    remote open sends no request beyond the manifest) and raises :class:`CorruptDatasetError` naming the
+    damage; ``check=False`` skips it (``graphstore verify`` does, to list every problem).
 
     Examples
     --------
@@ -289,6 +336,8 @@ def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[s
     dataset = Dataset(location, Manifest.from_json(manifest, location.url), cache, verify_reads)
     if not location.is_local:
         dataset._stats.add(layout.ROOT_METADATA, requests=1, nbytes=len(raw))
+    if check:
+        dataset.check_structure()
     return dataset
 
 

@@ -1,19 +1,24 @@
-"""Trust stored data only as far as it was checked: chunk checksums, chunk files, CSC invariants."""
+"""Trust stored data only as far as it was checked: manifest, Zarr metadata, chunk checksums and files, CSC."""
 
 from __future__ import annotations
 
+import json
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numba import njit
 
 from graphstore import layout
 from graphstore.errors import CorruptDatasetError
-from graphstore.manifest import ArrayInfo
+from graphstore.manifest import ArrayInfo, AttrSchema, Manifest
 
 if TYPE_CHECKING:
     from graphstore.storage import Location
+
+Read = Callable[[str], "bytes | None"]  # the stored bytes of a key, None when absent
+_INT64 = AttrSchema("int64")
 
 _OK, _START, _DECREASING, _PAST_END, _END, _RANGE, _ORDER = range(7)
 _WHAT = {
@@ -56,6 +61,144 @@ def chunk_file_problems(location: Location, arrays: dict[str, ArrayInfo]) -> lis
                 problems.append(f"chunk {index} of {path} ({key}) is truncated ({os.path.getsize(file)} bytes, "
                                 f"expected {info.chunk_rows * row_bytes})")
     return problems
+
+
+def metadata_key(path: str) -> str:
+    """The Zarr v3 metadata document of the group or array at ``path``."""
+    return f"{path}/{layout.ROOT_METADATA}"
+
+
+def metadata_paths(manifest: Manifest) -> list[str]:
+    """Every group and array whose metadata a sound dataset stores: each partition, the groups on the way to
+    each array of the manifest, and the arrays. Groups come before what they hold."""
+    paths = {layout.part_key(p) for p in range(manifest.num_parts)}
+    for path in manifest.arrays:
+        parts = path.split("/")
+        paths.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return sorted(paths)
+
+
+def storage_problems(manifest: Manifest, read: Read, has: Callable[[str], bool]) -> tuple[list[str], set[str]]:
+    """What is wrong with the stored Zarr metadata against the manifest (no chunk is read): one line per
+    missing partition, missing array, and group or array metadata that is missing, does not parse or
+    disagrees with the manifest (shape, dtype, chunking, codec). Also returns the arrays that are gone
+    (no metadata and nothing stored under them): their chunks need no further look."""
+    problems: list[str] = []
+    gone: set[str] = set()
+    for path in metadata_paths(manifest):
+        if any(path.startswith(f"{g}/") for g in gone) or path in gone:
+            gone.add(path)
+            continue
+        raw = read(metadata_key(path))
+        info = manifest.arrays.get(path)
+        if raw is None and not has(path):
+            gone.add(path)
+            problems.append(_missing(manifest, path))
+        elif info is not None:
+            problem = array_metadata_problem(path, info, raw)
+            problems += [problem] if problem else []
+        elif raw is None or _parse(raw, "group") is None:
+            state = "missing" if raw is None else "not Zarr v3 group metadata"
+            problems.append(f"{path}: its group metadata {metadata_key(path)} is {state}")
+    return problems, {p for p in gone if p in manifest.arrays}
+
+
+def _missing(manifest: Manifest, path: str) -> str:
+    if path in manifest.arrays:
+        return f"{path}: the array is missing (nothing is stored under {path}/)"
+    inside = sum(p.startswith(f"{path}/") for p in manifest.arrays)
+    what = "the partition" if "/" not in path else "the group"
+    return f"{path}: {what} is missing (nothing is stored under {path}/; the manifest lists {inside} arrays in it)"
+
+
+def _parse(raw: bytes, node_type: str) -> dict[str, Any] | None:
+    """A Zarr v3 metadata document of ``node_type``, or None if ``raw`` is not one."""
+    try:
+        doc = json.loads(raw)
+    except ValueError:  # also bad UTF-8
+        return None
+    ok = isinstance(doc, dict) and doc.get("zarr_format") == 3 and doc.get("node_type") == node_type
+    return doc if ok else None
+
+
+def array_metadata_problem(path: str, info: ArrayInfo, raw: bytes | None) -> str | None:
+    """What is wrong with the stored Zarr metadata of one array against its manifest entry, or None."""
+    key = metadata_key(path)
+    if raw is None:
+        return f"{path}: its metadata {key} is missing"
+    doc = _parse(raw, "array")
+    if doc is None:
+        return f"{path}: its metadata {key} does not parse as Zarr v3 array metadata ({len(raw)} bytes)"
+    try:
+        found = _layout_of(doc)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return f"{path}: its metadata {key} lacks shape, data_type, chunk_grid or codecs"
+    wanted = {"shape": list(info.shape), "dtype": np.dtype(info.dtype).name,
+              "chunks": [info.chunk_rows, *info.shape[1:]], "zstd": info.compression == "zstd"}
+    wrong = [f"{name} {found[name]} (the manifest says {wanted[name]})" for name in wanted
+             if found[name] != wanted[name]]
+    return f"{path}: its metadata {key} has {', '.join(wrong)}" if wrong else None
+
+
+def _layout_of(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"shape": [int(n) for n in doc["shape"]], "dtype": str(doc["data_type"]),
+            "chunks": [int(n) for n in doc["chunk_grid"]["configuration"]["chunk_shape"]],
+            "zstd": any(codec["name"] == "zstd" for codec in doc["codecs"])}
+
+
+def manifest_problems(manifest: Manifest) -> list[str]:
+    """Where the manifest contradicts itself (no I/O): partition books and edge counts, and every array its
+    node and edge types imply present in its arrays table with their rows, dtype and chunk count."""
+    problems = []
+    for info in manifest.node_types:
+        offsets = list(info.offsets)
+        if len(offsets) != manifest.num_parts + 1 or offsets[0] != 0 or offsets[-1] != info.num_nodes or \
+                any(b < a for a, b in zip(offsets, offsets[1:])):
+            problems.append(f"node type {info.key}: offsets {offsets} are not a partition book of {info.num_nodes} "
+                            f"nodes in {manifest.num_parts} partitions")
+    keys = {t.key for t in manifest.node_types}
+    for info in manifest.edge_types:
+        if not {info.src, info.dst} <= keys:
+            problems.append(f"edge type {info.key}: its node types {info.src!r}, {info.dst!r} are not all in "
+                            f"the manifest's node types {sorted(keys)}")
+        elif len(info.edges_per_part) != manifest.num_parts or sum(info.edges_per_part) != info.num_edges:
+            problems.append(f"edge type {info.key}: edges_per_part {list(info.edges_per_part)} do not add up to "
+                            f"{info.num_edges} edges in {manifest.num_parts} partitions")
+    if problems:
+        return problems
+    for path, (rows, schema) in sorted(_implied_arrays(manifest).items()):
+        problems += _entry_problems(manifest.arrays.get(path), path, rows, schema)
+    for path, entry in sorted(manifest.arrays.items()):
+        needed = -(-entry.shape[0] // entry.chunk_rows) if entry.shape and entry.chunk_rows > 0 else -1
+        if needed != entry.num_chunks:
+            problems.append(f"{path}: the manifest lists {entry.num_chunks} chunks, its shape needs {needed}")
+    return problems
+
+
+def _implied_arrays(manifest: Manifest) -> dict[str, tuple[int, AttrSchema]]:
+    """Array path -> (rows, schema) of every node and edge array the types of ``manifest`` imply."""
+    out = {}
+    ntypes = {t.key: t for t in manifest.node_types}
+    for p in range(manifest.num_parts):
+        for t in manifest.node_types:
+            for name, schema in {layout.ORIG_ID: _INT64, **t.attrs}.items():
+                out[layout.node_array(p, t.key, name)] = (t.offsets[p + 1] - t.offsets[p], schema)
+        for e in manifest.edge_types:
+            dst = ntypes[e.dst]
+            out[layout.edge_array(p, e.key, layout.INDPTR)] = (dst.offsets[p + 1] - dst.offsets[p] + 1, _INT64)
+            for name, schema in {layout.INDICES: _INT64, layout.EID: _INT64, **e.attrs}.items():
+                out[layout.edge_array(p, e.key, name)] = (e.edges_per_part[p], schema)
+    return out
+
+
+def _entry_problems(entry: ArrayInfo | None, path: str, rows: int, schema: AttrSchema) -> list[str]:
+    if entry is None:
+        return [f"{path}: the manifest's arrays table has no entry for it"]
+    wanted = (rows, *schema.shape)
+    if tuple(entry.shape) != wanted or np.dtype(entry.dtype) != np.dtype(schema.dtype):
+        return [f"{path}: the manifest's arrays table says {np.dtype(entry.dtype).name}{list(entry.shape)}, its "
+                f"node/edge type implies {np.dtype(schema.dtype).name}{list(wanted)}"]
+    return []
 
 
 def check_csc(where: str, indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, packed: np.ndarray | None,

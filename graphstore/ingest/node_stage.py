@@ -21,6 +21,7 @@ from graphstore.ingest.edge_stage import WriteSpec
 from graphstore.ingest.engine import Engine, Progress
 from graphstore.ingest.relabel import Relabel
 from graphstore.ingest.scratch import Scratch
+from graphstore.ingest.validate import SPLIT_MASKS, check_labels
 from graphstore.ingest.writer import ArrayWriter
 from graphstore.manifest import ArrayInfo
 from graphstore.types import NodeType
@@ -39,7 +40,8 @@ class NodePlan:
 
 
 def read_node_chunk(chunk: NodeChunk, plan: NodePlan, columns: Any = None) -> dict[str, np.ndarray]:
-    """Read one node chunk and check it: every attribute present, one row per node, in its schema's dtype."""
+    """Read one node chunk and check it: every attribute present, one row per node, in its schema's dtype,
+    no negative label ``y`` on a node of a split mask (when ``y`` and the masks are read)."""
     rows = chunk.read(columns)
     count, where = chunk.stop - chunk.start, plan.where(chunk.ntype)
     out = {}
@@ -55,6 +57,8 @@ def read_node_chunk(chunk: NodeChunk, plan: NodePlan, columns: Any = None) -> di
             raise InvalidInputError(f"{where}, attribute {name!r}: nodes {chunk.start}..{chunk.stop - 1} came with "
                                     f"shape {list(values.shape)}, expected {[count, *schema.shape]}")
         out[name] = values.astype(schema.dtype, copy=False)
+    if "y" in out:
+        check_labels(where, out["y"], {n: out[n] for n in SPLIT_MASKS if n in out}, chunk.start)
     return out
 
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from graphstore.errors import InvalidInputError, SourceNotFoundError
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
+from graphstore.ingest.validate import agreed_node_count
 
 logger = logging.getLogger(__name__)
 
@@ -36,8 +37,8 @@ def read_npz(path: str) -> GraphSource:
     attributes ``x``, ``y``, ``train_mask``, ``val_mask``, ``test_mask``, ``node_time`` (stored as
     ``time``) and ``node_<name>`` (stored as ``<name>``); edge attributes ``edge_time`` (as
     ``time``), ``edge_weight`` (as ``weight``), ``edge_attr`` and ``edge_<name>`` (as ``<name>``).
-    Any other key is an error. Without ``num_nodes`` the node count is the row count of a node
-    attribute, else ``edge_index.max() + 1``.
+    Any other key is an error. Without ``num_nodes`` the node count is the row count of the node
+    attributes (which must agree), else ``edge_index.max() + 1``.
 
     Parameters
     ----------
@@ -56,7 +57,8 @@ def read_npz(path: str) -> GraphSource:
     InvalidInputError
         If a key is unknown or maps onto the same attribute as another, ``edge_index`` is missing
         or not an integer ``(2, E)`` array, ``num_nodes`` is not an integer scalar, an attribute
-        is a scalar, or a file is not a valid ``.npz``/``.npy`` (or holds pickled objects).
+        is a scalar, node attributes disagree on their row count (without ``num_nodes``), or a file
+        is not a valid ``.npz``/``.npy`` (or holds pickled objects).
 
     Examples
     --------
@@ -71,8 +73,9 @@ def read_npz(path: str) -> GraphSource:
         raise InvalidInputError(f"{path!r} has no edge_index; add an integer array of shape (2, E) named edge_index")
     src, dst = _edge_index(arrays.pop("edge_index"), path)
     num_nodes_array = arrays.pop("num_nodes", None)
-    node_attrs, edge_attrs = _attributes(arrays, path)
-    num_nodes = _num_nodes(num_nodes_array, node_attrs, src, dst, path)
+    node_attrs, edge_attrs, keys = _attributes(arrays, path)
+    num_nodes = _num_nodes(num_nodes_array, {keys[n]: int(a.shape[0]) for n, a in node_attrs.items()}, src, dst,
+                           path)
     stem = os.path.basename(os.path.normpath(path))
     name = stem[: -len(".npz")] if stem.endswith(".npz") else stem
     logger.info("read %s: %d nodes, %d edges, node attrs %s, edge attrs %s",
@@ -85,8 +88,10 @@ def read_npz(path: str) -> GraphSource:
     )
 
 
-def _attributes(arrays: dict[str, np.ndarray], path: str) -> tuple[dict[str, ArrayRows], dict[str, ArrayRows]]:
-    """Sort the remaining keys into node and edge attributes, refusing unknown keys and clashes."""
+def _attributes(arrays: dict[str, np.ndarray], path: str) -> tuple[dict[str, ArrayRows], dict[str, ArrayRows],
+                                                                   dict[str, str]]:
+    """Sort the remaining keys into node and edge attributes, refusing unknown keys and clashes; also
+    return the key each node attribute came from."""
     attrs: dict[str, dict[str, ArrayRows]] = {"node": {}, "edge": {}}
     keys_of: dict[tuple[str, str], str] = {}
     for key in sorted(arrays):
@@ -106,7 +111,7 @@ def _attributes(arrays: dict[str, np.ndarray], path: str) -> tuple[dict[str, Arr
             )
         keys_of[target] = key
         attrs[target[0]][target[1]] = ArrayRows(arrays[key])
-    return attrs["node"], attrs["edge"]
+    return attrs["node"], attrs["edge"], {name: key for (kind, name), key in keys_of.items() if kind == "node"}
 
 
 def _target(key: str) -> tuple[str, str] | None:
@@ -132,10 +137,8 @@ def _edge_index(array: np.ndarray, path: str) -> tuple[np.ndarray, np.ndarray]:
     return np.array(array[0], dtype=np.int64), np.array(array[1], dtype=np.int64)
 
 
-def _num_nodes(
-    array: np.ndarray | None, node_attrs: dict[str, ArrayRows], src: np.ndarray, dst: np.ndarray, path: str
-) -> int:
-    """The ``num_nodes`` key, else the rows of a node attribute, else the largest node ID plus one."""
+def _num_nodes(array: np.ndarray | None, rows: dict[str, int], src: np.ndarray, dst: np.ndarray, path: str) -> int:
+    """The ``num_nodes`` key, else the row count the node attributes agree on, else the largest node ID plus one."""
     if array is not None:
         if array.size != 1 or not np.issubdtype(array.dtype, np.integer):
             raise InvalidInputError(
@@ -143,11 +146,10 @@ def _num_nodes(
                 "expected one integer (np.savez(..., num_nodes=np.int64(N)))"
             )
         return int(array.reshape(-1)[0])
-    for attr in node_attrs.values():
-        return int(attr.shape[0])
-    if len(src) == 0:
-        return 0
-    return int(max(src.max(), dst.max())) + 1
+    needed = int(max(src.max(), dst.max())) + 1 if len(src) else 0
+    if rows:  # keyed by the archive key (node_time, not time): the name the user knows
+        return agreed_node_count(repr(path), rows, needed, "or save num_nodes=np.int64(N) in the archive")
+    return needed
 
 
 def _open_arrays(path: str) -> dict[str, np.ndarray]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
+from graphstore.ingest.validate import SPLIT_MASKS, agreed_node_count
 
 if TYPE_CHECKING:
     from torch_geometric.data import Data, HeteroData
@@ -18,6 +19,7 @@ logger = logging.getLogger(__name__)
 
 # keys that describe structure, never attributes
 _STRUCTURE_KEYS = frozenset({"edge_index", "num_nodes", "adj", "adj_t"})
+_NODE_NAMES = frozenset({"x", "y", *SPLIT_MASKS})  # node attributes by name, whatever their row count
 
 
 def from_pyg(data: Data | HeteroData) -> GraphSource:
@@ -74,18 +76,19 @@ def from_pyg(data: Data | HeteroData) -> GraphSource:
 def _from_data(data: Data) -> GraphSource:
     """Homogeneous ``Data``: one store holding node and edge attributes side by side."""
     src, dst = _edge_index(data, "data")
-    num_nodes = _num_nodes(data.num_nodes, "data", "data.num_nodes = N")
     node_attrs: dict[str, ArrayRows] = {}
     edge_attrs: dict[str, ArrayRows] = {}
     for key, value in data.items():
         if key in _STRUCTURE_KEYS or not _is_array(value, f"data.{key}"):
             continue
-        if data.is_edge_attr(key):
-            edge_attrs[key] = _rows(value, f"data.{key}")
-        elif data.is_node_attr(key):
+        if _is_node_attr(data, key):
             node_attrs[key] = _rows(value, f"data.{key}")
+        elif data.is_edge_attr(key):
+            edge_attrs[key] = _rows(value, f"data.{key}")
         else:
             _skip(f"data.{key}", value)
+    needed = int(max(src.max(), dst.max())) + 1 if len(src) else 0
+    num_nodes = _node_count(data, node_attrs, "data", "data", needed, "data.num_nodes = N")
     return GraphSource(
         nodes={None: NodeTable(num_nodes, node_attrs)},
         edges={None: EdgeTable(src, dst, edge_attrs)},
@@ -99,8 +102,9 @@ def _from_hetero(data: HeteroData) -> GraphSource:
     for node_type in data.node_types:
         store = data[node_type]
         where = f"data[{node_type!r}]"
-        num_nodes = _num_nodes(store.num_nodes, f"node type {node_type!r}", f"{where}.num_nodes = N")
-        nodes[node_type] = NodeTable(num_nodes, _store_attrs(store, where, store.is_node_attr))
+        attrs = _store_attrs(store, where, lambda key, store=store: _is_node_attr(store, key))
+        count = _node_count(store, attrs, where, f"node type {node_type!r}", 0, f"{where}.num_nodes = N")
+        nodes[node_type] = NodeTable(count, attrs)
     edges: dict[tuple[str, str, str] | None, EdgeTable] = {}
     for edge_type in data.edge_types:
         missing = [t for t in (edge_type[0], edge_type[2]) if t not in nodes]
@@ -149,6 +153,20 @@ def _edge_index(store: Any, where: str) -> tuple[np.ndarray, np.ndarray]:
             "integer array of shape (2, E) (transpose an (E, 2) array with .t())"
         )
     return array[0].astype(np.int64), array[1].astype(np.int64)
+
+
+def _is_node_attr(store: Any, key: str) -> bool:
+    """Well-known node attributes (``x``, ``y``, split masks) always, whatever their row count (PyG decides
+    by size, so a short ``y`` would be skipped or taken for an edge attribute); else PyG's rule."""
+    return key in _NODE_NAMES or (not store.is_edge_attr(key) and store.is_node_attr(key))
+
+
+def _node_count(store: Any, attrs: dict[str, ArrayRows], where: str, what: str, needed: int, fix: str) -> int:
+    """``num_nodes`` when set, else the row count every node attribute agrees on (naming any that does not)."""
+    if "num_nodes" in store or not attrs:
+        return _num_nodes(store.num_nodes, what, fix)
+    rows = {f"{where}.{key}": int(rows.shape[0]) for key, rows in attrs.items()}
+    return agreed_node_count(where, rows, needed, f"or set {fix}")
 
 
 def _num_nodes(value: Any, what: str, fix: str) -> int:

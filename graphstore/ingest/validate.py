@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from graphstore import layout
 from graphstore.errors import InvalidInputError
-from graphstore.ingest.source import SUPPORTED_DTYPES, EdgeType, GraphSource, NodeType
+from graphstore.ingest.source import SUPPORTED_DTYPES, EdgeType, GraphSource, NodeType, as_rows
 
 _BLOCK = 1 << 24
+_LABEL_BLOCK = 1 << 20  # rows of y and the masks read at a time by the label check
+SPLIT_MASKS = ("train_mask", "val_mask", "test_mask")  # the masks under which training reads labels
 BYTES_PER_NODE = 32  # per-node maps ingest holds (partition, relabelling, degree, isolated-node flags)
 BYTES_PER_EDGE = 40  # per stored edge: endpoints, sort key, permutation, scratch (README, Ingest)
 
@@ -28,8 +31,10 @@ def _where_edge(etype: EdgeType) -> str:
 def validate_source(source: GraphSource, num_parts: int) -> None:
     """Raise :class:`InvalidInputError` naming the first problem that would make the dataset wrong.
 
-    Self-loops, duplicate edges and isolated nodes are valid (kept, counted in the manifest).
+    Self-loops, duplicate edges and isolated nodes are valid (kept, counted in the manifest), and so
+    is a negative label ``y`` on a node outside every split mask (unlabelled); inside one it is refused.
     """
+    check_counts({t: n.num_nodes for t, n in source.nodes.items()}, {})
     total_nodes = sum(t.num_nodes for t in source.nodes.values())
     if not source.nodes or total_nodes == 0:
         raise InvalidInputError("the graph has no nodes; give at least one node type with num_nodes > 0 "
@@ -37,6 +42,7 @@ def validate_source(source: GraphSource, num_parts: int) -> None:
     _check_types_and_parts(source.nodes, source.edges, num_parts, total_nodes)
     for ntype, table in source.nodes.items():
         _check_node_table(ntype, table.num_nodes, table.attrs)
+        _check_source_labels(_where_node(ntype), table.num_nodes, table.attrs)
     check_fits_memory(f"the node ID range ({total_nodes:,} nodes)", total_nodes * BYTES_PER_NODE,
                       "node IDs must be 0..N-1: remap them to consecutive IDs (np.unique(ids, return_inverse=True)), "
                       "or give num_nodes if the graph really has that many nodes")
@@ -61,10 +67,17 @@ def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
+def check_counts(num_nodes: dict, num_edges: dict) -> None:
+    """Every node and edge count an integer >= 0, checked before anything is derived from them."""
+    for kind, counts, where in (("num_nodes", num_nodes, _where_node), ("num_edges", num_edges, _where_edge)):
+        for key, count in counts.items():
+            if not _is_int(count) or count < 0:  # type: ignore[operator]
+                raise InvalidInputError(f"{where(key)}: {kind} is {count!r}, but a count must be an integer >= 0; "
+                                        f"give the real number of {kind[4:]}")
+
+
 def _check_node_table(ntype: NodeType, num_nodes: int, attrs: dict) -> None:
     where = _where_node(ntype)
-    if num_nodes < 0:
-        raise InvalidInputError(f"{where}: num_nodes is {num_nodes}; it must be >= 0")
     if ntype is not None:
         layout.check_attr_name(ntype, "a node type")
     for name, rows in attrs.items():
@@ -87,6 +100,69 @@ def check_node_attr(where: str, name: str, rows: object) -> None:
     if name.endswith("_mask") and (dtype != np.bool_ or len(shape) != 1):
         raise InvalidInputError(f"{where} has dtype {dtype} and shape {list(shape)}; masks must be 1-D bool (one "
                                 "flag per node): convert them (mask.astype(bool), or mask == 1)")
+
+
+def check_labels(where: str, y: np.ndarray, masks: dict[str, np.ndarray], first: int) -> None:
+    """Refuse a negative label ``y`` on a node some split mask holds (``first``: input ID of row 0)."""
+    bad = _bad_label_rows(y, masks)
+    if len(bad):
+        raise _label_error(where, y, masks, int(bad[0]), first, len(bad), f"nodes {first}..{first + len(y) - 1}")
+
+
+def _check_source_labels(where: str, num_nodes: int, attrs: dict) -> None:
+    """:func:`check_labels` over a whole node table, read in blocks; the error counts every bad node."""
+    names = [n for n in SPLIT_MASKS if n in attrs]
+    if "y" not in attrs or not names or np.dtype(attrs["y"].dtype).kind != "i":
+        return
+    found, count = None, 0
+    for start in range(0, num_nodes, _LABEL_BLOCK):
+        rows = np.arange(start, min(start + _LABEL_BLOCK, num_nodes), dtype=np.int64)
+        y = np.asarray(as_rows(attrs["y"]).take(rows))
+        masks = {n: np.asarray(as_rows(attrs[n]).take(rows)) for n in names}
+        bad = _bad_label_rows(y, masks)
+        if len(bad) and found is None:
+            found = (y, masks, int(bad[0]), start)
+        count += len(bad)
+    if found is not None:
+        y, masks, row, start = found
+        raise _label_error(where, y, masks, row, start, count, f"all {num_nodes:,} nodes")
+
+
+def _bad_label_rows(y: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows whose label (any entry, for multi-label ``y``) is negative while a split mask holds them."""
+    y = np.asarray(y)
+    names = [n for n in SPLIT_MASKS if n in masks]
+    if y.dtype.kind != "i" or not names or not len(y):
+        return np.zeros(0, np.int64)
+    held = np.logical_or.reduce([np.asarray(masks[n], dtype=bool) for n in names])
+    return np.flatnonzero(held & (y.reshape(len(y), -1) < 0).any(axis=1))
+
+
+def _label_error(where: str, y: np.ndarray, masks: dict[str, np.ndarray], row: int, first: int, count: int,
+                 among: str) -> InvalidInputError:
+    mask = next(n for n in SPLIT_MASKS if n in masks and masks[n][row])
+    values = np.asarray(y[row]).reshape(-1)
+    return InvalidInputError(
+        f"{where}, attribute 'y': node {first + row} is in {mask} but has label {int(values[values < 0][0])} "
+        f"({count:,} such node{'s' if count > 1 else ''} among {among}); class IDs must be >= 0 wherever "
+        "train_mask/val_mask/test_mask holds the node: fix those labels, or take the nodes out of the masks "
+        "(a negative label outside every mask means unlabelled)")
+
+
+def agreed_node_count(where: str, rows: dict[str, int], needed: int, fix: str) -> int:
+    """The row count the node attributes ``rows`` (name -> rows) agree on, used as the node count when none
+    is given; refuses naming each attribute that disagrees. Ties go to the smallest count that holds
+    ``needed`` (the largest node ID + 1)."""
+    tally = Counter(rows.values())
+    best = max(tally, key=lambda n: (tally[n], n >= needed, -n))
+    odd = [name for name, n in rows.items() if n != best]
+    if odd:
+        same = [repr(name) for name, n in rows.items() if n == best]
+        raise InvalidInputError(
+            f"{where}: node attribute{'s' if len(odd) > 1 else ''} "
+            f"{' and '.join(f'{name!r} has {rows[name]} rows' for name in odd)}, but {', '.join(same)} "
+            f"{'has' if len(same) == 1 else 'have'} {best}: give every node attribute one row per node ({fix})")
+    return best
 
 
 def available_memory() -> int:
@@ -195,6 +271,7 @@ class _Declared:
 def validate_chunked(source: Any, num_parts: int) -> None:
     """:func:`validate_source` for a :class:`~graphstore.ingest.chunks.ChunkedSource`: everything its
     declared counts and schemas tell. IDs and row counts are checked as each chunk is read."""
+    check_counts(source.num_nodes, source.num_edges)
     total_nodes = sum(source.num_nodes.values())
     if not source.num_nodes or total_nodes == 0:
         raise InvalidInputError("the graph has no nodes; give at least one node type with num_nodes > 0 "

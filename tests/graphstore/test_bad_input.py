@@ -156,9 +156,11 @@ def test_truncated_chunk_is_refused_at_open(tmp_path):
 def test_missing_chunk_is_refused(tmp_path):
     graphstore.ingest(_graph([0, 1], [1, 2]), tmp_path / "ds")
     os.remove(tmp_path / "ds" / "part_00000" / "edges" / "_N" / "indices" / "c" / "0")
-    _, gs = graphstore.open_dataset(tmp_path / "ds").partition(0)
     with pytest.raises(CorruptDatasetError, match="chunk 0 of part_00000/edges/_N/indices is missing"):
-        gs.get_edge_index(None, "csc")
+        graphstore.open_dataset(tmp_path / "ds")  # the open's structure check
+    _, gs = graphstore.open_dataset(tmp_path / "ds", check=False).partition(0)
+    with pytest.raises(CorruptDatasetError, match="chunk 0 of part_00000/edges/_N/indices is missing"):
+        gs.get_edge_index(None, "csc")  # and, unchecked, the first read
 
 
 def test_reserved_and_unsafe_names(tmp_path):

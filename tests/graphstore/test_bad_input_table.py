@@ -7,16 +7,20 @@ row's own empty directory (it must still be empty afterwards: nothing written, n
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import importlib
 import os
 import shutil
+import socket
+import subprocess
 
 import numpy as np
 import pytest
 
 import graphstore
 from graphstore.cli import main
-from graphstore.errors import CorruptDatasetError, DatasetExistsError
+from graphstore.errors import CorruptDatasetError, DatasetExistsError, InvalidInputError
 from graphstore.integrity import check_csc
 from tests.graphstore.test_readers import FEATS, _fake_ogb, _rows_text, _write_csv_gz
 
@@ -54,6 +58,30 @@ CLI_CASES = [
     (["ingest", "ogb:{d}/ogb_short_feat", "{t}/o"], 2, "node-feat.csv.gz' line 3 has 2 values; the first line has 3"),
     (["ingest", "ogb:{d}/ogb_short_label", "{t}/o"], 2, "node-label.csv.gz' line 4 has 1 values; the first line has 2"),
     (["ingest", "ogb:{d}/ogb_nan_feat", "{t}/o"], 2, "NaN"),  # a real nan in a full line: the NaN refusal
+    # labels inside [0, classes) wherever a mask uses them; a negative label outside every mask is "unlabelled"
+    (["ingest", "npz:{d}/neg_y_train.npz", "{t}/o"], 2, "attribute 'y': node 2 is in train_mask but has label -5"),
+    (["ingest", "npz:{d}/neg_y_val.npz", "{t}/o"], 2, "node 4 is in val_mask but has label -1 (2 such nodes among"),
+    (["ingest", "npz:{d}/neg_y_test_2d.npz", "{t}/o"], 2, "node 5 is in test_mask but has label -1"),
+    # counts >= 0 before anything is derived from them (not blamed on --parts)
+    (["ingest", "npz:{d}/neg_num_nodes.npz", "{t}/o"], 2, "the nodes: num_nodes is -1"),
+    (["ingest", "npz:{d}/neg_num_nodes.npz", "{t}/o", "--parts", "2"], 2, "num_nodes is -1"),
+    # every per-node / per-edge array of the wrong length is named itself, never a neighbour
+    (["ingest", "npz:{d}/short_node_time.npz", "{t}/o"], 2, "'node_time' has 5 rows, but 'test_mask', 'y' have 6"),
+    (["ingest", "npz:{d}/short_y.npz", "{t}/o"], 2, "node attribute 'y' has 5 rows, but 'train_mask', 'x' have 6"),
+    (["ingest", "npz:{d}/short_mask.npz", "{t}/o"], 2, "node attribute 'train_mask' has 4 rows"),
+    (["ingest", "npz:{d}/two_short.npz", "{t}/o"], 2, "'node_time' has 5 rows and 'x' has 4 rows, but 'y' has 6"),
+    (["ingest", "npz:{d}/short_x_counted.npz", "{t}/o"], 2, "attribute 'x' has 5 rows but num_nodes is 6"),
+    (["ingest", "npz:{d}/short_edge_time.npz", "{t}/o"], 2, "the edges, attribute 'time' has 5 rows but the edge"),
+    # DEST places that would land data where nobody meant it, or cannot hold it
+    (["ingest", "npz:{d}/g.npz", "{t}/not/there/o"], 2, "its parent directory {t}/not/there does not exist"),
+    (["ingest", "npz:{d}/g.npz", "/proc/graphstore-test-ds"], 2, "DEST /proc/graphstore-test-ds"),
+    # Dask flags checked at the door: a worker that cannot live, a scheduler nobody listens on
+    (["ingest", "npz:{d}/g.npz", "{t}/o", "--engine", "dask", "--memory-limit", "1KB"], 2, "below 328 MiB"),
+    (["ingest", "npz:{d}/g.npz", "{t}/o", "--engine", "dask", "--memory-limit", "200MiB"], 2, "below 328 MiB"),
+    (["ingest", "npz:{d}/g.npz", "{t}/o", "--engine", "dask", "--scheduler", "tcp://127.0.0.1:1"], 2,
+     "--scheduler tcp://127.0.0.1:1: cannot connect to 127.0.0.1:1"),
+    (["ingest", "npz:{d}/g.npz", "{t}/o", "--engine", "dask", "--scheduler", "tcp://localhost:port"], 2,
+     "is not an address"),
     (["info", "{t}/missing"], 2, "no graphstore dataset"),
     (["verify", "{d}/npy"], 2, "no graphstore dataset"),
 ]
@@ -79,6 +107,7 @@ def inputs(tmp_path_factory) -> str:
     np.savez(d / "int_mask.npz", edge_index=EI, train_mask=np.array([1, 0, 1, 0, 1, 0]))
     np.savez(d / "huge_ids.npz", edge_index=np.array([[0, 10**12], [1, 2]]))
     np.savez(d / "no_nodes.npz", edge_index=np.zeros((2, 0), np.int64), num_nodes=np.int64(0))
+    _label_and_length_inputs(d, x)
     (d / "notes.txt").write_text("precious")
     (d / "npy").mkdir()
     np.save(d / "npy" / "edge_index.npy", EI)
@@ -86,6 +115,23 @@ def inputs(tmp_path_factory) -> str:
     for name, file, lines in _ogb_variants():
         _write_csv_gz(_fake_ogb(d / name) / "raw" / file, lines)
     return str(d)
+
+
+def _label_and_length_inputs(d, x: np.ndarray) -> None:
+    """Archives with a negative label inside a mask, a negative count, and node/edge arrays one short."""
+    y, on, off = np.array([0, 1, -5, 1, -1, -1]), np.ones(6, bool), np.zeros(6, bool)
+    np.savez(d / "neg_y_train.npz", edge_index=EI, x=x, y=y, train_mask=on)
+    np.savez(d / "neg_y_val.npz", edge_index=EI, x=x, y=y, train_mask=[1, 1, 0, 1, 0, 0] == on,
+             val_mask=[0, 0, 0, 0, 1, 1] == on)
+    np.savez(d / "neg_y_test_2d.npz", edge_index=EI, y=np.array([[0, 1]] * 5 + [[1, -1]]), train_mask=off,
+             test_mask=[0, 0, 0, 0, 0, 1] == on)
+    np.savez(d / "neg_num_nodes.npz", edge_index=EI, num_nodes=np.int64(-1))
+    np.savez(d / "short_node_time.npz", edge_index=EI, y=y.clip(0), test_mask=on, node_time=np.arange(5))
+    np.savez(d / "short_y.npz", edge_index=EI, x=x, y=y[:5].clip(0), train_mask=on)
+    np.savez(d / "short_mask.npz", edge_index=EI, x=x, y=y.clip(0), train_mask=on[:4])
+    np.savez(d / "two_short.npz", edge_index=EI, x=x[:4], y=y.clip(0), node_time=np.arange(5))
+    np.savez(d / "short_x_counted.npz", edge_index=EI, x=x[:5], num_nodes=np.int64(6))
+    np.savez(d / "short_edge_time.npz", edge_index=EI, x=x, edge_time=np.arange(5))
 
 
 def _ogb_variants() -> list[tuple[str, str, list[str]]]:
@@ -108,7 +154,7 @@ def test_cli_bad_input(inputs, tmp_path, capsys, argv, code, word):
     args = [a.format(d=inputs, t=tmp_path) for a in argv]
     assert main(args) == code
     err = capsys.readouterr().err.strip()
-    assert word in err, err
+    assert word.format(t=tmp_path) in err, err
     assert len(err.splitlines()) == 1, f"expected one line, got:\n{err}"
     assert _digest(inputs) == before, "an input file was changed, moved or removed"
     assert sorted(os.listdir(inputs)) == sorted(before_names(before)), "something was left beside the inputs"
@@ -117,6 +163,86 @@ def test_cli_bad_input(inputs, tmp_path, capsys, argv, code, word):
 
 def before_names(digest: dict[str, str]) -> set[str]:
     return {path.split(os.sep)[0] for path in digest}
+
+
+def _pyg(**attrs):
+    import torch
+    from torch_geometric.data import Data
+
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 5, 1], [1, 2, 3, 4, 5, 0, 3]])  # 6 nodes, 7 edges
+    return Data(edge_index=edge_index, **{k: torch.as_tensor(v, dtype=torch.bool if k.endswith("_mask") else None)
+                                          for k, v in attrs.items()})
+
+
+def _pyg_hetero(y):
+    import torch
+    from torch_geometric.data import HeteroData
+
+    data = HeteroData()
+    data["paper"].x, data["paper"].y = torch.ones(4, 2), torch.tensor(y)
+    data["paper"].val_mask = torch.tensor([False, True, True, False])
+    data["paper", "cites", "paper"].edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    return data
+
+
+def _chunked(y, train_mask, num_nodes=None, num_edges=None):
+    """A ChunkedSource of a 10-node ring cut into node chunks of 3: per-chunk checks see one chunk."""
+    from graphstore.ingest.chunked_graph import chunked_from_graph
+    from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
+
+    n = len(y)
+    attrs = {"x": np.ones((n, 2), np.float32), "y": np.array(y), "train_mask": np.array(train_mask, bool)}
+    graph = GraphSource({None: NodeTable(n, {k: ArrayRows(v) for k, v in attrs.items()})},
+                        {None: EdgeTable(np.arange(n), (np.arange(n) + 1) % n)})
+    source = chunked_from_graph(graph, chunk_edges=4, chunk_nodes=3)
+    source.num_nodes = {None: n if num_nodes is None else num_nodes}
+    source.num_edges = {None: n if num_edges is None else num_edges}
+    return source
+
+
+Y10 = [0, 1, 0, 1, 0, 1, 0, -5, 1, 0]
+ONES, TRAIN7 = [1] * 6, [i in (0, 7) for i in range(10)]
+# (id, the graph handed to graphstore.ingest, words of the one-line InvalidInputError)
+SOURCE_CASES = [
+    ("pyg -5 in train_mask", lambda: _pyg(x=np.ones((6, 2), np.float32), y=[0, 1, -5, 0, 1, 0], train_mask=ONES),
+     "the nodes, attribute 'y': node 2 is in train_mask but has label -5"),
+    ("pyg hetero -1 in val_mask", lambda: _pyg_hetero([0, 1, -1, 2]),
+     "node type 'paper', attribute 'y': node 2 is in val_mask but has label -1"),
+    ("pyg num_nodes=-1", lambda: _pyg(x=np.ones((6, 2), np.float32), num_nodes=-1), "num_nodes is -1"),
+    ("pyg short node_time", lambda: _pyg(y=[0] * 6, train_mask=ONES, node_time=np.arange(5)),
+     "'data.node_time' has 5 rows, but 'data.y', 'data.train_mask' have 6"),
+    ("pyg short x", lambda: _pyg(x=np.ones((5, 2), np.float32), y=[0] * 6), "'data.x' has 5 rows, but 'data.y' has 6"),
+    ("pyg long y", lambda: _pyg(x=np.ones((6, 2), np.float32), y=[0] * 7), "'data.y' has 7 rows, but 'data.x' has 6"),
+    ("pyg short y, num_nodes set", lambda: _pyg(x=np.ones((6, 2), np.float32), y=[0] * 5, num_nodes=6),
+     "attribute 'y' has 5 rows but num_nodes is 6"),
+    ("pyg short mask", lambda: _pyg(x=np.ones((6, 2), np.float32), y=[0] * 6, test_mask=ONES[:5]),
+     "'data.test_mask' has 5 rows"),
+    ("chunked -5 in train_mask", lambda: _chunked(Y10, TRAIN7),
+     "attribute 'y': node 7 is in train_mask but has label -5 (1 such node among nodes 6..8)"),
+    ("chunked num_nodes=-3", lambda: _chunked(Y10, TRAIN7, num_nodes=-3), "the nodes: num_nodes is -3"),
+    ("chunked num_edges=-1", lambda: _chunked(Y10, TRAIN7, num_edges=-1), "the edges: num_edges is -1"),
+]
+
+
+@pytest.mark.parametrize("case,make,words", SOURCE_CASES, ids=[c[0] for c in SOURCE_CASES])
+def test_source_bad_values(tmp_path, case, make, words):
+    with pytest.raises(InvalidInputError) as info:
+        graphstore.ingest(make(), tmp_path / "o")
+    assert words in str(info.value) and len(str(info.value).splitlines()) == 1, str(info.value)
+    assert os.listdir(tmp_path) == [], "something was written"
+
+
+UNLABELLED = [lambda: _pyg(x=np.ones((6, 2), np.float32), y=[0, -1, 1, -1, 0, 1], train_mask=[1, 0, 1, 0, 1, 1]),
+              lambda: _chunked([-1 if i % 3 else 0 for i in range(10)], [i % 3 == 0 for i in range(10)]),
+              lambda: _pyg_hetero([0, 1, 2, -1])]
+
+
+@pytest.mark.parametrize("make", UNLABELLED, ids=["pyg", "chunked", "hetero"])
+def test_negative_labels_outside_every_mask_are_unlabelled_nodes(tmp_path, make):
+    summary = graphstore.ingest(make(), tmp_path / "o")
+    ds = graphstore.open_dataset(summary.dest)
+    ntype = ds.node_types[0]
+    assert (ds.partition(0)[0][ntype, "y", None].numpy() == -1).sum() >= 1
 
 
 def test_s3_dest_that_is_an_object_is_refused(s3, inputs):
@@ -246,3 +372,95 @@ def test_file_system_errors_while_staging_are_one_line(inputs, tmp_path, capsys,
     assert main(["ingest", f"npz:{inputs}/g.npz", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "Read-only file system" in err and "nothing was changed" in err and len(err.splitlines()) == 1, err
+
+
+# -- operating-system errors while writing: one line naming DEST and the fix, nothing left behind --
+
+def _raise(code: int):
+    def fail(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    return fail
+
+
+OS_ERRORS = [  # (what fails, how, a word of the one-line message)
+    ("graphstore.ingest.writer.ArrayWriter._set", errno.ENOSPC, "No space left on device [ENOSPC]); the disk is full"),
+    ("graphstore.ingest.writer.ArrayWriter._set", errno.EROFS, "read-only"),
+    ("graphstore.ingest.writer.ArrayWriter._set", errno.EACCES, "permission denied"),
+    ("graphstore.ingest.writer.ArrayWriter._set", errno.EIO, "I/O error"),
+    ("graphstore.ingest.scratch.Scratch.put", errno.ENOSPC, "the disk is full"),
+    ("graphstore.ingest.scratch.Scratch.put", errno.EDQUOT, "quota"),
+    ("graphstore.storage.FileSlot.create", errno.ENOSPC, "taking the ingest claim"),
+    ("graphstore.storage.LocalLocation.replace_with", errno.EXDEV, "renaming the new dataset into place"),
+]
+
+
+@pytest.mark.parametrize("target,code,word", OS_ERRORS, ids=[f"{t.rsplit('.', 1)[-1]}-{errno.errorcode[c]}"
+                                                            for t, c, _ in OS_ERRORS])
+def test_os_errors_while_writing_are_one_line(inputs, tmp_path, capsys, monkeypatch, target, code, word):
+    module, owner, name = target.rsplit(".", 2)
+    fail = _raise(code)
+    monkeypatch.setattr(getattr(importlib.import_module(module), owner), name,
+                        staticmethod(fail) if name == "_set" else fail)
+    dest = tmp_path / "o"
+    assert main(["ingest", f"npz:{inputs}/g.npz", str(dest), "--parts", "2", "--method", "random"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(dest) in err and word in err, err
+    assert os.listdir(tmp_path) == [], "a staging directory or the claim was left behind"
+
+
+def test_an_os_error_of_a_dask_task_names_dest():
+    """A worker's OSError comes back inside IngestStageError: it is named as DEST's, like the local one."""
+    from graphstore.errors import IngestStageError, StorageError
+    from graphstore.ingest.pipeline import _named
+    from graphstore.storage import open_location
+
+    location = open_location("/data/ds")
+    stage = IngestStageError("ingest stage 'edges', task 3 failed on a worker: OSError: ...")
+    stage.__cause__ = OSError(errno.ENOSPC, "No space left on device", "/data/.ds.partial-1-ab/tmp/x")
+    error = _named(location, stage)
+    assert isinstance(error, StorageError) and "/data/ds" in str(error) and "the disk is full" in str(error)
+    elsewhere = OSError(errno.EIO, "Input/output error", "/sources/g.npz")  # the SOURCE's file: not DEST's
+    assert _named(location, elsewhere) is elsewhere
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 5 MB tmpfs (root only), unmounted however the test ends."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a 5 MB tmpfs needs root")
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=5m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield mount
+    finally:
+        if subprocess.run(["umount", str(mount)]).returncode:
+            subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_a_full_disk_is_one_line_naming_dest(small_disk, capsys):
+    dest = small_disk / "ds"  # about 8 MB of features alone
+    assert main(["ingest", "synthetic:nodes=30000,avg_degree=5,features=64,classes=4,seed=1", str(dest),
+                 "--method", "random"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert str(dest) in err and "space" in err, err
+    assert os.listdir(small_disk) == [], "the staging directory or the claim was left on the full disk"
+
+
+def test_a_refused_s3_endpoint_is_one_line(inputs, tmp_path, capsys, monkeypatch):
+    from tests.graphstore.conftest import fake_credentials
+
+    fake_credentials(monkeypatch, tmp_path)
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert main(["ingest", f"npz:{inputs}/g.npz", "s3://gs-bucket/ds", "--storage-option",
+                 f"client_kwargs.endpoint_url=http://127.0.0.1:{port}", "--storage-option",
+                 "config_kwargs.retries.total_max_attempts=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"127.0.0.1:{port}" in err and "check the endpoint" in err, err
