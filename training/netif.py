@@ -72,16 +72,27 @@ def interface_of(address: str) -> str:
     raise UnreachableHostError(f"no interface on {socket.gethostname()} holds address {address}; pass --interface")
 
 
+def check_interface(interface: str) -> list[str]:
+    """The addresses of ``interface`` (``--interface``) on this host; raises naming the host's interfaces
+    when it has no such interface, or when the interface holds no address (down, or not configured)."""
+    found = interfaces()
+    if interface not in found:
+        raise InvalidInputError(f"--interface {interface!r} is not an interface of {socket.gethostname()} "
+                                f"(it has {sorted(found)}); give one of them, or leave --interface out to use "
+                                "the one on the route to MASTER_ADDR")
+    if not found[interface]:
+        raise InvalidInputError(f"--interface {interface!r} has no IPv4/IPv6 address on {socket.gethostname()} "
+                                "(down or not configured); bring it up, or give another interface")
+    return found[interface]
+
+
 def choose(master_addr: str, interface: str | None = None) -> Choice | None:
     """The interface for this host: ``interface`` if given (checked), else the one on the route to
     ``master_addr``; ``None`` when the master is this machine's loopback (single-host jobs)."""
     if interface is not None:
-        found = interfaces()
-        if interface not in found:
-            raise InvalidInputError(f"--interface {interface!r} is not an interface of {socket.gethostname()} "
-                                    f"(it has {sorted(found)})")
-        ipv4 = [a for a in found[interface] if ":" not in a]
-        return Choice(interface, (ipv4 or found[interface] or ["?"])[0], "--interface")
+        addresses = check_interface(interface)
+        ipv4 = [a for a in addresses if ":" not in a]
+        return Choice(interface, (ipv4 or addresses)[0], "--interface")
     if is_loopback(master_addr):
         return None
     address = source_address(resolve(master_addr))

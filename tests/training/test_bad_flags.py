@@ -54,6 +54,37 @@ FLAG_CASES = [
     (["--threads", "0"], 2, "--threads"),
     (["--loader-only", "--infer-out", "h"], 2, "--loader-only"),
     (["--loader-only", "--checkpoint-dir", "{t}/ck"], 2, "--loader-only"),
+    (["--cache-max-bytes", "garbage"], 2, "--cache-max-bytes"),
+    (["--cache-max-bytes", "0"], 2, "--cache-max-bytes"),
+    (["--cache-max-bytes", "1GB"], 2, "--cache-max-bytes does nothing for the local dataset"),
+    (["--cache-dir", "{t}/cache"], 2, "--cache-dir does nothing for the local dataset"),
+    (["--time-attr", "nosuch"], 2, "--time-attr 'nosuch' is no node or edge attribute"),
+    (["--time-attr", "x"], 2, "float32[8]"),
+    (["--time-attr", "train_mask"], 2, "--time-attr 'train_mask' is bool"),
+    (["--interface", "nosuch0"], 2, "--interface 'nosuch0' is not an interface"),
+    (["--checkpoint-dir", "/proc/graphstore-ckpt"], 2, "--checkpoint-dir /proc/graphstore-ckpt"),
+    (["--checkpoint-dir", "/proc/graphstore-ckpt/sub"], 2, "--checkpoint-dir /proc/graphstore-ckpt/sub"),
+    (["--metrics-out", "/proc/graphstore-m.json"], 2, "--metrics-out /proc/graphstore-m.json"),
+    (["--infer-out", "h", "--task", "link"], 2, "--infer-out"),
+    (["--infer-out", "h", "--model", "gcn"], 2, "--infer-out with --model gcn"),
+    (["--infer-out", "x"], 2, "already has node attribute 'x', written by ingest"),
+    (["--infer-out", "orig_id"], 2, "reserved"),
+    (["--infer-out", "a/b"], 2, "--infer-out 'a/b'"),
+    (["--neg-sampling", "triplet"], 2, "--neg-sampling"),
+    (["--task", "link", "--edge-type", "rel"], 2, "--edge-type rel"),
+    (["--checkpoint-dir", "{t}/ck", "--infer-out", "x"], 2, "--infer-out"),  # the tried directory is gone again
+]
+
+# flags the door must let through (ranks start; here a stub): what was tried is removed, nothing is left in {t}
+GOOD_CASES = [
+    ["--checkpoint-dir", "{t}/a/b"],
+    ["--resume", "--checkpoint-dir", "{t}/ck"],
+    ["--metrics-out", "{t}/m.json"],
+    ["--interface", "lo"],
+    ["--infer-out", "emb"],
+    ["--infer-out", "emb", "--model", "gin"],
+    ["--task", "link", "--neg-sampling", "triplet"],
+    ["--loader-only", "--model", "gcn"],
 ]
 
 
@@ -82,6 +113,107 @@ def test_bad_flags_refused_before_ranks_start(ds, tmp_path, capsys, monkeypatch,
 
 def _no_ranks(*args, **kwargs):
     raise AssertionError("ranks were started: the check must come before")
+
+
+def _refused(argv, capsys, monkeypatch, code=2) -> str:
+    """Run ``main(argv)`` with ranks forbidden; the one line it printed."""
+    monkeypatch.setattr("training.launch.launch_local", _no_ranks)
+    assert main(argv) == code
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def _accepted(argv, capsys, monkeypatch) -> None:
+    """``main(argv)`` gets as far as starting the ranks (stubbed), printing nothing."""
+    started = []
+    monkeypatch.setattr("training.launch.launch_local", lambda config, nproc, grace: started.append(nproc) or 0)
+    assert main(argv) == 0, capsys.readouterr().err
+    assert started and capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("args", GOOD_CASES, ids=[" ".join(c) for c in GOOD_CASES])
+def test_good_flags_pass_the_door_and_leave_nothing(ds, tmp_path, capsys, monkeypatch, args):
+    _accepted([ds, "--no-progress", *(a.format(t=tmp_path) for a in args)], capsys, monkeypatch)
+    assert os.listdir(tmp_path) == [], "a directory tried at the door was left behind"
+
+
+@pytest.fixture(scope="module")
+def others(ds, tmp_path_factory) -> dict[str, str]:
+    """Datasets the synthetic one cannot stand for: times of several dtypes, heterogeneous, an earlier output."""
+    from graphstore.outputs import OutputWriter
+
+    root, rng, n = tmp_path_factory.mktemp("others"), np.random.default_rng(0), 60
+    src, dst = rng.integers(0, n, 300), rng.integers(0, n, 300)
+    labelled = {"x": ArrayRows(rng.random((n, 4), dtype=np.float32)), "y": ArrayRows(rng.integers(0, 3, n)),
+                "train_mask": ArrayRows(rng.random(n) < 0.5), "ntime": ArrayRows(rng.integers(0, 99, n))}
+    timed = {None: NodeTable(n, {**labelled, "ftime": ArrayRows(rng.random(n, dtype=np.float32))})}
+    graphstore.ingest(GraphSource(timed, {None: EdgeTable(src, dst, {"etime": ArrayRows(rng.integers(0, 99, 300))})}),
+                      root / "time", num_parts=2)
+    nodes = {"a": NodeTable(n, labelled), "b": NodeTable(n, {"x": ArrayRows(rng.random((n, 4), dtype=np.float32))})}
+    edges = {("a", "to", "b"): EdgeTable(src, dst), ("b", "rev", "a"): EdgeTable(dst, src),
+             ("a", "self", "a"): EdgeTable(src, dst)}
+    graphstore.ingest(GraphSource(nodes, edges), root / "hetero", num_parts=2)
+    shutil.copytree(ds, root / "output")
+    writer = OutputWriter(str(root / "output"), "emb", row_shape=(2,))
+    offsets = writer.manifest.node_types[0].offsets
+    writer.commit({p: writer.write_part(p, np.zeros((offsets[p + 1] - offsets[p], 2))) for p in range(2)})
+    return {name: str(root / name) for name in ("time", "hetero", "output")}
+
+
+# (dataset of ``others``, flags, a word of the one line; None: accepted, the ranks would start)
+OTHER_CASES = [
+    ("time", ["--time-attr", "etime"], "no node attribute of the nodes"),
+    ("time", ["--time-attr", "ftime"], "--time-attr 'ftime' is float32"),
+    ("time", ["--time-attr", "ntime"], None),
+    ("time", ["--task", "link", "--time-attr", "etime"], None),
+    ("time", ["--task", "link", "--time-attr", "ntime"], "no attribute of the edges"),  # PyG: negatives need it
+    ("hetero", ["--model", "gcn"], "--model gcn cannot train"),
+    ("hetero", ["--model", "gat", "--task", "link", "--edge-type", "to"], "--model gat cannot train"),
+    ("hetero", ["--model", "gcn", "--loader-only"], None),
+    ("hetero", ["--model", "gin"], None),
+    ("hetero", ["--infer-out", "h"], "--infer-out writes outputs of homogeneous node classification only"),
+    ("hetero", ["--task", "link", "--edge-type", "to", "--time-attr", "ntime"], "no attribute of edge type"),
+    ("hetero", ["--task", "link", "--edge-type", "nope"], "--edge-type nope: edge type"),
+    ("output", ["--infer-out", "emb"], "already has output 'emb'"),
+    ("output", ["--infer-out", "emb2"], None),
+]
+
+
+@pytest.mark.parametrize("name,args,word", OTHER_CASES, ids=[f"{c[0]}: {' '.join(c[1])}" for c in OTHER_CASES])
+def test_flags_that_depend_on_the_dataset(others, capsys, monkeypatch, name, args, word):
+    argv = [others[name], "--no-progress", *args]
+    if word is None:
+        _accepted(argv, capsys, monkeypatch)
+    else:
+        assert word in _refused(argv, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("pointer,word", [("{", "is unreadable"), ('{"file": "checkpoint-epoch0001.pt"}', "names")])
+def test_resume_from_a_broken_pointer_is_refused(ds, tmp_path, capsys, monkeypatch, pointer, word):
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "latest.json").write_text(pointer)
+    err = _refused([ds, "--resume", "--checkpoint-dir", str(tmp_path / "ck")], capsys, monkeypatch)
+    assert err.startswith("graphstore-train: error: --resume") and word in err, err
+
+
+def test_cache_directory_of_a_remote_dataset_is_tried(tmp_path, capsys, monkeypatch):
+    from graphstore.storage import open_location
+
+    url = f"memory://graphstore-door-{tmp_path.name}/ds"
+    graphstore.ingest("synthetic:nodes=200,avg_degree=3,features=4,classes=2,seed=1", url, num_parts=2)
+    try:
+        err = _refused([url, "--cache-dir", "/proc/graphstore-cache"], capsys, monkeypatch)
+        assert "--cache-dir /proc/graphstore-cache" in err, err
+        _accepted([url, "--cache-dir", str(tmp_path / "c"), "--cache-max-bytes", "1GB"], capsys, monkeypatch)
+        assert os.listdir(tmp_path) == []
+    finally:
+        open_location(url).remove()
+
+
+def test_a_bad_cache_size_in_the_environment_is_named(ds, capsys, monkeypatch):
+    monkeypatch.setenv("GRAPHSTORE_CACHE_MAX_BYTES", "lots")
+    assert "$GRAPHSTORE_CACHE_MAX_BYTES 'lots' is not a size" in _refused([ds], capsys, monkeypatch)
 
 
 def test_link_task_on_an_edge_type_without_edges(tmp_path, capsys, monkeypatch):
