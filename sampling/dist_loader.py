@@ -128,8 +128,14 @@ class _Distributed:
             out[sel] = unpack(_waited(self.stats, future))
         return out
 
+    skip_next = 0  # the next pass starts this many batches in (a job resumed mid-epoch); then back to 0
+
     def __iter__(self) -> Iterator:
         base = super().__iter__()  # type: ignore[misc]
+        skip, self.skip_next = self.skip_next, 0
+        inner = getattr(base, "iterator", base)  # PyG's DataLoaderIterator wraps torch's
+        for _ in range(skip):  # the seed order is drawn as in a whole pass; skipped batches are not sampled
+            inner._next_index()
         return Prefetcher(base, self.prefetch) if self.prefetch else base
 
 

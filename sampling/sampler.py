@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import numbers
 import os
@@ -286,10 +287,9 @@ class NeighborSampler(BaseSampler):
         per thread and process: a forked DataLoader worker inherits its parent's thread state, so the
         process ID is part of the check.
 
-        With ``seed`` set, the stream follows from the seed, the worker, the pass (:meth:`next_epoch`)
-        and how many threads of this process this sampler seeded before, so it is reproducible and
-        differs per worker, pass and prefetch thread. Without it, a worker starts from torch's seed for
-        that worker and pass (``get_worker_info().seed``), the main process from ``torch.initial_seed()``.
+        With ``seed`` set, this stream is replaced before every batch (:meth:`_batch_stream`). Without
+        it, a worker starts from torch's seed for that worker and pass (``get_worker_info().seed``), the
+        main process from ``torch.initial_seed()``, each thread with a stream of its own.
         """
         pid = os.getpid()
         if getattr(self._local, "pid", None) == pid:
@@ -304,8 +304,25 @@ class NeighborSampler(BaseSampler):
         self._local.rng = multihop.rng_state(mixed)
         self._local.pid = pid
 
+    def _batch_stream(self, seed: Any, seed_time: Any) -> None:
+        """With ``seed`` set, each batch draws from a stream of its own: a function of the seed, the pass
+        and the batch's seed nodes (and times), never of which thread or worker samples it or of the
+        batches sampled before. So N threads or workers give the batches one does, and a job resumed
+        mid-pass samples the rest of the pass as an uninterrupted one does."""
+        digest = hashlib.blake2b(digest_size=8)
+        for part in (seed, seed_time):
+            items = sorted(part.items(), key=lambda kv: repr(kv[0])) if isinstance(part, dict) else [(None, part)]
+            for key, value in items:
+                if value is not None:
+                    digest.update(repr(key).encode())
+                    digest.update(np.ascontiguousarray(_seed_array(value)).tobytes())
+        words = [self._seed % 2**64, self._epoch, int.from_bytes(digest.digest(), "little")]
+        self._local.rng = multihop.rng_state(int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0]))
+
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()
+        if self._seed is not None:
+            self._batch_stream(seed, seed_time)
         excluded, strict = self.exclusion()
         if not isinstance(seed, dict) and self.fast_path is not None:
             seeds = _seed_array(seed)

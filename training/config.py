@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from graphstore.cache import parse_size
 from graphstore.errors import InvalidInputError
 
 MODELS = ("sage", "gcn", "gat", "gin")
@@ -47,6 +48,7 @@ class TrainConfig:
     eval_max_batches: int = 0  # evaluations before the last: at most this many batches per rank and split (0 = all)
     threads: int | None = None  # torch threads per rank (default: usable cores / ranks on this host)
     loader_only: bool = False  # iterate the training loader without a model: the rate batches are produced
+    checkpoint_every: int = 0  # also checkpoint every N training steps (0: at epoch ends only)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -80,6 +82,11 @@ def check_config(c: TrainConfig) -> None:
                              ("--threads", 1 if c.threads is None else c.threads, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InvalidInputError(f"{flag} must be an integer >= {low}, got {value!r}")
+    every = c.checkpoint_every
+    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 0:
+        raise InvalidInputError(f"--checkpoint-every must be an integer >= 0 (steps), got {every!r}")
+    if every and not c.checkpoint_dir:
+        raise InvalidInputError("--checkpoint-every needs --checkpoint-dir (where the checkpoints go)")
     if c.loader_only and (c.infer_out or c.checkpoint_dir):
         flag = "--infer-out" if c.infer_out else "--checkpoint-dir"
         raise InvalidInputError(f"--loader-only trains no model, so {flag} has nothing to write; drop one of them")
@@ -89,6 +96,12 @@ def check_config(c: TrainConfig) -> None:
     if c.task == "node" and c.edge_type is not None:
         raise InvalidInputError("--edge-type names the links to predict (--task link); --task node classifies "
                                 "the node type given by --target")
+    if c.task == "node" and c.neg_sampling != "binary":
+        raise InvalidInputError(f"--neg-sampling {c.neg_sampling} picks negative links for --task link; --task node "
+                                "has none: drop --neg-sampling, or add --task link")
+    if c.cache_max_bytes is not None and (parse_size(c.cache_max_bytes, "--cache-max-bytes") or 0) <= 0:
+        raise InvalidInputError(f"--cache-max-bytes {c.cache_max_bytes!r} is not a positive size; give e.g. 50GB, "
+                                "or leave it out for no limit")
 
 
 def _number(flag: str, value: Any, low: float, high: float | None = None, *, above: bool = False,

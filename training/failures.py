@@ -9,8 +9,8 @@ import time
 import traceback
 
 from graphstore.errors import GraphstoreError
+from training.lifetime import ERROR_FILE_ENV  # where a rank started by the local launcher records its error
 
-ERROR_FILE_ENV = "GRAPHSTORE_ERROR_FILE"  # where a rank started by the local launcher records its error
 LOG_DIR_ENV = "GRAPHSTORE_LOG_DIR"  # where the launcher keeps a failed job's log (default: the temp dir)
 
 
@@ -38,6 +38,17 @@ def record(rank: int, exc: BaseException) -> bool:
     with open(path, "w") as fh:
         json.dump(doc, fh)
     return True
+
+
+def kind(job_dir: str, rank: int) -> str:
+    """How a rank that exited with an error left it: ``cause`` (it recorded an error of its own),
+    ``echo`` (it recorded another rank's failure as it saw it) or ``silent`` (no record: a signal)."""
+    path = os.path.join(job_dir, f"rank{rank}.error.json")
+    try:
+        with open(path) as fh:
+            return "echo" if json.load(fh).get("echo") else "cause"
+    except (OSError, ValueError):
+        return "silent"
 
 
 def _handler_failure(exc: BaseException) -> tuple[int, object] | None:

@@ -20,7 +20,7 @@ from graphstore import allocator
 from graphstore.cli_args import Parser, integer, number
 from graphstore.cli_storage import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
-from training import failures, threads, validate
+from training import failures, lifetime, preempt, threads, validate
 from training.timing import describe
 from training.trainer import MODELS, TrainConfig, Trainer
 from training.world import World
@@ -39,7 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dropout", type=number(0, 1, below=True), default=0.5, help="in [0, 1) (default 0.5)")
     p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
     p.add_argument("--checkpoint-dir")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --checkpoint-dir")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest checkpoint in --checkpoint-dir (at the exact step, when it was "
+                        "written inside an epoch)")
+    p.add_argument("--checkpoint-every", type=integer(0), default=0, metavar="N",
+                   help="also checkpoint every N training steps (default 0: after each epoch only). SIGTERM "
+                        "always checkpoints at the next step and exits with code 75")
     p.add_argument("--metrics-out", help="write per-epoch metrics (JSON) here")
     p.add_argument("--timeout", type=number(0, above=True), default=120.0,
                    help="seconds before a silent peer or stuck collective ends the job (default 120)")
@@ -86,13 +91,21 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        neg_sampling=args.neg_sampling, storage_options=parse_storage_options(args.storage_option),
                        cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes, interface=args.interface,
                        verify_reads=args.verify_reads, eval_every=args.eval_every,
-                       eval_max_batches=args.eval_max_batches, threads=args.threads, loader_only=args.loader_only)
+                       eval_max_batches=args.eval_max_batches, threads=args.threads, loader_only=args.loader_only,
+                       checkpoint_every=args.checkpoint_every)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:
-    """Run this process's rank; exit code 0, 2 (bad input) or 1 (failure, named on stderr)."""
+    """Run this process's rank; exit code 0, 2 (bad input), 75 (stopped on SIGTERM, checkpoint written)
+    or 1 (failure, named on stderr)."""
+    preempt.install()
     try:
-        Trainer(config, world, on_epoch=print_epoch if world.rank == 0 else None).run()
+        trainer = Trainer(config, world, on_epoch=print_epoch if world.rank == 0 else None)
+        trainer.run()
+        if trainer.stopped is not None:
+            if world.rank == 0:
+                print(trainer.stopped.line(config.checkpoint_dir), file=sys.stderr, flush=True)
+            return preempt.EXIT_PREEMPTED
         return 0
     except Exception as exc:
         code = 2 if isinstance(exc, GraphstoreError) and not failures.is_echo(exc) else 1
@@ -148,6 +161,7 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
         base = allocator.preload_env(dict(os.environ))  # jemalloc where the machine has it (graphstore.allocator)
         for rank in range(nproc):
             env = {**base, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
+                   lifetime.LAUNCHER_PID_ENV: str(os.getpid()), lifetime.JOB_DIR_ENV: tmp,
                    "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous", "TMPDIR": scratch, "TEMP": scratch,
                    "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
                    "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
@@ -158,11 +172,18 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
             relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
             stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")
             logs.append(relay or stderr)
+            # a session of their own: the terminal's Ctrl-C reaches the launcher only, which stops them
             procs.append(subprocess.Popen([sys.executable, "-m", "training.launch", "--rank-from-env"], env=env,
-                                          stderr=stderr))
-        previous = signal.signal(signal.SIGTERM, _raise_exit)  # scancel / kill: stop the ranks too
+                                          stderr=stderr, start_new_session=True))
+        term = _Terminate(procs)
+        previous = signal.signal(signal.SIGTERM, term)  # scancel / kill / preemption: checkpoint, then stop
         try:
-            return _supervise(procs, grace, tmp, logs[0])
+            return _supervise(procs, grace, tmp, logs[0], term)
+        except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
+            print("graphstore-train: interrupted (Ctrl-C); stopped every rank", file=sys.stderr, flush=True)
+            _stop_all(procs, wait=0.0)
+            return 130
         finally:
             signal.signal(signal.SIGTERM, previous)
             _stop_all(procs)
@@ -170,15 +191,30 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
                 fh.close()
 
 
-def _raise_exit(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
+class _Terminate:
+    """The launcher's SIGTERM handler: passes SIGTERM on to the ranks (they checkpoint at the next step
+    and exit 75) and kills those still running ``limit`` seconds later."""
+
+    def __init__(self, procs: list[subprocess.Popen], limit: float = 25.0) -> None:
+        self.procs, self.limit, self.deadline = procs, limit, None
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.limit
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+
+    def overdue(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
 
 
 def _stop_all(procs: list[subprocess.Popen], wait: float = 10.0) -> None:
-    """Terminate ranks still running, then kill those that ignore it: no rank outlives the launcher."""
+    """Terminate ranks still running (kill them at once when ``wait`` is 0), then kill those that are
+    still there after ``wait`` seconds: no rank outlives the launcher."""
     for p in procs:
         if p.poll() is None:
-            p.terminate()
+            p.kill() if wait <= 0 else p.terminate()
     deadline = time.monotonic() + wait
     for p in procs:
         try:
@@ -188,31 +224,34 @@ def _stop_all(procs: list[subprocess.Popen], wait: float = 10.0) -> None:
             p.wait()
 
 
-def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay: failures.StderrRelay) -> int:
-    """Wait for the ranks; after the first failure, give peers ``grace`` seconds to report what they saw
-    (1 s when it was bad input: its message is the cause), then stop them. One line sums up a failure."""
+def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay: failures.StderrRelay,
+               term: _Terminate | None = None) -> int:
+    """Wait for the ranks. After the first failure, stop the others at once (1 s) when the failed rank
+    named its own error; give peers time to say what they saw when it only echoed a peer's failure
+    (``grace``) or died without a word (at most 15 s). One line sums up a failure."""
     failed: dict[int, int] = {}
     stopped: set[int] = set()
     deadline = None
+    ok = (0, preempt.EXIT_PREEMPTED)
     while any(p.poll() is None for p in procs):
         for rank, p in enumerate(procs):
-            if p.poll() not in (None, 0) and rank not in failed:
+            if p.poll() not in (None, *ok) and rank not in failed:
                 relay.failed.set()
                 failed[rank] = p.returncode
-                wait = 1.0 if p.returncode == 2 else grace
+                wait = {"cause": 1.0, "echo": grace, "silent": min(grace, 15.0)}[failures.kind(job_dir, rank)]
                 deadline = min(deadline or math.inf, time.monotonic() + wait)
-        if deadline and time.monotonic() > deadline:
+        if (deadline and time.monotonic() > deadline) or (term is not None and term.overdue()):
             for rank, p in enumerate(procs):
                 if p.poll() is None:
                     stopped.add(rank)
                     p.kill()
         time.sleep(0.2)
     codes = {rank: p.returncode for rank, p in enumerate(procs)}
-    if any(c != 0 for c in codes.values()):
+    if any(c not in ok for c in codes.values()):
         relay.failed.set()
     relay.close()  # rank 0's last words: shown after a success, kept in the log after a failure
-    if all(c == 0 for c in codes.values()):
-        return 0
+    if all(c in ok for c in codes.values()):
+        return preempt.EXIT_PREEMPTED if preempt.EXIT_PREEMPTED in codes.values() else 0
     line, code = failures.summarize(job_dir, codes, stopped)
     print(line, file=sys.stderr, flush=True)
     return code
@@ -224,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--rank-from-env"]:
         config = TrainConfig(**_config_env())
         world = World.from_env()
+        lifetime.watch_launcher(world.rank)
         logging.basicConfig(level=logging.WARNING, format=f"rank {world.rank}: %(levelname)s %(message)s")
         warnings.filterwarnings("ignore", message="You are using a Backend")  # torch's own object collectives
         return run_rank(config, world)
@@ -241,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     except GraphstoreError as exc:
         print(f"graphstore-train: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("graphstore-train: interrupted (Ctrl-C) before any rank started", file=sys.stderr)
+        return 130
     return launch_local(config, nproc, grace=config.timeout + 15)
 
 

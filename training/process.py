@@ -284,7 +284,7 @@ class Watchdog:
                 how = "rendezvous store unreachable" if store_lost else "no heartbeat"
                 _hard_exit(f"graphstore-train rank {self.world.rank} at {_me()}: lost {describe(dead)} during "
                            f"{stage()}: died, hung or unreachable ({how} for {self.limit:.0f} s, --timeout); "
-                           f"stopping this rank")
+                           f"stopping this rank", record=self.world.rank)
 
     def stop(self) -> None:
         self._stop.set()
@@ -297,7 +297,12 @@ def exit_after(seconds: float, message: str) -> None:
     timer.start()
 
 
-def _hard_exit(message: str) -> None:
-    """Write ``message`` straight to stderr (no buffers to flush) and end the process at once."""
+def _hard_exit(message: str, record: int | None = None) -> None:
+    """Write ``message`` straight to stderr (no buffers to flush) and end the process at once; with
+    ``record`` (this rank), also as the rank's error for the launcher's one line, unless it has one."""
     os.write(2, (message + "\n").encode())
+    if record is not None:
+        from training.lifetime import record_message
+
+        record_message(record, message)
     os._exit(3)

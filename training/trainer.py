@@ -18,8 +18,8 @@ from graphstore import allocator
 from graphstore.errors import InvalidInputError
 from sampling import wire
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
-from training import checkpoint, evaluation, process, threads
-from training.batches import cycle, first_batch, restart_streams, time_loader
+from training import checkpoint, evaluation, preempt, process, threads
+from training.batches import cycle, first_batch, mix, restart_streams, time_loader
 from training.config import MODELS, TrainConfig
 from training.memory import PeakMeter, memory_per_rank
 from training.process import PeerFailure, Watchdog, start, stop
@@ -68,6 +68,7 @@ class Trainer:
         self.threads = threads.choose(config.threads, world.local_world_size)
         threads.apply(self.threads)
         self.peak = PeakMeter()
+        self.stopped: preempt.Stopped | None = None  # set when the ranks stopped on SIGTERM
 
     # -- set-up --
 
@@ -135,19 +136,32 @@ class Trainer:
         self.task = make_task(self)
         loaders = self._loaders()
         model, ddp, optimizer = self._build(loaders["train"])
-        first, history = self._resume(model, optimizer) if model is not None else (0, [])
-        if _agree_max(first) != first or -_agree_max(-first) != first:
+        first, start, history, totals = self._resume(model, optimizer) if model is not None else (0, 0, [], None)
+        where = first * 2**32 + start
+        if _agree_max(where) != where or -_agree_max(-where) != where:
             raise InvalidInputError(
                 f"--resume: ranks found different checkpoints in {c.checkpoint_dir} (rank {self.world.rank} would "
                 f"start at epoch {first + 1}); --checkpoint-dir must be one path every rank sees (shared storage)")
         steps = _agree_max(len(loaders["train"]))
         plan = evaluation.EvalPlan(c.eval_every, c.eval_max_batches, c.epochs)
         for epoch in range(first, c.epochs):
-            history.append(self._run_epoch(epoch, loaders, steps, (model, ddp, optimizer), plan))
+            resume = (start, totals) if epoch == first else (0, None)
+            try:
+                history.append(self._run_epoch(epoch, loaders, steps, (model, ddp, optimizer), plan, resume, history))
+            except preempt.Stopped as stopped:
+                self.stopped = stopped
+                return history
             self._after_epoch(epoch, model, optimizer, history)
+            if epoch + 1 < c.epochs and preempt.agreed(self._cpu_group):  # asked during evaluation: epoch saved
+                self.stopped = preempt.Stopped(epoch + 1, 0, self._saved(epoch))
+                return history
         if c.infer_out:
             self._write_inference(model)
         return history
+
+    def _saved(self, epoch: int) -> str | None:
+        d = self.config.checkpoint_dir
+        return os.path.join(d, f"checkpoint-epoch{epoch:04d}.pt") if d else None
 
     def _build(self, loader: Any) -> tuple[Any, Any, Any]:
         """The model, its DDP wrapper and the optimizer (``None`` each with ``--loader-only``), built on
@@ -165,11 +179,13 @@ class Trainer:
         return model, ddp, torch.optim.Adam(ddp.parameters(), lr=c.lr)
 
     def _run_epoch(self, epoch: int, loaders: dict[str, Any], steps: int, built: tuple[Any, Any, Any],
-                   plan: evaluation.EvalPlan) -> dict[str, Any]:
-        """One epoch's training (or loader-only pass), its evaluation when due, and its record."""
+                   plan: evaluation.EvalPlan, resume: tuple[int, Any] = (0, None),
+                   history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """One epoch's training (or loader-only pass) from step ``resume[0]`` (with the loss and accuracy
+        sums of the steps before, ``resume[1]``), its evaluation when due, and its record."""
         c, (model, ddp, optimizer) = self.config, built
         _seed_everything(c.seed * 100_003 + epoch * 1009 + self.world.rank)
-        restart_streams(loaders, epoch)
+        restart_streams(loaders, epoch, c.seed, self.world.rank)
         for counter in (self.timers, self.stats, self.transport.wire, self.bytes):
             counter.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
         allocator.release_freed()  # what the last epoch freed goes back: an epoch's peak is its own
@@ -179,7 +195,8 @@ class Trainer:
         if ddp is None:
             record = self._loader_epoch(loaders["train"], steps, epoch)
         else:
-            record = dict(zip(("loss", "train_acc"), self._epoch(ddp, optimizer, loaders["train"], steps, epoch)))
+            record = dict(zip(("loss", "train_acc"), self._epoch(ddp, optimizer, loaders["train"], steps, epoch,
+                                                                 resume, history or [])))
         record = {"epoch": epoch + 1, **record, "train_seconds": round(time.perf_counter() - start_time, 3)}
         record["remote"] = self.stats.snapshot(reset=True)  # training steps only
         record["wire"] = wire_record(self.transport.wire.snapshot(reset=True), self.bytes.snapshot())
@@ -219,27 +236,65 @@ class Trainer:
                            self.dataset.num_nodes(), self.dataset.url, time.perf_counter() - start_time)
         dist.barrier()
 
-    def _epoch(self, ddp: torch.nn.Module, optimizer: Any, loader: Any, steps: int, epoch: int) -> tuple[float, float]:
+    def _epoch(self, ddp: torch.nn.Module, optimizer: Any, loader: Any, steps: int, epoch: int,
+               resume: tuple[int, Any], history: list[dict[str, Any]]) -> tuple[float, float]:
+        """Steps ``resume[0]`` to ``steps`` of the epoch. Dropout draws from a stream of each step's own,
+        so a run resumed at a step goes on as an uninterrupted one does. At every step boundary the ranks
+        agree whether to stop (SIGTERM) and save a checkpoint there, or every ``--checkpoint-every``."""
         ddp.train()
+        start, saved = resume
         totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, seen
+        if saved is not None and self.world.rank == 0:  # the sums of the steps before, every rank's
+            totals += saved
         bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"epoch {epoch + 1}/{self.config.epochs}")
-        batches = cycle(loader, steps)
-        for _ in range(steps):
-            with self.timers.time("data_wait"):
-                batch = next(batches).to(self.world.device)
-            with self.timers.time("forward_backward"):
-                optimizer.zero_grad()
-                loss, correct, seen = self.task.step(ddp, batch)
-                loss.backward()
-            with self.timers.time("optimizer"):
-                optimizer.step()
-            totals += torch.tensor([float(loss.detach()) * seen, correct, seen], dtype=torch.float64)
-            bar.update(1)
-        with self.timers.time("epoch_end"):  # the prefetcher's last batch, then waiting for the slowest rank
-            batches.close()
-            bar.close()
-            dist.all_reduce(totals)
+        bar.update(start)
+        batches = cycle(loader, steps, start)
+        try:
+            for step in range(start, steps):
+                if step > start:
+                    self._step_boundary(epoch, step, steps, ddp.module, optimizer, totals, history)
+                with self.timers.time("data_wait"):
+                    batch = next(batches).to(self.world.device)
+                # after the batch: starting a pass draws DataLoader's base seed from the global generator
+                torch.manual_seed(mix(self.config.seed, epoch, step, self.world.rank))
+                with self.timers.time("forward_backward"):
+                    optimizer.zero_grad()
+                    loss, correct, seen = self.task.step(ddp, batch)
+                    loss.backward()
+                with self.timers.time("optimizer"):
+                    optimizer.step()
+                totals += torch.tensor([float(loss.detach()) * seen, correct, seen], dtype=torch.float64)
+                bar.update(1)
+        finally:
+            with self.timers.time("epoch_end"):  # the prefetcher's last batch, then waiting for the slowest rank
+                batches.close()
+                bar.close()
+        dist.all_reduce(totals)
         return round(float(totals[0] / max(totals[2], 1)), 5), round(float(totals[1] / max(totals[2], 1)), 5)
+
+    def _step_boundary(self, epoch: int, step: int, steps: int, model: torch.nn.Module, optimizer: Any,
+                       totals: torch.Tensor, history: list[dict[str, Any]]) -> None:
+        """Before step ``step``: a checkpoint when due (``--checkpoint-every``) or asked for (SIGTERM, any
+        rank), and :class:`preempt.Stopped` raised on every rank in the second case."""
+        c = self.config
+        stop = preempt.agreed(self._cpu_group)
+        every = c.checkpoint_every  # counted over the run's steps: epoch e's step s is step e * steps + s
+        due = bool(c.checkpoint_dir) and (stop or bool(every and (epoch * steps + step) % every == 0))
+        path = None
+        if due:
+            with self.timers.time("checkpoint"):
+                done = totals.clone()
+                dist.all_reduce(done)  # the loss and accuracy sums so far, over every rank
+                if self.world.rank == 0:
+                    path = checkpoint.save(c.checkpoint_dir, epoch, model, optimizer,
+                                           {"history": history, "totals": done}, step=step)
+                dist.barrier(group=self._cpu_group)  # written before any rank goes on (or stops)
+        if stop:
+            raise preempt.Stopped(epoch, step, path if path else self._step_file(epoch, step))
+
+    def _step_file(self, epoch: int, step: int) -> str | None:
+        d = self.config.checkpoint_dir
+        return os.path.join(d, f"checkpoint-epoch{epoch:04d}-step{step:07d}.pt") if d else None
 
     def _loader_epoch(self, loader: Any, steps: int, epoch: int) -> dict[str, Any]:
         """``--loader-only``: the epoch's batches taken as fast as the loader makes them, no model: the
@@ -258,18 +313,20 @@ class Trainer:
             dist.barrier()
         return {"loader_batches_per_s": gather_floats(rate)}
 
-    def _resume(self, model: torch.nn.Module, optimizer: Any) -> tuple[int, list[dict[str, Any]]]:
+    def _resume(self, model: torch.nn.Module, optimizer: Any) -> tuple[int, int, list[dict[str, Any]], Any]:
+        """Where to go on (epoch, step), the history so far, and the sums of the epoch's steps before."""
         c = self.config
         if not (c.resume and c.checkpoint_dir):
-            return 0, []
+            return 0, 0, [], None
         state = checkpoint.load_latest(c.checkpoint_dir)
         if state is None:
             logger.warning("--resume: no checkpoint in %s; starting at epoch 1", c.checkpoint_dir)
-            return 0, []
-        first = checkpoint.restore(state, model, optimizer)
+            return 0, 0, [], None
+        first, step = checkpoint.restore(state, model, optimizer)
         if self.world.rank == 0:
-            logger.warning("resumed from %s at epoch %d", c.checkpoint_dir, first + 1)
-        return first, list(state["extra"].get("history", []))
+            logger.warning("resumed from %s at epoch %d%s", c.checkpoint_dir, first + 1,
+                           f", step {step + 1}" if step else "")
+        return first, step, list(state["extra"].get("history", [])), state["extra"].get("totals")
 
     def _after_epoch(self, epoch: int, model: torch.nn.Module, optimizer: Any, history: list[dict]) -> None:
         c = self.config

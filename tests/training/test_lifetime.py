@@ -1,0 +1,137 @@
+"""A job lives and dies as one: SIGTERM checkpoints and resumes at the exact step, a dead launcher takes its
+ranks along, Ctrl-C is one line, a stopped rank is named within the timeout."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+import torch
+
+from tests.training.conftest import ROOT, metrics, run_train, train_cmd
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+# two partitions, so every batch also samples and fetches across ranks over RPC; ~25 steps an epoch
+FLAGS = ("--nproc", 2, "--epochs", 3, "--fanout", "5,5", "--batch-size", 16, "--seed", 3, "--timeout", 20)
+
+
+def _start(dataset, *args, env=None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    return subprocess.Popen(train_cmd(dataset, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, cwd=ROOT)
+
+
+def _ranks(launcher: subprocess.Popen, count: int = 2) -> list[psutil.Process]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        children = psutil.Process(launcher.pid).children()
+        if len(children) == count:
+            return sorted(children, key=lambda p: p.environ().get("GRAPHSTORE_RANK", "0"))
+        time.sleep(0.1)
+    raise AssertionError("the launcher did not start its ranks")
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _after_epoch_1(launcher: subprocess.Popen) -> None:
+    line = launcher.stdout.readline()
+    assert line.startswith("epoch 1/3"), line
+
+
+def test_sigterm_checkpoints_mid_epoch_and_resume_ends_as_an_uninterrupted_run(synthetic2, tmp_path):
+    whole = run_train(synthetic2, *FLAGS, "--checkpoint-dir", tmp_path / "whole", "--metrics-out", tmp_path / "w.json")
+    assert whole.returncode == 0, whole.stderr
+
+    ckpt, m = tmp_path / "cut", tmp_path / "c.json"
+    launcher = _start(synthetic2, *FLAGS, "--checkpoint-dir", ckpt, "--metrics-out", m, "--checkpoint-every", 5)
+    try:
+        _after_epoch_1(launcher)
+        steps = metrics(tmp_path / "w.json")["epochs"][0]["steps"]
+        # --checkpoint-every 5 (counted over the run) shows how far epoch 2 got: SIGTERM lands inside it
+        first = ckpt / f"checkpoint-epoch0001-step{5 - steps % 5:07d}.pt"
+        deadline = time.monotonic() + 60
+        while not first.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        launcher.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        _, err = launcher.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 75, err
+    assert took < 30, f"stopping took {took:.1f} s"
+    assert "stopped on SIGTERM at epoch 2, after step" in err and "--resume" in err, err
+    saved = sorted(p.name for p in ckpt.glob("checkpoint-epoch0001-step*.pt"))
+    assert saved[0] == first.name, saved
+    assert len(metrics(m)["epochs"]) == 1
+
+    resumed = run_train(synthetic2, *FLAGS, "--checkpoint-dir", ckpt, "--metrics-out", m, "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "at epoch 2, step" in resumed.stderr
+    keys = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "steps")
+    got = [{k: e[k] for k in keys} for e in metrics(m)["epochs"]]
+    assert got == [{k: e[k] for k in keys} for e in metrics(tmp_path / "w.json")["epochs"]]
+    a, b = (torch.load(d / "checkpoint-epoch0002.pt", weights_only=False) for d in (tmp_path / "whole", ckpt))
+    for key, value in a["model"].items():
+        assert torch.equal(value, b["model"][key]), key
+
+
+@pytest.mark.parametrize("how", ["kill -9", "ctrl-c"])
+def test_no_rank_outlives_its_launcher(synthetic2, tmp_path, how):
+    (tmp_path / "sys").mkdir()
+    launcher = _start(synthetic2, *FLAGS[:2], "--epochs", 200, "--fanout", "5,5", "--batch-size", 16,
+                      env={"TMPDIR": str(tmp_path / "sys")})
+    try:
+        ranks = _ranks(launcher)
+        launcher.stdout.readline()  # an epoch is done: training is under way
+        launcher.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGINT)
+        sent = time.monotonic()
+        _, err = launcher.communicate(timeout=30)
+        while _alive(ranks) and time.monotonic() - sent < 15:
+            time.sleep(0.2)
+        assert not _alive(ranks), f"ranks alive {time.monotonic() - sent:.0f} s after {how}"
+    finally:
+        for p in _alive(ranks if "ranks" in locals() else []):
+            p.kill()
+        if launcher.poll() is None:
+            launcher.kill()
+    if how == "ctrl-c":
+        assert launcher.returncode == 130
+        assert err.strip().splitlines() == ["graphstore-train: interrupted (Ctrl-C); stopped every rank"], err
+    deadline = time.monotonic() + 5
+    while _job_dirs(tmp_path / "sys") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _job_dirs(tmp_path / "sys") == [], "the launcher's temporary directory stayed behind"
+
+
+def _job_dirs(directory) -> list[str]:
+    return [n for n in os.listdir(directory) if n.startswith("graphstore-train-")]
+
+
+def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(synthetic2):
+    launcher = _start(synthetic2, *FLAGS[:2], "--epochs", 200, "--fanout", "5,5", "--batch-size", 16,
+                      "--timeout", 10)
+    ranks = []
+    try:
+        ranks = _ranks(launcher)
+        launcher.stdout.readline()
+        ranks[1].suspend()
+        stopped = time.monotonic()
+        _, err = launcher.communicate(timeout=60)
+        took = time.monotonic() - stopped
+    finally:
+        for p in _alive(ranks):
+            p.kill()
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    assert took < 10 + 15, f"the job took {took:.0f} s to end"
+    line = err.strip().splitlines()[-1]
+    assert "lost rank 1" in line and "no heartbeat for 10 s" in line, err

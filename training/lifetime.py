@@ -1,0 +1,62 @@
+"""A rank started by the local launcher lives no longer than the launcher (it watches its parent), and
+leaves the launcher its last words (an error file) even when it ends with ``os._exit``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+
+LAUNCHER_PID_ENV = "GRAPHSTORE_LAUNCHER_PID"  # set by graphstore-train for the ranks it starts
+JOB_DIR_ENV = "GRAPHSTORE_JOB_DIR"  # the launcher's temporary directory (rendezvous, config, rank output)
+ERROR_FILE_ENV = "GRAPHSTORE_ERROR_FILE"  # where a rank started by the local launcher records its error
+EXIT_ORPHANED = 4
+
+
+def watch_launcher(rank: int, interval: float = 0.5) -> bool:
+    """When this rank's launcher dies (even by ``kill -9``), end this rank within about ``interval``
+    seconds and remove the launcher's temporary directory, which nobody else is left to remove.
+
+    A thread polls the parent's PID: unlike a signal handler, it runs while the main thread is inside
+    a long C call (a collective, a kernel). Returns whether there is a launcher to watch.
+    """
+    launcher = os.environ.get(LAUNCHER_PID_ENV)
+    if not launcher:
+        return False
+    pid, job_dir = int(launcher), os.environ.get(JOB_DIR_ENV)
+    if os.getppid() != pid:  # gone before this rank started
+        _orphaned(rank, pid, job_dir)
+
+    def run() -> None:
+        while True:
+            time.sleep(interval)
+            if os.getppid() != pid:
+                _orphaned(rank, pid, job_dir)
+
+    threading.Thread(target=run, daemon=True, name="graphstore-launcher-watch").start()
+    return True
+
+
+def _orphaned(rank: int, pid: int, job_dir: str | None) -> None:
+    os.write(2, f"graphstore-train rank {rank}: the launcher (pid {pid}) is gone; stopping this rank\n".encode())
+    if job_dir and os.path.basename(job_dir).startswith("graphstore-train-"):
+        shutil.rmtree(job_dir, ignore_errors=True)
+    os._exit(EXIT_ORPHANED)
+
+
+def record_message(rank: int, message: str) -> None:
+    """Record ``message`` as this rank's error (a watchdog's verdict: it names the cause) unless the rank
+    already recorded one; used on the way to ``os._exit``, so it never raises."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path or os.path.exists(path):
+        return
+    message = message.removeprefix("graphstore-train ")
+    doc = {"rank": rank, "time": time.time(), "type": "PeerFailure", "message": " ".join(message.split()),
+           "input": False, "echo": False, "traceback": message + "\n", "said_by": rank}
+    try:
+        with open(path, "w") as fh:
+            json.dump(doc, fh)
+    except OSError:
+        pass
