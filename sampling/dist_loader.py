@@ -1,10 +1,8 @@
-"""Distributed node and link loaders: PyG's arguments, remote sampling and features, async prefetch."""
+"""Distributed node and link loaders: PyG's arguments, remote sampling and features, loader threads."""
 
 from __future__ import annotations
 
-import queue
-import threading
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,6 +12,7 @@ from graphstore.errors import InvalidInputError
 from sampling.distributed import (EDGE_ATTR, DistributedFeatureStore, DistributedSampler, RankLayout, RemoteStats,
                                   _waited)
 from sampling.loader import LinkNeighborLoader, NeighborLoader
+from sampling.pipeline import Prefetcher  # noqa: F401  (re-exported: it lived here)
 from sampling.transport import Transport
 from sampling.wire import pack, unpack
 
@@ -21,96 +20,53 @@ _SAMPLER_OPTIONS = ("replace", "disjoint", "temporal_strategy", "time_attr", "we
                     "is_sorted", "message_edges", "exclude_seed_edges", "edge_ids")
 
 
-class Prefetcher:
-    """Runs an iterator in a background thread, ``depth`` items ahead, so sampling and remote
-    fetches overlap training. Errors are re-raised in the consumer; ``close`` stops and joins the
-    thread (also on garbage collection), and a finished prefetcher keeps raising ``StopIteration``.
-    """
-
-    _DONE = object()
-
-    def __init__(self, source: Iterator, depth: int = 2) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
-        self._finished = False
-        self._thread = threading.Thread(target=self._run, args=(source,), daemon=True, name="graphstore-prefetch")
-        self._thread.start()
-
-    def _put(self, item: Any) -> bool:
-        """Queue ``item`` unless asked to stop; False when stopped."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _run(self, source: Iterator) -> None:
-        try:
-            for item in source:
-                if not self._put(item):
-                    return
-            self._put(self._DONE)
-        except BaseException as exc:  # delivered to the consumer
-            self._put(exc)
-
-    def __iter__(self) -> Prefetcher:
-        return self
-
-    def __next__(self) -> Any:
-        if self._finished:
-            raise StopIteration
-        item = self._queue.get()
-        if item is self._DONE or isinstance(item, BaseException):
-            self._finished = True
-            self.close()
-            if item is self._DONE:
-                raise StopIteration
-            raise item
-        return item
-
-    def close(self, timeout: float = 60.0) -> None:
-        """Stop the thread and wait for it (it finishes the batch it is on: bounded by RPC timeouts)."""
-        self._stop.set()
-        while True:  # unblock a producer waiting for room
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def __del__(self) -> None:
-        self._stop.set()
-
-
 class _Distributed:
-    """What both distributed loaders share: layout, stats, remote edge attributes, prefetching."""
+    """What both distributed loaders share: layout, stats, remote edge attributes. Loader threads,
+    prefetching and a pass started mid-way (``skip_next``) are the in-process loaders' (``_Threaded``)."""
 
     transport: Transport
     layout: RankLayout
     stats: RemoteStats
-    prefetch: int
 
     def _setup(self, dataset: Dataset, transport: Transport, layout: RankLayout | None, stats: RemoteStats | None,
                num_neighbors: Any, kwargs: dict[str, Any], cache_rows: int) -> tuple:
         self.transport = transport
         self.layout = layout or RankLayout(dataset.num_parts, transport.world_size)
         self.stats = stats or RemoteStats()
-        self.part = self.layout.part_of(transport.rank)
+        self.parts = self.layout.parts_of(transport.rank)
+        self.part = self.parts[0]
         if kwargs.get("num_workers", 0):
             raise InvalidInputError(
                 "distributed loaders sample in this process (its RPC agent cannot be shared with DataLoader "
-                "workers); drop num_workers — a background thread already prefetches (prefetch=2)"
+                "workers); drop num_workers — give loader_threads=N to sample and gather in N threads (a background "
+                "thread already prefetches: prefetch=2)"
             )
         options = {k: kwargs.pop(k) for k in _SAMPLER_OPTIONS if k in kwargs}
         _refuse_induced(options.get("subgraph_type"), kwargs.get("directed", True))
         sampler = DistributedSampler(dataset, num_neighbors, transport, self.layout, self.stats, **options)
         store = DistributedFeatureStore(dataset, transport, self.layout, self.stats, cache_rows)
+        self.features = store  # its device_cache (--gpu-cache) leaves the cache's hits out of every batch
         if "time_attr" in options:
             kwargs["time_attr"] = options["time_attr"]
         return sampler, (store, dataset.partition(self.part)[1])
+
+    def filter_fn(self, out: Any) -> Any:
+        """The batch; with a device cache on the feature store, its cached attribute holds only the rows
+        the cache misses, and the batch the slot of every row (``DeviceRowCache.assemble`` rebuilds it)."""
+        cache = self.features.device_cache
+        if cache is None:
+            return super().filter_fn(out)  # type: ignore[misc]
+        self.features.compact(True)
+        try:
+            batch = super().filter_fn(out)  # type: ignore[misc]
+        finally:
+            slots = self.features.compact(False)
+        if slots is not None:
+            from sampling.device_cache import SLOTS
+
+            target = batch[cache.node_type] if cache.node_type is not None and hasattr(batch, "node_types") else batch
+            setattr(target, SLOTS, torch.from_numpy(slots))
+        return batch
 
     def _gather_edges(self, etype: Any, name: str, part: np.ndarray, pos: np.ndarray, schema: Any) -> torch.Tensor:
         out = torch.empty((len(pos), *schema.shape), dtype=getattr(torch, schema.dtype))
@@ -118,25 +74,15 @@ class _Distributed:
         for p in np.unique(part):
             sel = torch.from_numpy(np.flatnonzero(part == p))
             positions = torch.from_numpy(pos[sel.numpy()])
-            if p == self.part:
+            if p in self.parts:
                 out[sel] = self._graph_dataset.partition(int(p))[1].edge_attr(name, etype, positions)
             else:
                 peer = self.layout.server(int(p), self.transport.rank)
-                pending.append((sel, self.transport.call(peer, EDGE_ATTR, etype, name, pack(positions))))
+                pending.append((sel, self.transport.call(peer, EDGE_ATTR, etype, name, pack(positions), int(p))))
                 self.stats.add(requests=1)
         for sel, future in pending:
             out[sel] = unpack(_waited(self.stats, future))
         return out
-
-    skip_next = 0  # the next pass starts this many batches in (a job resumed mid-epoch); then back to 0
-
-    def __iter__(self) -> Iterator:
-        base = super().__iter__()  # type: ignore[misc]
-        skip, self.skip_next = self.skip_next, 0
-        inner = getattr(base, "iterator", base)  # PyG's DataLoaderIterator wraps torch's
-        for _ in range(skip):  # the seed order is drawn as in a whole pass; skipped batches are not sampled
-            inner._next_index()
-        return Prefetcher(base, self.prefetch) if self.prefetch else base
 
 
 class DistributedNeighborLoader(_Distributed, NeighborLoader):
@@ -145,6 +91,8 @@ class DistributedNeighborLoader(_Distributed, NeighborLoader):
     ``input_nodes``: global IDs (this rank's seeds), or a mask name (this rank's partition's nodes
     with the mask set). Batches hold every node attribute and edge attribute, fetched from owners, and
     ``e_id`` unless ``edge_ids=False`` (then remote partitions send no edge IDs: fewer bytes).
+    ``loader_threads=N`` samples and gathers N batches at a time in threads of this process (handed out
+    in order; with ``seed`` the same batches for every N), ``prefetch`` batches ahead (default 2).
 
     Examples
     --------
@@ -155,13 +103,12 @@ class DistributedNeighborLoader(_Distributed, NeighborLoader):
     def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, input_nodes: Any = None, *,
                  layout: RankLayout | None = None, stats: RemoteStats | None = None, prefetch: int = 2,
                  cache_rows: int = 0, **kwargs: Any) -> None:
-        self.prefetch = prefetch
         if "exclude_seed_edges" in kwargs:
             raise InvalidInputError("exclude_seed_edges is for link loaders (DistributedLinkNeighborLoader): node "
                                     "batches have no seed links; drop it")
         sampler, pair = self._setup(dataset, transport, layout, stats, num_neighbors, kwargs, cache_rows)
-        seeds = local_seeds(dataset, self.part, input_nodes, self.layout, transport.rank)
-        super().__init__(pair, num_neighbors, input_nodes=seeds, neighbor_sampler=sampler, **kwargs)
+        seeds = local_seeds(dataset, self.parts, input_nodes, self.layout, transport.rank)
+        super().__init__(pair, num_neighbors, input_nodes=seeds, neighbor_sampler=sampler, prefetch=prefetch, **kwargs)
         self._graph_dataset = dataset
 
 
@@ -177,20 +124,19 @@ class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
     def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, edge_label_index: Any = None, *,
                  layout: RankLayout | None = None, stats: RemoteStats | None = None, prefetch: int = 2,
                  cache_rows: int = 0, **kwargs: Any) -> None:
-        self.prefetch = prefetch
         sampler, pair = self._setup(dataset, transport, layout, stats, num_neighbors, kwargs, cache_rows)
         if edge_label_index is None:
-            indices, indptr = pair[1].get_edge_index(None, "csc")
-            lo, hi = pair[1].dst_range()
-            dst = torch.repeat_interleave(torch.arange(lo, hi), torch.diff(indptr))
-            share, ranks = transport.rank % self.layout.ranks_per_part, self.layout.ranks_per_part
-            edge_label_index = torch.stack([indices, dst])[:, share::ranks]  # the partition's ranks split its links
             time_attr = kwargs.get("time_attr")
-            if time_attr and kwargs.get("edge_label_time") is None and time_attr in dataset.manifest.edge_types[0].attrs:
-                kwargs["edge_label_time"] = pair[1].edge_attr(time_attr)[share::ranks]  # each link at its own time
+            timed = bool(time_attr) and kwargs.get("edge_label_time") is None and \
+                time_attr in dataset.manifest.edge_types[0].attrs
+            edge_label_index, times = local_links(dataset, self.layout, transport.rank, None,
+                                                  time_attr if timed else None)
+            if timed:
+                kwargs["edge_label_time"] = times  # each link at its own time
         if isinstance(edge_label_index, torch.Tensor):
             edge_label_index = (None, edge_label_index)
-        super().__init__(pair, num_neighbors, edge_label_index=edge_label_index, neighbor_sampler=sampler, **kwargs)
+        super().__init__(pair, num_neighbors, edge_label_index=edge_label_index, neighbor_sampler=sampler,
+                         prefetch=prefetch, **kwargs)
         self._graph_dataset = dataset
 
 
@@ -203,21 +149,42 @@ def _refuse_induced(subgraph_type: Any, directed: Any) -> None:
         )
 
 
-def local_seeds(dataset: Dataset, part: int, input_nodes: Any, layout: RankLayout | None = None,
+def local_links(dataset: Dataset, layout: RankLayout, rank: int, edge_type: Any = None,
+                time_attr: str | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """This rank's links of ``edge_type`` (global IDs, ``[2, n]``) and their ``time_attr`` values (or
+    ``None``): the stored edges of its partitions, split between the ranks that share a partition."""
+    index, times = [], []
+    for part in layout.parts_of(rank):
+        gs = dataset.partition(part)[1]
+        indices, indptr = gs.get_edge_index(edge_type, "csc")
+        lo, hi = gs.dst_range(edge_type)
+        share, ranks = layout.share(rank, part)
+        dst = torch.repeat_interleave(torch.arange(lo, hi), torch.diff(indptr))
+        index.append(torch.stack([indices, dst])[:, share::ranks])
+        if time_attr:
+            times.append(gs.edge_attr(time_attr, edge_type)[share::ranks])
+    return torch.cat(index, dim=1), torch.cat(times) if time_attr else None
+
+
+def local_seeds(dataset: Dataset, parts: int | tuple[int, ...], input_nodes: Any, layout: RankLayout | None = None,
                 rank: int | None = None, node_type: Any = None) -> Any:
     """This rank's seed nodes: ``input_nodes`` as given, or a mask name / ``None`` resolved on its
-    partition (global IDs); with several ranks per partition, the partition's seeds are split
+    partitions (global IDs); with several ranks per partition, the partition's seeds are split
     between them (``rank`` picks the share)."""
     if input_nodes is not None and not isinstance(input_nodes, str):
         return input_nodes
     info = dataset.manifest.node_type(node_type) if node_type is not None else dataset.manifest.node_types[0]
-    fs = dataset.partition(part)[0]
-    lo = info.offsets[part]
-    if input_nodes is None:
-        ids = torch.arange(lo, info.offsets[part + 1])
-    else:
-        ids = fs[info.name, input_nodes, None].nonzero().view(-1) + lo
-    if layout is not None and rank is not None and layout.ranks_per_part > 1:
-        share = rank % layout.ranks_per_part
-        ids = ids[share:: layout.ranks_per_part]
+    found = []
+    for part in (parts,) if isinstance(parts, int) else parts:
+        fs = dataset.partition(part)[0]
+        lo = info.offsets[part]
+        if input_nodes is None:
+            ids = torch.arange(lo, info.offsets[part + 1])
+        else:
+            ids = fs[info.name, input_nodes, None].nonzero().view(-1) + lo
+        if layout is not None and rank is not None:
+            share, ranks = layout.share(rank, part)
+            ids = ids[share::ranks]
+        found.append(ids)
+    ids = torch.cat(found)
     return ids

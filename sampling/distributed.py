@@ -26,37 +26,72 @@ from sampling.topology import EdgeTopology, from_dataset
 from sampling.transport import Transport
 from sampling.wire import EDGE_IDS, POSITIONS, pack, unpack, unpack_sample
 
+_CACHES_LOCK = threading.Lock()  # guards every RowCache (and their creation): loader threads share a store's caches
+
 
 @dataclass(frozen=True)
 class RankLayout:
-    """Ranks grouped by partition: ``world_size`` is a multiple of ``num_parts``; consecutive ranks
-    (one machine's, under torchrun/SLURM) share a partition, and any of them answers for it.
+    """Which rank holds which partitions, for any rank count over any partition count.
+
+    A partition is storage (fixed at ingest), a rank is compute (whatever hardware is at hand). With
+    fewer ranks than partitions, rank r owns a contiguous block of them (``parts_of``: ``P // W`` or one
+    more each), which is one contiguous range of global IDs per node type. With at least as many ranks
+    as partitions, each partition is held by a group of consecutive ranks (``W // P`` or one more each;
+    one machine's, under torchrun/SLURM), which split its seeds, and any of them answers for it.
+
+    Examples
+    --------
+    >>> RankLayout(4, 3).parts_of(1), RankLayout(2, 3).ranks_of(0)
+    ((1,), range(0, 2))
     """
 
     num_parts: int
     world_size: int
 
     def __post_init__(self) -> None:
-        if self.world_size < 1 or self.world_size % self.num_parts:
-            raise InvalidInputError(
-                f"{self.world_size} ranks cannot be grouped over {self.num_parts} partitions: the number of "
-                f"ranks must be a multiple of the partition count (e.g. {self.num_parts} or {2 * self.num_parts}); "
-                "change --nproc / --nnodes x --nproc-per-node, or re-ingest with a matching --parts"
-            )
+        if self.world_size < 1 or self.num_parts < 1:
+            raise InvalidInputError(f"{self.world_size} rank(s) over {self.num_parts} partition(s): both must be "
+                                    ">= 1; change --nproc / --nnodes x --nproc-per-node")
+
+    def parts_of(self, rank: int) -> tuple[int, ...]:
+        """The partitions ``rank`` serves (and takes its seeds from), in order."""
+        p, w = self.num_parts, self.world_size
+        if w <= p:
+            return tuple(range(rank * p // w, (rank + 1) * p // w))
+        return (next(q for q in range(p) if rank in self.ranks_of(q)),)
+
+    def part_of(self, rank: int) -> int:
+        """The first partition ``rank`` serves."""
+        return self.parts_of(rank)[0]
+
+    def ranks_of(self, part: int) -> range:
+        """The ranks that serve ``part`` (one when ranks are fewer than partitions)."""
+        p, w = self.num_parts, self.world_size
+        if w <= p:
+            return range(self.owner_of(part), self.owner_of(part) + 1)
+        return range(part * w // p, (part + 1) * w // p)
+
+    def owner_of(self, part: int) -> int:
+        """The first rank serving ``part``."""
+        p, w = self.num_parts, self.world_size
+        if w > p:
+            return part * w // p
+        return next(r for r in range(w) if r * p // w <= part < (r + 1) * p // w)
+
+    def share(self, rank: int, part: int) -> tuple[int, int]:
+        """``(i, n)``: ``rank`` is the i-th of the n ranks that split ``part``'s seeds."""
+        ranks = self.ranks_of(part)
+        return ranks.index(rank), len(ranks)
 
     @property
     def ranks_per_part(self) -> int:
-        return self.world_size // self.num_parts
-
-    def part_of(self, rank: int) -> int:
-        return rank // self.ranks_per_part
-
-    def ranks_of(self, part: int) -> range:
-        return range(part * self.ranks_per_part, (part + 1) * self.ranks_per_part)
+        """Ranks per partition when every partition has the same number (else the smallest)."""
+        return max(1, self.world_size // self.num_parts)
 
     def server(self, part: int, caller: int) -> int:
         """The rank of ``part`` that answers ``caller`` (callers spread over the partition's ranks)."""
-        return part * self.ranks_per_part + caller % self.ranks_per_part
+        ranks = self.ranks_of(part)
+        return ranks[caller % len(ranks)]
 
 
 @dataclass
@@ -145,7 +180,7 @@ class DistributedSampler(NeighborSampler):
             raise InvalidInputError(f"edge_ids={edge_ids!r} given to the distributed sampler/loader: pass True "
                                     "(batches carry e_id) or False (no e_id, fewer bytes on the wire)")
         self.transport, self.layout, self.edge_ids = transport, layout, edge_ids
-        self.part = layout.part_of(transport.rank)
+        self.parts = layout.parts_of(transport.rank)  # sampled here from storage; the others over transport
         self.stats = stats or RemoteStats()
         super().__init__(dataset, num_neighbors, **options)
 
@@ -165,13 +200,13 @@ class DistributedSampler(NeighborSampler):
     def topology(self) -> dict[Any, EdgeTopology]:
         if self._topology is None:
             c = self.config
-            local = from_dataset(self._data, [self.part], c.weight_attr, c.time_attr, mask=c.message_edges)
+            local = from_dataset(self._data, list(self.parts), c.weight_attr, c.time_attr, mask=c.message_edges)
             out = {}
             for etype, topo in local.items():
                 dst = self._data.node_offsets(topo.dst_type)
                 blocks: list[Any] = []
                 for p in range(self._data.num_parts):
-                    blocks.append(topo.blocks[0] if p == self.part else RemoteBlock(
+                    blocks.append(topo.blocks[self.parts.index(p)] if p in self.parts else RemoteBlock(
                         int(dst[p]), int(dst[p + 1]), p, etype, self.transport, self.layout, self.stats,
                         (c.weight_attr, c.time_attr, c.message_edges), self._returns(etype)))
                 out[etype] = EdgeTopology(etype, topo.src_type, topo.dst_type, blocks, topo.num_src, topo.num_dst)
@@ -199,7 +234,8 @@ class RowCache:
 
 
 class DistributedFeatureStore(FeatureStore):
-    """Node attributes by global ID for a rank: local partition (own + halo), the rest from owners.
+    """Node attributes by global ID for a rank: its partitions (own rows + halo replicas), read from
+    storage, and the rest from their owners.
 
     ``cache_rows`` > 0 keeps up to that many remote rows per attribute (hit/miss counts in ``stats``).
     """
@@ -208,11 +244,31 @@ class DistributedFeatureStore(FeatureStore):
                  cache_rows: int = 0) -> None:
         super().__init__()
         self.dataset, self.transport, self.layout = dataset, transport, layout
-        self.part = layout.part_of(transport.rank)
-        self.local = dataset.partition(self.part)[0]
+        self.parts = layout.parts_of(transport.rank)
+        self.stores = {p: dataset.partition(p)[0] for p in self.parts}
+        self.local = self.stores[self.parts[0]]
         self.stats = stats or RemoteStats()
         self.cache_rows = cache_rows
         self._caches: dict[tuple[Any, str], RowCache] = {}
+        self.device_cache: Any = None  # a sampling.device_cache.DeviceRowCache, set by the trainer (--gpu-cache)
+        self._tls = threading.local()  # per loader thread: whether to leave the device cache's hits out
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_tls"], state["device_cache"] = None, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._tls = threading.local()
+
+    def compact(self, on: bool) -> np.ndarray | None:
+        """With ``on``, this thread's next fetches of the device cache's attribute read only the rows the
+        cache does not hold; with ``on`` false, stop, and return the slots of the last such fetch."""
+        self._tls.compact = on
+        slots = getattr(self._tls, "slots", None)
+        self._tls.slots = None
+        return None if on else slots
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
         return self.local.get_all_tensor_attrs()
@@ -235,42 +291,77 @@ class DistributedFeatureStore(FeatureStore):
         return out
 
     def _fetch(self, group: Any, names: list[str], index: Any) -> list[torch.Tensor]:
+        cache = self.device_cache
+        if (cache is None or not getattr(self._tls, "compact", False) or cache.attr not in names
+                or self.local._node_info(group).name != cache.node_type or index is None):
+            return self._fetch_rows(group, names, index)
+        ids = _ids(index, 0, 0)
+        slots = cache.slots(ids)
+        cache.count(slots)
+        self._tls.slots = slots
+        hit = slots >= 0  # rows neither read here nor sent by a peer (one request per peer all the same)
+        out = self._fetch_rows(group, names, torch.from_numpy(ids), skip=(cache.attr, hit))
+        return [res[torch.from_numpy(~hit)] if n == cache.attr else res for res, n in zip(out, names)]
+
+    def _fetch_rows(self, group: Any, names: list[str], index: Any,
+                    skip: tuple[str, np.ndarray] | None = None) -> list[torch.Tensor]:
+        """Rows of ``names`` for ``index``; with ``skip`` (an attribute, a mask over the IDs) that
+        attribute's masked rows are left unread (uninitialised in the result)."""
         info = self.local._node_info(group)
-        lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
-        ids = _ids(index, lo, hi)
-        if ids is None or (len(ids) and ids.min() >= lo and ids.max() < hi):
-            return [self.local.get_tensor(group, n, index) for n in names]
+        if len(self.parts) == 1 and skip is None:  # the common case: every asked ID one partition's own
+            part = self.parts[0]
+            lo, hi = info.offsets[part], info.offsets[part + 1]
+            ids = _ids(index, lo, hi)
+            if ids is None or (len(ids) and ids.min() >= lo and ids.max() < hi):
+                return [self.local.get_tensor(group, n, index) for n in names]
+        else:  # several partitions: ``None`` asks for all of their own rows
+            first, last = info.offsets[self.parts[0]], info.offsets[self.parts[-1] + 1]
+            ids = _ids(index, first, last)
+            if ids is None:
+                ids = np.arange(first, last, dtype=np.int64)
         ids_t = torch.from_numpy(ids)
-        local_mask = self._servable_here(info, ids, names)
+        served_by = self._servable_here(info, ids, names)
+        local_mask = served_by >= 0
         owners = self.dataset.owner(ids, info.name)
         results = [self._empty(info, n, len(ids)) for n in names]
-        pending = self._request_remote(group, names, ids_t, owners, local_mask, results)
-        if local_mask.any():
-            sel = torch.from_numpy(np.flatnonzero(local_mask))
+        pending = self._request_remote(group, names, ids_t, owners, local_mask, results, skip)
+        keep = torch.from_numpy(~skip[1]) if skip is not None else None
+        for part in self.parts:
+            here = served_by == part
+            sel = torch.from_numpy(np.flatnonzero(here))
             for res, n in zip(results, names):
-                res[sel] = self.local.get_tensor(group, n, ids_t[sel])
+                if skip is not None and n == skip[0]:
+                    sel_n = torch.from_numpy(np.flatnonzero(here & ~skip[1]))
+                    res[sel_n] = self.stores[part].get_tensor(group, n, ids_t[sel_n]) if len(sel_n) else res[sel_n]
+                elif len(sel):
+                    res[sel] = self.stores[part].get_tensor(group, n, ids_t[sel])
         for sel, future in pending:
             rows = _waited(self.stats, future)
             self.stats.add(rows=len(sel))
-            for res, r in zip(results, rows):
-                res[sel] = r
+            for res, r, n in zip(results, rows, names):
+                res[sel[keep[sel]] if skip is not None and n == skip[0] else sel] = r
         return results
 
     def _servable_here(self, info: Any, ids: np.ndarray, names: list[str]) -> np.ndarray:
-        """Own IDs, plus halo IDs when every asked attribute is replicated for the halo."""
-        lo, hi = info.offsets[self.part], info.offsets[self.part + 1]
-        mask = (ids >= lo) & (ids < hi)
+        """Per ID, the partition of this rank that serves it (its own, else one replicating it for its
+        halo when every asked attribute is replicated), or -1 (ask the owner)."""
+        served_by = np.full(len(ids), -1, np.int64)
+        for part in self.parts:
+            lo, hi = info.offsets[part], info.offsets[part + 1]
+            served_by[(ids >= lo) & (ids < hi)] = part
         if info.halo_attrs and set(names) <= set(info.halo_attrs):
             from graphstore import layout
 
-            halo = np.asarray(self.dataset.array(layout.halo_array(self.part, info.key, layout.HALO_IDS)))
-            if len(halo):
-                pos = np.searchsorted(halo, ids).clip(0, len(halo) - 1)
-                mask |= halo[pos] == ids
-        return mask
+            for part in self.parts:
+                halo = np.asarray(self.dataset.array(layout.halo_array(part, info.key, layout.HALO_IDS)))
+                if len(halo):
+                    pos = np.searchsorted(halo, ids).clip(0, len(halo) - 1)
+                    served_by[(served_by < 0) & (halo[pos] == ids)] = part
+        return served_by
 
     def _request_remote(self, group: Any, names: list[str], ids: torch.Tensor, owners: np.ndarray,
-                        local_mask: np.ndarray, results: list[torch.Tensor]) -> list[tuple[torch.Tensor, Any]]:
+                        local_mask: np.ndarray, results: list[torch.Tensor],
+                        skip: tuple[str, np.ndarray] | None = None) -> list[tuple[torch.Tensor, Any]]:
         pending = []
         for part in np.unique(owners[~local_mask]):
             sel = torch.from_numpy(np.flatnonzero((owners == part) & ~local_mask))
@@ -278,7 +369,8 @@ class DistributedFeatureStore(FeatureStore):
             if len(sel) == 0:
                 continue
             peer = self.layout.server(int(part), self.transport.rank)
-            future = self.transport.call(peer, GATHER, group, names, pack(ids[sel]))
+            leave = () if skip is None else (skip[0], pack(torch.from_numpy(np.flatnonzero(skip[1][sel.numpy()]))))
+            future = self.transport.call(peer, GATHER, group, names, pack(ids[sel]), *((leave,) if leave else ()))
             self.stats.add(requests=1)
             pending.append((sel, _CachingFuture(self, group, names, ids[sel], future)))
         return pending
@@ -287,14 +379,15 @@ class DistributedFeatureStore(FeatureStore):
                     results: list[torch.Tensor]) -> torch.Tensor:
         if not self.cache_rows:
             return sel
-        hit = torch.ones(len(sel), dtype=torch.bool)
-        for res, n in zip(results, names):
-            cache = self._cache(group, n, res)
-            h, rows = cache.lookup(ids[sel])
-            hit &= h
-        for res, n in zip(results, names):  # rows hit in every attribute's cache are served from it
-            h, rows = self._cache(group, n, res).lookup(ids[sel[hit]])
-            res[sel[hit]] = rows
+        with _CACHES_LOCK:  # loader threads: no insert between the two lookups, nor half done during one
+            hit = torch.ones(len(sel), dtype=torch.bool)
+            for res, n in zip(results, names):
+                cache = self._cache(group, n, res)
+                h, rows = cache.lookup(ids[sel])
+                hit &= h
+            for res, n in zip(results, names):  # rows hit in every attribute's cache are served from it
+                h, rows = self._cache(group, n, res).lookup(ids[sel[hit]])
+                res[sel[hit]] = rows
         with self.stats._lock:
             self.stats.cache_hits += int(hit.sum())
             self.stats.cache_misses += int((~hit).sum())
@@ -331,6 +424,7 @@ class _CachingFuture:
     def result(self) -> list[torch.Tensor]:
         rows = [unpack(r) for r in self.future.result()]
         if self.store.cache_rows:
-            for n, r in zip(self.names, rows):
-                self.store._cache(self.group, n, r).insert(self.ids, r)
+            with _CACHES_LOCK:
+                for n, r in zip(self.names, rows):
+                    self.store._cache(self.group, n, r).insert(self.ids, r)
         return rows

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch_geometric.loader import LinkLoader, NodeLoader
-from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+from torch_geometric.sampler import HeteroSamplerOutput, NegativeSampling, SamplerOutput
 
 from graphstore.dataset import Dataset
 from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
 from graphstore.errors import InvalidInputError
 from sampling import compat
+from sampling.device import pin
 from sampling.edgemask import MessageEdges
+from sampling.pipeline import LoaderThreads, Prefetcher
 from sampling.sampler import NeighborSampler
 
 
@@ -75,11 +79,72 @@ class _NewStreamEachPass:
         return super().__iter__()  # type: ignore[misc]
 
 
-class NeighborLoader(_NewStreamEachPass, _EdgeAttrs, NodeLoader):
+class _Threaded:
+    """A pass built by ``loader_threads`` threads, ``prefetch`` batches ahead of the consumer (neither: in
+    the consumer's thread, as PyG does), and a pass that starts mid-way (``skip_next``)."""
+
+    loader_threads: int = 1
+    prefetch: int = 0
+    skip_next = 0  # the next pass starts this many batches in (a job resumed mid-epoch); then back to 0
+
+    def _set_threads(self, loader_threads: Any, prefetch: Any, num_workers: Any) -> None:
+        for name, value, low in (("loader_threads", loader_threads, 1), ("prefetch", prefetch, 0)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise InvalidInputError(f"{name}={value!r} given to {type(self).__name__}: give an integer >= {low}")
+        if loader_threads > 1 and num_workers:
+            raise InvalidInputError(
+                f"loader_threads={loader_threads} with num_workers={num_workers}: both build batches in parallel "
+                "(threads in this process, or worker processes); give one of them")
+        self.loader_threads, self.prefetch = int(loader_threads), int(prefetch)
+
+    def __iter__(self) -> Any:
+        base = super().__iter__()  # type: ignore[misc]
+        skip, self.skip_next = self.skip_next, 0
+        inner = getattr(base, "iterator", base)  # PyG's DataLoaderIterator wraps torch's
+        in_process = hasattr(inner, "_dataset_fetcher") and not self.num_workers  # type: ignore[attr-defined]
+        if skip and not in_process:
+            raise InvalidInputError(f"{type(self).__name__} with num_workers cannot start a pass mid-way (its workers "
+                                    "have drawn their index batches already); resume at an epoch's end")
+        for _ in range(skip):  # the seed order is drawn as in a whole pass; skipped batches are not sampled
+            inner._next_index()
+        if self.loader_threads == 1 and not self.prefetch:
+            return base
+        if not in_process:  # worker processes build the batches: a thread only keeps them coming
+            return Prefetcher(base, self.prefetch)
+        sampler = getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
+        if isinstance(sampler, NeighborSampler):  # what the sampler builds lazily is built here, before the threads
+            _ = sampler.fast_path, sampler.node_time
+        return LoaderThreads(inner._next_index, _builder(base, inner), self.loader_threads, self.prefetch)
+
+
+def _builder(base: Any, inner: Any) -> Callable[[Any], Any]:
+    """What a loader thread does with an index batch: sample it (the loader's ``collate_fn``), gather
+    its features (``filter_fn``; already done in ``collate_fn`` with ``filter_per_worker``), and pin it
+    when the loader was given ``pin_memory=True`` and there is an accelerator."""
+    fetch = inner._dataset_fetcher.fetch  # collate_fn of the batch's items, as torch's iterator calls it
+    gather = base.transform_fn if base is not inner else None
+    pinned = bool(getattr(inner, "_pin_memory", False))
+
+    def build(index: Any) -> Any:
+        batch = fetch(index)
+        if gather is not None:
+            batch = gather(batch)
+        return pin(batch) if pinned else batch
+
+    return build
+
+
+class NeighborLoader(_Threaded, _NewStreamEachPass, _EdgeAttrs, NodeLoader):
     """A drop-in for ``torch_geometric.loader.NeighborLoader`` that also reads graphstore datasets.
 
     ``data`` is a PyG ``Data``/``HeteroData``, a ``(FeatureStore, GraphStore)`` pair, or a graphstore
     ``Dataset`` (all partitions, memory-mapped). Arguments are PyG's; ``seed`` fixes the sampling RNG.
+
+    ``loader_threads=N`` builds batches (sampling, feature gather) in N threads of this process, handed
+    out in order, at most ``prefetch + N`` in flight; ``prefetch=P`` keeps P batches ready ahead (with
+    N = 1, one background thread). With ``seed`` set the batches are the same for every N (and for any
+    ``num_workers``). ``pin_memory=True`` (PyG's and torch's argument) pins each batch in the loader
+    threads when there is an accelerator; :class:`sampling.DeviceFeeder` then copies it to the GPU ahead.
 
     Examples
     --------
@@ -96,7 +161,9 @@ class NeighborLoader(_NewStreamEachPass, _EdgeAttrs, NodeLoader):
                  transform: Callable | None = None, transform_sampler_output: Callable | None = None,
                  is_sorted: bool = False, filter_per_worker: bool | None = None,
                  neighbor_sampler: NeighborSampler | None = None, directed: bool = True, seed: int | None = None,
-                 message_edges: MessageEdges | None = None, **kwargs: Any) -> None:
+                 message_edges: MessageEdges | None = None, loader_threads: int = 1, prefetch: int = 0,
+                 **kwargs: Any) -> None:
+        self._set_threads(loader_threads, prefetch, kwargs.get("num_workers", 0))
         if input_time is not None and time_attr is None:
             raise InvalidInputError("input_time is set but time_attr is not: name the time attribute too")
         subgraph_type = compat.resolve_subgraph_type(subgraph_type, directed, type(self).__name__)
@@ -115,14 +182,15 @@ class NeighborLoader(_NewStreamEachPass, _EdgeAttrs, NodeLoader):
         return self._add_edge_attrs(super().filter_fn(out), out)
 
 
-class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
+class LinkNeighborLoader(_Threaded, _NewStreamEachPass, _EdgeAttrs, LinkLoader):
     """A drop-in for ``torch_geometric.loader.LinkNeighborLoader`` that also reads graphstore datasets.
 
     ``edge_label_index`` defaults to every edge of the (only, or named) edge type; binary and triplet
     negative sampling and temporal (``edge_label_time``) seeds work as in PyG. Leak-free link
     prediction (not PyG's defaults): ``message_edges=MessageEdges(allowed=(0,))`` passes messages over
     train links only, ``exclude_seed_edges=True`` keeps each batch's own links (and reverses) out of
-    its subgraph and makes temporal sampling strictly earlier than ``edge_label_time``.
+    its subgraph and makes temporal sampling strictly earlier than ``edge_label_time``. ``loader_threads``,
+    ``prefetch`` and ``pin_memory``: as for :class:`NeighborLoader`.
 
     Examples
     --------
@@ -140,7 +208,9 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
                  transform_sampler_output: Callable | None = None, is_sorted: bool = False,
                  filter_per_worker: bool | None = None, neighbor_sampler: NeighborSampler | None = None,
                  directed: bool = True, seed: int | None = None, message_edges: MessageEdges | None = None,
-                 exclude_seed_edges: bool = False, **kwargs: Any) -> None:
+                 exclude_seed_edges: bool = False, loader_threads: int = 1, prefetch: int = 0,
+                 **kwargs: Any) -> None:
+        self._set_threads(loader_threads, prefetch, kwargs.get("num_workers", 0))
         if self._pyg_time_rule or time_attr is None:
             compat.check_link_time(time_attr, edge_label_time, type(self).__name__)
         subgraph_type = compat.resolve_subgraph_type(subgraph_type, directed, type(self).__name__)
@@ -159,9 +229,60 @@ class LinkNeighborLoader(_NewStreamEachPass, _EdgeAttrs, LinkLoader):
                          neg_sampling_ratio=neg_sampling_ratio, transform=transform,
                          transform_sampler_output=transform_sampler_output,
                          filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
+        if self.neg_sampling is not None:
+            self.neg_sampling = BatchNegatives(self.neg_sampling)
+
+    def collate_fn(self, index: Any) -> Any:
+        if isinstance(self.neg_sampling, BatchNegatives):
+            self.neg_sampling.start(_negatives_seed(self.link_sampler, index))
+        return super().collate_fn(index)
 
     def filter_fn(self, out: Any) -> Any:
         return self._add_edge_attrs(super().filter_fn(out), out)
+
+
+class BatchNegatives(NegativeSampling):
+    """PyG's negative sampling, drawn, when the sampler has a ``seed``, from a generator of each batch's
+    own (seeded by the seed, the pass and the batch's links): torch's global generator is shared by the
+    loader threads (and the training loop), so draws from it would depend on timing and thread count."""
+
+    def __init__(self, base: NegativeSampling) -> None:
+        super().__init__(base.mode, base.amount, base.src_weight, base.dst_weight)
+        self._local = threading.local()
+
+    def start(self, seed: int | None) -> None:
+        """The batch this thread samples next draws from ``seed`` (``None``: torch's global generator)."""
+        self._local.generator = None if seed is None else torch.Generator().manual_seed(seed)
+
+    def sample(self, num_samples: int, endpoint: Any = "src", num_nodes: int | None = None) -> torch.Tensor:
+        generator = getattr(self._local, "generator", None)
+        weight = self.src_weight if endpoint == "src" else self.dst_weight
+        if generator is None or (weight is not None and num_nodes is not None and weight.numel() != num_nodes):
+            return super().sample(num_samples, endpoint, num_nodes)  # PyG's draw (and its errors)
+        if weight is None:
+            if num_nodes is None:
+                return super().sample(num_samples, endpoint, num_nodes)
+            return torch.randint(num_nodes, (num_samples,), generator=generator)
+        return torch.multinomial(weight, num_samples, replacement=True, generator=generator)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_local"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._local = threading.local()
+
+
+def _negatives_seed(sampler: Any, index: Any) -> int | None:
+    """The seed of a link batch's negatives: the sampler's seed, its pass and the batch's positions in
+    ``edge_label_index`` (``None`` without a seed: torch's global generator, as PyG draws)."""
+    seed = getattr(sampler, "_seed", None)
+    if seed is None:
+        return None
+    positions = index.numpy() if isinstance(index, torch.Tensor) else np.asarray(index)
+    digest = hashlib.blake2b(np.ascontiguousarray(positions, np.int64).tobytes(), digest_size=8).digest()
+    words = [seed % 2**64, getattr(sampler, "_epoch", 0), int.from_bytes(digest, "little"), 0x4E4547]
+    return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def _filter_per_worker(data: Any, filter_per_worker: bool | None) -> bool | None:

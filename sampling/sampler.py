@@ -240,7 +240,11 @@ class NeighborSampler(BaseSampler):
     # -- BaseSampler --
 
     def sample_from_nodes(self, index: NodeSamplerInput, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
-        return self._subgraph(node_sample(index, self._sample))
+        self._local.input_id = index.input_id  # the batch's positions in the pass: part of its stream
+        try:
+            return self._subgraph(node_sample(index, self._sample))
+        finally:
+            self._local.input_id = None
 
     def sample_from_edges(self, index: EdgeSamplerInput, neg_sampling: NegativeSampling | None = None
                           ) -> SamplerOutput | HeteroSamplerOutput:
@@ -249,11 +253,13 @@ class NeighborSampler(BaseSampler):
             node_time = {k: torch.from_numpy(v) for k, v in self.node_time.items()}
             node_time = node_time if self.is_hetero else node_time[None]
         self._local.edge_input = index if self.config.exclude_seed_edges else None
+        self._local.input_id = index.input_id
         try:
             return self._subgraph(edge_sample(index, self._sample, self.num_nodes, self.disjoint, node_time,
                                               neg_sampling))
         finally:
             self._local.edge_input = None
+            self._local.input_id = None
 
     def exclusion(self) -> tuple[dict[Any, tuple], bool]:
         """For the link batch being sampled (``exclude_seed_edges``): per edge type the links the kernels
@@ -305,12 +311,14 @@ class NeighborSampler(BaseSampler):
         self._local.pid = pid
 
     def _batch_stream(self, seed: Any, seed_time: Any) -> None:
-        """With ``seed`` set, each batch draws from a stream of its own: a function of the seed, the pass
-        and the batch's seed nodes (and times), never of which thread or worker samples it or of the
-        batches sampled before. So N threads or workers give the batches one does, and a job resumed
-        mid-pass samples the rest of the pass as an uninterrupted one does."""
+        """With ``seed`` set, each batch draws from a stream of its own: a function of the seed, the pass,
+        the batch's positions in the pass's seed list (so a seed listed twice draws twice) and its seed
+        nodes (and times), never of which thread or worker samples it or of the batches sampled before.
+        So N threads or workers give the batches one does, and a job resumed mid-pass samples the rest of
+        the pass as an uninterrupted one does. Applies to batches with positions (``input_id``: every
+        loader's); direct calls without them draw on from the thread's stream, fresh each call."""
         digest = hashlib.blake2b(digest_size=8)
-        for part in (seed, seed_time):
+        for part in (getattr(self._local, "input_id", None), seed, seed_time):
             items = sorted(part.items(), key=lambda kv: repr(kv[0])) if isinstance(part, dict) else [(None, part)]
             for key, value in items:
                 if value is not None:
@@ -321,8 +329,8 @@ class NeighborSampler(BaseSampler):
 
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()
-        if self._seed is not None:
-            self._batch_stream(seed, seed_time)
+        if self._seed is not None and getattr(self._local, "input_id", None) is not None:
+            self._batch_stream(seed, seed_time)  # a loader's batch (a direct call goes on with the thread's)
         excluded, strict = self.exclusion()
         if not isinstance(seed, dict) and self.fast_path is not None:
             seeds = _seed_array(seed)

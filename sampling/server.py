@@ -1,11 +1,13 @@
-"""What a rank answers for its partition: one hop of sampling (the engine's kernel), node rows, edge attributes."""
+"""What a rank answers for its partitions: one hop of sampling (the engine's kernel), node rows, edge attributes."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from graphstore.dataset import Dataset
 from graphstore.errors import InvalidInputError
@@ -22,12 +24,14 @@ SAMPLE, GATHER, EDGE_ATTR = "graphstore.sample", "graphstore.gather", "graphstor
 
 
 class PartitionServer:
-    """What a rank answers for its partition: sampling, node rows (own and halo), edge attributes."""
+    """What a rank answers for its partitions (one, or several when ranks are fewer than partitions):
+    sampling, node rows (own and halo), edge attributes."""
 
-    def __init__(self, dataset: Dataset, part: int) -> None:
-        self.dataset, self.part = dataset, part
-        self.feature_store, self.graph_store = dataset.partition(part)
-        self._args: dict[tuple, BlockArgs] = {}  # (options, edge type) -> the kernel's arguments
+    def __init__(self, dataset: Dataset, parts: int | Sequence[int]) -> None:
+        self.dataset = dataset
+        self.parts = (int(parts),) if isinstance(parts, (int, np.integer)) else tuple(int(p) for p in parts)
+        self.stores = {p: dataset.partition(p) for p in self.parts}
+        self._args: dict[tuple, BlockArgs] = {}  # (options, edge type, part) -> the kernel's arguments
         self._lock = threading.Lock()
         self._local = threading.local()  # per serving thread: its generator
 
@@ -36,13 +40,13 @@ class PartitionServer:
         transport.register(GATHER, self.gather)
         transport.register(EDGE_ATTR, self.edge_attr)
 
-    def _block_args(self, options: tuple, edge_type: Any) -> BlockArgs:
-        """The kernel's arguments for this partition's block of ``edge_type`` under a caller's options."""
+    def _block_args(self, options: tuple, edge_type: Any, part: int) -> BlockArgs:
+        """The kernel's arguments for ``part``'s block of ``edge_type`` under a caller's options."""
         with self._lock:
-            key = (options, edge_type)
+            key = (options, edge_type, part)
             if key not in self._args:
                 weight_attr, time_attr, mask = options
-                topo = from_dataset(self.dataset, [self.part], weight_attr, time_attr, mask=mask)[edge_type]
+                topo = from_dataset(self.dataset, [part], weight_attr, time_attr, mask=mask)[edge_type]
                 node_time = _node_times(self.dataset, time_attr).get(topo.src_type) if time_attr else None
                 variants = Variants(weighted=weight_attr is not None, temporal=time_attr is not None,
                                     node_time=node_time)
@@ -64,12 +68,12 @@ class PartitionServer:
         time limit; ``seed`` (the caller's draw) seeds this request's picks. Integers come and go packed
         (:func:`sampling.wire.pack`); edge IDs and positions only when ``returns`` asks for them."""
         nodes, seed_time = unpack(nodes), unpack(seed_time)
-        if part != self.part:
-            raise InvalidInputError(f"rank serving partition {self.part} was asked to sample partition {part}")
-        args = self._block_args(options, edge_type)
+        if part not in self.parts:
+            raise InvalidInputError(f"rank serving partition(s) {list(self.parts)} was asked to sample partition {part}")
+        args = self._block_args(options, edge_type, part)
         block = args.blocks[0]
         nodes = np.asarray(nodes)
-        _check_request(nodes, block.lo, block.hi, self.part, seed_time)
+        _check_request(nodes, block.lo, block.hi, part, seed_time)
         limits = seed_time if seed_time is not None and len(seed_time) else None
         rng = rng_state(seed) if seed is not None else self._rng()
         row, col, eid, pos, _ = run_kernel(args, rng, nodes, fanout, replace, strategy == STRATEGY_LAST, limits,
@@ -80,14 +84,31 @@ class PartitionServer:
         counts = np.bincount(col, minlength=len(nodes)).astype(np.int64)
         return pack_sample((counts, row, eid, pos), returns)
 
-    def gather(self, node_type: Any, names: list[str], ids: Any) -> list[Any]:
-        """Rows of ``ids`` (packed or not); integer attributes (labels, IDs, times) answer packed."""
+    def gather(self, node_type: Any, names: list[str], ids: Any, leave_out: tuple[str, Any] | None = None) -> list[Any]:
+        """Rows of ``ids`` (packed or not; callers send one partition's IDs, its own or its halo's);
+        integer attributes (labels, IDs, times) answer packed. ``leave_out = (name, positions)``: that
+        attribute's rows at those positions are neither read nor sent (the caller's device cache has them)."""
         ids = unpack(ids)
-        return [pack(self.feature_store.get_tensor(node_type, name, ids)) for name in names]
+        part = self.parts[0]
+        if len(self.parts) > 1 and len(ids):  # the partition whose IDs these are
+            owner = int(self.dataset.owner(np.asarray(ids[:1]), node_type)[0])
+            part = owner if owner in self.parts else part
+        store = self.stores[part][0]
+        kept = ids
+        if leave_out is not None:
+            positions = np.asarray(unpack(leave_out[1]), dtype=np.int64)
+            kept = torch.from_numpy(np.delete(np.asarray(ids, dtype=np.int64), positions))
+        return [pack(store.get_tensor(node_type, name, kept if leave_out and name == leave_out[0] else ids))
+                for name in names]
 
-    def edge_attr(self, edge_type: Any, name: str, positions: Any) -> Any:
-        """Edge attribute ``name`` at CSC ``positions`` (packed or not); integer values answer packed."""
-        return pack(self.graph_store.edge_attr(name, edge_type, unpack(positions)))
+    def edge_attr(self, edge_type: Any, name: str, positions: Any, part: int | None = None) -> Any:
+        """Edge attribute ``name`` at CSC ``positions`` of ``part`` (default: this rank's first partition;
+        packed or not); integer values answer packed."""
+        part = self.parts[0] if part is None else int(part)
+        if part not in self.parts:
+            raise InvalidInputError(f"rank serving partition(s) {list(self.parts)} was asked for edges of "
+                                    f"partition {part}")
+        return pack(self.stores[part][1].edge_attr(name, edge_type, unpack(positions)))
 
 
 def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np.ndarray) -> None:

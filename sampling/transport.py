@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 Handler = Callable[..., Any]
 _HANDLERS: dict[str, Handler] = {}  # this process's named callees (RpcTransport)
 _LOCK = threading.Lock()
+_CALLS_LOCK = threading.Lock()  # ``calls`` counters: a rank's loader threads call at the same time
 _LOST_PEER_WORDS = ("timeout", "timed out", "ran for more than", "pipe closed", "eof", "connection",
                     "reset by peer", "shut down", "shutdown", "unreachable", "broken pipe")
 
@@ -77,7 +78,8 @@ class LoopbackTransport(Transport):
         self._table[(self.rank, name)] = handler
 
     def call(self, peer: int, name: str, *args: Any) -> Future:
-        self.calls += 1
+        with _CALLS_LOCK:
+            self.calls += 1
         future: Future = Future()
         handler = self._table.get((peer, name))
         if handler is None:
@@ -141,7 +143,8 @@ class RpcTransport(Transport):
     def call(self, peer: int, name: str, *args: Any) -> Future:
         from torch.distributed import rpc
 
-        self.calls += 1
+        with _CALLS_LOCK:
+            self.calls += 1
         out: Future = Future()
         sent = payload_bytes(args)
         try:

@@ -75,7 +75,8 @@ def skip_batches(loader: Any, count: int) -> None:
 
 
 def time_loader(loader: Any, timers: Timers) -> None:
-    """Record sampling and feature-fetch seconds (spent in the prefetch thread) for the timing breakdown."""
+    """Record sampling and feature-fetch seconds for the timing breakdown: spent in the loader threads,
+    so with N of them the seconds add up over the threads (``Timers`` is safe to add to from all)."""
     collate, filter_fn = loader.collate_fn, loader.filter_fn
 
     def timed_collate(index: Any) -> Any:

@@ -49,6 +49,9 @@ class TrainConfig:
     threads: int | None = None  # torch threads per rank (default: usable cores / ranks on this host)
     loader_only: bool = False  # iterate the training loader without a model: the rate batches are produced
     checkpoint_every: int = 0  # also checkpoint every N training steps (0: at epoch ends only)
+    device: str = "auto"  # auto (CUDA when the host has a GPU), cpu or cuda
+    gpu_cache: str | None = None  # keep the hottest feature rows in device memory, up to this size (e.g. 2GB)
+    loader_threads: int | None = None  # threads sampling and gathering batches per rank (default: cores / ranks)
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -64,6 +67,8 @@ class TrainConfig:
             raise InvalidInputError(f"--task {self.task!r} is not one of ('node', 'link')")
         if self.neg_sampling not in ("binary", "triplet"):
             raise InvalidInputError(f"--neg-sampling {self.neg_sampling!r} is not binary or triplet")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise InvalidInputError(f"--device {self.device!r} is not one of auto, cpu, cuda")
         if self.timeout <= 0:
             raise InvalidInputError(f"--timeout must be > 0 seconds, got {self.timeout}")
         check_config(self)
@@ -79,7 +84,8 @@ def check_config(c: TrainConfig) -> None:
     if not isinstance(c.seed, (int, np.integer)) or not 0 <= c.seed < 2**63:
         raise InvalidInputError(f"--seed must be an integer in [0, 2**63), got {c.seed!r}")
     for flag, value, low in (("--eval-every", c.eval_every, 1), ("--eval-max-batches", c.eval_max_batches, 0),
-                             ("--threads", 1 if c.threads is None else c.threads, 1)):
+                             ("--threads", 1 if c.threads is None else c.threads, 1),
+                             ("--loader-threads", 1 if c.loader_threads is None else c.loader_threads, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InvalidInputError(f"{flag} must be an integer >= {low}, got {value!r}")
     every = c.checkpoint_every
@@ -99,6 +105,12 @@ def check_config(c: TrainConfig) -> None:
     if c.task == "node" and c.neg_sampling != "binary":
         raise InvalidInputError(f"--neg-sampling {c.neg_sampling} picks negative links for --task link; --task node "
                                 "has none: drop --neg-sampling, or add --task link")
+    if c.gpu_cache is not None and (parse_size(c.gpu_cache, "--gpu-cache") or 0) <= 0:
+        raise InvalidInputError(f"--gpu-cache {c.gpu_cache!r} is not a positive size; give e.g. 2GB, or leave it out")
+    if c.gpu_cache is not None and c.cache_rows:
+        raise InvalidInputError("--gpu-cache and --cache-rows both cache feature rows; give one of them")
+    if c.gpu_cache is not None and c.task != "node":
+        raise InvalidInputError("--gpu-cache caches node features x for --task node; drop it for --task link")
     if c.cache_max_bytes is not None and (parse_size(c.cache_max_bytes, "--cache-max-bytes") or 0) <= 0:
         raise InvalidInputError(f"--cache-max-bytes {c.cache_max_bytes!r} is not a positive size; give e.g. 50GB, "
                                 "or leave it out for no limit")

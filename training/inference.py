@@ -41,18 +41,17 @@ class LayerServer:
 
 
 @torch.no_grad()
-def layerwise_inference(model: torch.nn.Module, dataset: Any, part: int, transport: Transport, layout: RankLayout,
-                        model_name: str, batch_size: int = 4096) -> torch.Tensor:
-    """Outputs of ``model`` (a PyG BasicGNN) for every node partition ``part`` owns, in global-ID order."""
+def layerwise_inference(model: torch.nn.Module, dataset: Any, parts: int | tuple[int, ...], transport: Transport,
+                        layout: RankLayout, model_name: str, batch_size: int = 4096) -> torch.Tensor:
+    """Outputs of ``model`` (a PyG BasicGNN) for every node the partitions ``parts`` own (a contiguous
+    block of them), in global-ID order."""
     if model_name not in EXACT_MODELS:
         raise InvalidInputError(f"--infer-out supports {EXACT_MODELS} (GCN's normalisation needs global degrees)")
     model.eval()
-    fs, gs = dataset.partition(part)
-    lo, hi = gs.dst_range()
-    indptr, indices, _ = (torch.from_numpy(np.asarray(a)) for a in gs.csc_arrays())
+    parts = (parts,) if isinstance(parts, int) else tuple(parts)
+    lo, hi, indptr, indices, h = _owned(dataset, parts)
     server = LayerServer(lo)
     transport.register(LAYER, server.rows)
-    h = fs[None, "x", None].float()
     for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
         server.publish(i, h)
         dist.barrier()  # every rank's layer-i rows are served before anyone asks
@@ -62,6 +61,22 @@ def layerwise_inference(model: torch.nn.Module, dataset: Any, part: int, transpo
         dist.barrier()  # nobody still needs layer i
         server.layers.pop(i, None)
     return h
+
+
+def _owned(dataset: Any, parts: tuple[int, ...]) -> tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The ID range ``[lo, hi)`` of a contiguous block of partitions, their CSC arrays joined (indptr
+    over the range's destinations) and their features ``x``."""
+    ptrs, idx, xs, lo, hi, offset = [], [], [], None, None, 0
+    for part in parts:
+        fs, gs = dataset.partition(part)
+        start, stop = gs.dst_range()
+        lo, hi = start if lo is None else lo, stop
+        indptr, indices, _ = (torch.from_numpy(np.asarray(a)) for a in gs.csc_arrays())
+        ptrs.append(indptr[(1 if ptrs else 0):] + offset)
+        offset += int(indptr[-1])
+        idx.append(indices)
+        xs.append(fs[None, "x", None].float())
+    return int(lo), int(hi), torch.cat(ptrs), torch.cat(idx), torch.cat(xs)
 
 
 def _layer_batch(model: Any, conv: Any, norm: Any, i: int, h: torch.Tensor, indptr: torch.Tensor,

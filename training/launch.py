@@ -17,10 +17,10 @@ from dataclasses import asdict
 from typing import Any
 
 from graphstore import allocator
-from graphstore.cli_args import Parser, integer, number
+from graphstore.cli_args import Parser, integer, number, size
 from graphstore.cli_storage import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
-from training import failures, lifetime, preempt, threads, validate
+from training import failures, lifetime, placement, preempt, threads, validate
 from training.timing import describe
 from training.trainer import MODELS, TrainConfig, Trainer
 from training.world import World
@@ -29,7 +29,14 @@ from training.world import World
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="graphstore-train", description="Train a GNN on a graphstore dataset")
     p.add_argument("dataset", help="dataset URL or path (the same on every machine)")
-    p.add_argument("--nproc", type=integer(1, 1024), default=None, help="local ranks to start (default: the partition count)")
+    p.add_argument("--nproc", type=integer(1, 1024), default=None,
+                   help="local ranks to start, any number over any partition count (default: one per GPU on "
+                        "CUDA, else the partition count)")
+    p.add_argument("--device", choices=placement.DEVICES, default="auto",
+                   help="auto (default: CUDA when this host has a GPU, one per rank), cpu or cuda")
+    p.add_argument("--gpu-cache", type=size, metavar="SIZE",
+                   help="keep the feature rows this rank samples most in device memory, up to SIZE (e.g. 2GB); "
+                        "a hit is never read from host memory. On the CPU: a RAM cache of those rows")
     p.add_argument("--epochs", type=integer(1), default=3)
     p.add_argument("--model", choices=MODELS, default="sage")
     p.add_argument("--fanout", default="15,10", help="neighbours per hop, comma-separated (-1 = all)")
@@ -71,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                         "the last epoch's evaluation is always complete")
     p.add_argument("--threads", type=integer(1, 4096), default=None, metavar="N",
                    help="torch threads per rank (default: usable cores / ranks on this host; README: Threads)")
+    p.add_argument("--loader-threads", type=integer(1, 4096), default=None, metavar="N",
+                   help="threads per rank sampling and gathering batches, in order (default: usable cores / ranks "
+                        "on this host)")
     p.add_argument("--loader-only", action="store_true",
                    help="iterate the training loader with no model: batches/s per rank (the rate a model is fed)")
     p.add_argument("--no-progress", action="store_true")
@@ -92,7 +102,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        cache_dir=args.cache_dir, cache_max_bytes=args.cache_max_bytes, interface=args.interface,
                        verify_reads=args.verify_reads, eval_every=args.eval_every,
                        eval_max_batches=args.eval_max_batches, threads=args.threads, loader_only=args.loader_only,
-                       checkpoint_every=args.checkpoint_every)
+                       checkpoint_every=args.checkpoint_every, device=args.device,
+                       gpu_cache=args.gpu_cache,
+                       loader_threads=args.loader_threads)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:
@@ -124,7 +136,16 @@ def print_epoch(r: dict[str, Any], epochs: int) -> None:
             "loader only: " + ", ".join(f"{v:.2f}" for v in r.get("loader_batches_per_s", [])) + " batches/s per rank")
     print(f"epoch {r['epoch']}/{epochs}  {head}  {r['epoch_seconds']:.1f} s ({_eval_text(r)}), "
           f"{describe(r['timing'], r['train_seconds'])}  remote requests {int(r['remote'].get('requests', 0))}"
-          f"{_peak_text(r)}{_wire_text(r)}", flush=True)
+          f"{_peak_text(r)}{_wire_text(r)}{_gpu_cache_text(r)}", flush=True)
+
+
+def _gpu_cache_text(r: dict[str, Any]) -> str:
+    """``  gpu cache hits 81.2% (1.2M of 1.5M rows)`` (this rank's training batches), or nothing."""
+    got = r.get("gpu_cache")
+    if not got:
+        return ""
+    total = got["hits"] + got["misses"]
+    return f"  gpu cache hits {100 * got['hits'] / max(total, 1):.1f}% ({got['hits']:,} of {total:,} rows)"
 
 
 def _eval_text(r: dict[str, Any]) -> str:
@@ -262,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv == ["--rank-from-env"]:
         config = TrainConfig(**_config_env())
-        world = World.from_env()
+        world = World.from_env(use_cuda=placement.use_cuda(config.device, placement.gpu_count()))
         lifetime.watch_launcher(world.rank)
         logging.basicConfig(level=logging.WARNING, format=f"rank {world.rank}: %(levelname)s %(message)s")
         warnings.filterwarnings("ignore", message="You are using a Backend")  # torch's own object collectives
@@ -274,10 +295,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         config = config_from_args(args)
-        world = World.from_env()
+        gpus = placement.gpu_count()
+        cuda = placement.use_cuda(config.device, gpus)
+        world = World.from_env(use_cuda=cuda)
         if world is not None:  # under torchrun or srun: this process is one rank
+            placement.check_local_rank(world.local_rank, cuda, gpus)
             return run_rank(config, world)
-        nproc = _check_job(config, args.nproc)
+        nproc = _check_job(config, args.nproc, cuda, gpus)
     except GraphstoreError as exc:
         print(f"graphstore-train: error: {exc}", file=sys.stderr)
         return 2
@@ -296,18 +320,16 @@ def _config_env() -> dict[str, Any]:
     return doc
 
 
-def _check_job(config: TrainConfig, nproc: int | None) -> int:
-    """Everything checkable before ranks start: outputs, the dataset's chunk files and task; the rank count."""
+def _check_job(config: TrainConfig, nproc: int | None, cuda: bool, gpus: int) -> int:
+    """Everything checkable before ranks start: outputs, the dataset's chunk files and task; the rank count
+    (any count over any partition count, but no more ranks than GPUs on CUDA)."""
     import graphstore
-    from sampling.distributed import RankLayout
 
     validate.check_outputs(config)
     allocator.preload_env(dict(os.environ))  # raises with the fix for a bad GRAPHSTORE_MALLOC/GRAPHSTORE_JEMALLOC
     ds = graphstore.open_dataset(config.dataset, config.storage_options or None)
     validate.check_dataset(config, ds)
-    nproc = nproc or ds.num_parts
-    RankLayout(ds.num_parts, nproc)  # raises with the fix when nproc is not a multiple
-    return nproc
+    return placement.local_ranks(nproc, ds.num_parts, cuda, gpus)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from graphstore.errors import InvalidInputError
 from graphstore.linksplit import SPLIT_NAMES, LinkSplit
-from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader, local_seeds
+from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader, local_links, local_seeds
 from sampling.edgemask import MessageEdges, dataset_split
 
 if TYPE_CHECKING:
@@ -30,8 +30,10 @@ class TaskHost(Protocol):
     dataset: Dataset
     world: World
     layout: RankLayout
-    part: int
+    parts: tuple[int, ...]
     stats: RemoteStats
+
+    def to_device(self, batch: Any) -> Any: ...
 # models whose layers are trimmed to the nodes and edges the next layer still uses (PyG's trim_to_layer);
 # not GCN: its normalisation reads the degree of every source node, which trimming changes
 TRIMMED_MODELS = ("sage", "gat", "gin")
@@ -63,11 +65,17 @@ PREFETCH = 1
 
 
 def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
+    """The loaders' options: the seed order and streams of the rank, ``--loader-threads`` (default: the
+    rank's share of the host's cores; the batches do not depend on it), batches pinned for a GPU."""
+    from training.threads import loader_threads
+
     c = trainer.config
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
                 edge_ids=False,  # no task reads e_id: remote sampling answers leave edge IDs out
-                prefetch=PREFETCH, **({"time_attr": c.time_attr} if c.time_attr else {}))
+                prefetch=PREFETCH, loader_threads=loader_threads(c.loader_threads, trainer.world.local_world_size),
+                pin_memory=trainer.world.use_cuda,  # pinned in the loader threads: the copy to the GPU is async
+                **({"time_attr": c.time_attr} if c.time_attr else {}))
 
 
 class NodeTask:
@@ -95,7 +103,7 @@ class NodeTask:
         for split, mask in (("train", "train_mask"), ("val", "val_mask"), ("test", "test_mask")):
             if mask not in info.attrs:
                 continue
-            seeds = local_seeds(t.dataset, t.part, mask, t.layout, t.world.rank, node_type=self.target)
+            seeds = local_seeds(t.dataset, t.parts, mask, t.layout, t.world.rank, node_type=self.target)
             seeds = (self.target, seeds) if self.hetero else seeds
             out[split] = DistributedNeighborLoader(t.dataset, fanout, t.transport, seeds, **_loader_options(t, split))
         return out
@@ -139,7 +147,7 @@ class NodeTask:
         model.eval()
         counts = torch.zeros(2, dtype=torch.float64)
         for batch in loader:
-            _, correct, seen = self.step(model, batch.to(self.t.world.device))
+            _, correct, seen = self.step(model, self.t.to_device(batch))
             counts += torch.tensor([correct, seen], dtype=torch.float64)
         dist.all_reduce(counts)
         return round(float(counts[0] / max(counts[1], 1)), 5)
@@ -178,15 +186,14 @@ class LinkTask:
     def _own_links(self) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """This rank's links (global IDs), their times (or ``None``) and their splits."""
         t, c = self.t, self.t.config
-        _, gs = t.dataset.partition(t.part)
-        indices, indptr = gs.get_edge_index(self.edge_type, "csc")
-        lo, hi = gs.dst_range(self.edge_type)
-        index = torch.stack([indices, torch.repeat_interleave(torch.arange(lo, hi), torch.diff(indptr))])
-        share, ranks = t.world.rank % t.layout.ranks_per_part, t.layout.ranks_per_part
         has_time = c.time_attr and c.time_attr in t.dataset.manifest.edge_type(self.edge_type).attrs
-        times = gs.edge_attr(c.time_attr, self.edge_type)[share::ranks] if has_time else None
-        split = torch.from_numpy(np.asarray(dataset_split(t.dataset, t.part, self.edge_type, self._mask("train"))))
-        return index[:, share::ranks], times, split[share::ranks]
+        index, times = local_links(t.dataset, t.layout, t.world.rank, self.edge_type, c.time_attr if has_time else None)
+        splits = []
+        for part in t.parts:
+            share, ranks = t.layout.share(t.world.rank, part)
+            split = dataset_split(t.dataset, part, self.edge_type, self._mask("train"))
+            splits.append(torch.from_numpy(np.asarray(split))[share::ranks])
+        return index, times, torch.cat(splits)
 
     def _mask(self, name: str) -> MessageEdges:
         return MessageEdges(self.edge_type, self.MESSAGES[name], self.rule)
@@ -249,14 +256,14 @@ class LinkTask:
         if self.triplet:  # mean reciprocal rank of each positive among its negatives
             sums = torch.zeros(2, dtype=torch.float64)
             for batch in loader:
-                pos, neg = self._triplet_scores(model, batch.to(self.t.world.device))
+                pos, neg = self._triplet_scores(model, self.t.to_device(batch))
                 rank = 1 + (neg >= pos.unsqueeze(-1)).sum(-1)
                 sums += torch.tensor([float((1.0 / rank).sum()), pos.numel()], dtype=torch.float64)
             dist.all_reduce(sums)
             return round(float(sums[0] / max(sums[1], 1)), 5)
         scores, labels = [], []
         for batch in loader:
-            store = self._store(batch.to(self.t.world.device))
+            store = self._store(self.t.to_device(batch))
             scores.append(model(batch, (store.edge_label_index[0], store.edge_label_index[1])).cpu())
             labels.append(store.edge_label.cpu())
         mine = (torch.cat(scores) if scores else torch.zeros(0), torch.cat(labels) if labels else torch.zeros(0))
@@ -306,8 +313,9 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 def _max_label(trainer: TaskHost, target: Any) -> int:
-    y = trainer.dataset.partition(trainer.part)[0][target, "y", None]
-    return int(y.max()) if y.numel() else 0
+    """The largest label of this rank's partitions (the ranks then agree on the largest of all)."""
+    ys = [trainer.dataset.partition(p)[0][target, "y", None] for p in trainer.parts]
+    return max((int(y.max()) for y in ys if y.numel()), default=0)
 
 
 def make_task(trainer: TaskHost) -> NodeTask | LinkTask:

@@ -1,4 +1,4 @@
-"""How many torch threads a rank computes with: its share of the cores this host gives the job."""
+"""How many threads a rank computes (torch) and loads batches (loader threads) with: its share of the host's cores."""
 
 from __future__ import annotations
 
@@ -65,6 +65,22 @@ def choose(requested: int | None, local_ranks: int, env: dict[str, str] | None =
     if slurm.isdigit() and int(slurm) > 0:
         return ThreadChoice(int(slurm), cores, local_ranks, "SLURM_CPUS_PER_TASK")
     return ThreadChoice(max(1, cores // local_ranks), cores, local_ranks, "cores / local ranks")
+
+
+def loader_threads(requested: int | None, local_ranks: int, env: dict[str, str] | None = None,
+                   cores: int | None = None) -> int:
+    """Loader threads for one rank (sampling and feature gather, ``--loader-threads``): ``requested`` when
+    given, else the rank's share of the host's cores, as for torch threads (:func:`choose`): the loader
+    keeps the accelerator busy, so it gets the cores a GPU job leaves idle.
+
+    Examples
+    --------
+    >>> loader_threads(None, local_ranks=2, env={}, cores=8), loader_threads(1, local_ranks=2, env={}, cores=8)
+    (4, 1)
+    """
+    if requested is not None:
+        return int(requested)
+    return choose(None, local_ranks, env, cores).threads
 
 
 def apply(choice: ThreadChoice) -> None:

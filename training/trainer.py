@@ -17,6 +17,7 @@ import graphstore
 from graphstore import allocator
 from graphstore.errors import InvalidInputError
 from sampling import wire
+from sampling.device import DeviceFeeder
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from training import checkpoint, evaluation, preempt, process, threads
 from training.batches import cycle, first_batch, mix, restart_streams, time_loader
@@ -59,9 +60,10 @@ class Trainer:
                                                cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes,
                                                verify_reads=config.verify_reads)
         self.layout = RankLayout(self.dataset.num_parts, world.world_size)
-        self.part = self.layout.part_of(world.rank)
-        for etype in self.dataset.edge_types:  # damaged topology ends this rank before it talks to peers
-            self.dataset.topology(self.part, etype)
+        self.parts = self.layout.parts_of(world.rank)  # one, or a block of them when ranks are fewer
+        for part in self.parts:
+            for etype in self.dataset.edge_types:  # damaged topology ends this rank before it talks to peers
+                self.dataset.topology(part, etype)
         self.timers, self.stats, self.bytes = Timers(), RemoteStats(), Timers()  # bytes: gradient all-reduce
         self.transport = None
         self.watchdog: Watchdog | None = None
@@ -69,6 +71,7 @@ class Trainer:
         threads.apply(self.threads)
         self.peak = PeakMeter()
         self.stopped: preempt.Stopped | None = None  # set when the ranks stopped on SIGTERM
+        self.device_cache: Any = None  # --gpu-cache (sampling.device_cache.DeviceRowCache)
 
     # -- set-up --
 
@@ -77,12 +80,35 @@ class Trainer:
         if "train" not in out:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
         time_loader(out["train"], self.timers)
+        if self.config.gpu_cache:
+            self.device_cache = self._device_cache(out["train"].features)
+            for loader in out.values():
+                loader.features.device_cache = self.device_cache
         return out
+
+    def _device_cache(self, store: Any) -> Any:
+        """``--gpu-cache``: the rows of ``x`` this rank's partitions draw most, in device memory."""
+        from graphstore.cache import parse_size
+        from sampling.device_cache import DeviceRowCache
+
+        target = getattr(self.task, "target", None)
+        cache = DeviceRowCache.hottest(self.dataset, store, self.parts, parse_size(self.config.gpu_cache, "--gpu-cache"),
+                                       self.world.device, node_type=target)
+        if self.world.rank == 0:
+            logger.warning("--gpu-cache: %d rows of x (%.1f MB) on %s", len(cache.ids), cache.nbytes / 1e6,
+                           self.world.device)
+        return cache
+
+    def to_device(self, batch: Any) -> Any:
+        """``batch`` on this rank's device (already there when a DeviceFeeder brought it), its cached
+        feature rows filled in from the device cache."""
+        batch = batch.to(self.world.device)
+        return self.device_cache.assemble(batch) if self.device_cache is not None else batch
 
     def _model(self, batch: Any) -> torch.nn.Module:
         model = self.task.model().to(self.world.device)
         with torch.no_grad():  # materialise lazy parameters (to_hetero, -1 input sizes) before DDP
-            self.task.step(model, batch.to(self.world.device))
+            self.task.step(model, self.to_device(batch))
         return model
 
     # -- the job --
@@ -95,7 +121,7 @@ class Trainer:
         self.watchdog = Watchdog(self.world, limit=c.timeout)
         graceful = False
         try:
-            PartitionServer(self.dataset, self.part).register(self.transport)
+            PartitionServer(self.dataset, self.parts).register(self.transport)
             process.set_stage("start-up")  # no rank asks a peer that has not registered its handlers yet
             dist.monitored_barrier(group=self._cpu_group, timeout=_td(c.timeout), wait_all_ranks=True)
             process.set_stage("training")
@@ -199,6 +225,11 @@ class Trainer:
                                                                  resume, history or [])))
         record = {"epoch": epoch + 1, **record, "train_seconds": round(time.perf_counter() - start_time, 3)}
         record["remote"] = self.stats.snapshot(reset=True)  # training steps only
+        if self.device_cache is not None:  # training steps only: rows of every batch, hits and misses, all ranks
+            snap = self.device_cache.snapshot(reset=True)
+            counts = torch.tensor([snap["hits"], snap["misses"]], dtype=torch.float64)
+            dist.all_reduce(counts)
+            record["gpu_cache"] = {**snap, "hits": int(counts[0]), "misses": int(counts[1])}
         record["wire"] = wire_record(self.transport.wire.snapshot(reset=True), self.bytes.snapshot())
         record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
         process.set_stage("evaluation")
@@ -224,14 +255,16 @@ class Trainer:
         if self.config.task != "node" or self.dataset.is_hetero:
             raise InvalidInputError("--infer-out supports homogeneous node classification in this version")
         start_time = time.perf_counter()
-        out = layerwise_inference(model, self.dataset, self.part, self.transport, self.layout, self.config.model)
+        out = layerwise_inference(model, self.dataset, self.parts, self.transport, self.layout, self.config.model)
         writer = OutputWriter(self.dataset, self.config.infer_out, row_shape=tuple(out.shape[1:]),
                               description=f"graphstore-train {self.config.model} outputs")
-        info = writer.write_part(self.part, out.numpy()) if self.world.rank in self.layout.ranks_of(self.part)[:1] else None
+        offsets, first = self.dataset.node_offsets(), int(self.dataset.node_offsets()[self.parts[0]])
+        infos = {p: writer.write_part(p, out[int(offsets[p]) - first: int(offsets[p + 1]) - first].numpy())
+                 for p in self.parts if self.layout.owner_of(p) == self.world.rank}  # one writer per partition
         gathered: list[Any] = [None] * self.world.world_size
-        dist.all_gather_object(gathered, (self.part, info))
+        dist.all_gather_object(gathered, infos)
         if self.world.rank == 0:
-            writer.commit({p: i for p, i in gathered if i is not None})
+            writer.commit({p: i for written in gathered for p, i in written.items()})
             logger.warning("wrote %s for %d nodes into %s in %.1f s", self.config.infer_out,
                            self.dataset.num_nodes(), self.dataset.url, time.perf_counter() - start_time)
         dist.barrier()
@@ -248,13 +281,13 @@ class Trainer:
             totals += saved
         bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"epoch {epoch + 1}/{self.config.epochs}")
         bar.update(start)
-        batches = cycle(loader, steps, start)
+        batches = DeviceFeeder(cycle(loader, steps, start), self.world.device)  # on CUDA: copied a step ahead
         try:
             for step in range(start, steps):
                 if step > start:
                     self._step_boundary(epoch, step, steps, ddp.module, optimizer, totals, history)
                 with self.timers.time("data_wait"):
-                    batch = next(batches).to(self.world.device)
+                    batch = self.to_device(next(batches))
                 # after the batch: starting a pass draws DataLoader's base seed from the global generator
                 torch.manual_seed(mix(self.config.seed, epoch, step, self.world.rank))
                 with self.timers.time("forward_backward"):
@@ -300,11 +333,11 @@ class Trainer:
         """``--loader-only``: the epoch's batches taken as fast as the loader makes them, no model: the
         rate at which this rank could feed a model (``loader_batches_per_s``, every rank's)."""
         bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"loader {epoch + 1}/{self.config.epochs}")
-        batches = cycle(loader, steps)
+        batches = DeviceFeeder(cycle(loader, steps), self.world.device)
         started = time.perf_counter()
         for _ in range(steps):
             with self.timers.time("data_wait"):
-                next(batches).to(self.world.device)
+                self.to_device(next(batches))
             bar.update(1)
         rate = steps / max(time.perf_counter() - started, 1e-9)
         with self.timers.time("epoch_end"):  # the prefetcher's last batch, then waiting for the slowest rank

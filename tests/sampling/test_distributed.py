@@ -149,3 +149,27 @@ def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
         assert got["nodes"] == sorted(reached)
         assert got["edges"] == [h.tolist() for h in want]
         assert got["requests"] >= 1
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4, 5])
+def test_any_rank_count_over_three_partitions_is_the_raw_neighbourhood(ds, graphs, world_size):
+    """Ranks owning several partitions (1, 2 ranks) or sharing one (4, 5) sample and gather exactly."""
+    from graphstore.dataset_stores import DatasetFeatureStore
+    from sampling.distributed import DistributedFeatureStore
+    from tests.sampling.test_exact import oracle_hops
+
+    g, layout = graphs["dataset3"], RankLayout(3, world_size)
+    transports = LoopbackTransport.group(world_size)
+    for rank, t in enumerate(transports):
+        PartitionServer(ds, layout.parts_of(rank)).register(t)
+    assert {p for r in range(world_size) for p in layout.parts_of(r)} == {0, 1, 2}
+    everyone = DatasetFeatureStore(ds)
+    for rank, transport in enumerate(transports):
+        seeds = torch.tensor([int(ds.node_offsets()[p]) + k for p in range(3) for k in (0, 5, 9)])
+        b = DistributedSampler(ds, [-1, -1], transport, layout).sample_from_nodes(NodeSamplerInput(None, seeds))
+        want, reached = oracle_hops(g.src, g.dst, seeds.numpy(), 2)
+        bounds = np.cumsum([0, *b.num_sampled_edges])
+        assert [sorted(b.edge.tolist()[bounds[i]: bounds[i + 1]]) for i in range(2)] == [h.tolist() for h in want]
+        assert sorted(b.node.tolist()) == sorted(reached)
+        store = DistributedFeatureStore(ds, transport, layout)
+        assert torch.equal(store[None, "x", b.node], everyone[None, "x", b.node])

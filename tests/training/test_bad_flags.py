@@ -36,7 +36,7 @@ FLAG_CASES = [
     (["--seed", "-1"], 2, "--seed"),
     (["--fanout", "5,x"], 2, "--fanout"),
     (["--fanout", "0,5"], 2, "--fanout"),
-    (["--nproc", "3"], 2, "multiple of the partition count"),
+    (["--device", "cuda"] if not __import__("torch").cuda.is_available() else ["--device", "tpu"], 2, "--device"),
     (["--checkpoint-dir", "{t}/file"], 2, "is a file"),
     (["--checkpoint-dir", "{t}/file/sub"], 2, "is a file"),
     (["--metrics-out", "{t}/missing/m.json"], 2, "does not exist"),

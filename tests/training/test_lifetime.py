@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.training.conftest import ROOT, metrics, run_train, train_cmd
+from tests.training.test_train import _wait_for_ranks
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 # two partitions, so every batch also samples and fetches across ranks over RPC; ~25 steps an epoch
@@ -23,16 +24,6 @@ def _start(dataset, *args, env=None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen(train_cmd(dataset, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=ROOT)
-
-
-def _ranks(launcher: subprocess.Popen, count: int = 2) -> list[psutil.Process]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        children = psutil.Process(launcher.pid).children()
-        if len(children) == count:
-            return sorted(children, key=lambda p: p.environ().get("GRAPHSTORE_RANK", "0"))
-        time.sleep(0.1)
-    raise AssertionError("the launcher did not start its ranks")
 
 
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -89,7 +80,7 @@ def test_no_rank_outlives_its_launcher(synthetic2, tmp_path, how):
     launcher = _start(synthetic2, *FLAGS[:2], "--epochs", 200, "--fanout", "5,5", "--batch-size", 16,
                       env={"TMPDIR": str(tmp_path / "sys")})
     try:
-        ranks = _ranks(launcher)
+        ranks = _wait_for_ranks(launcher, 2)
         launcher.stdout.readline()  # an epoch is done: training is under way
         launcher.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGINT)
         sent = time.monotonic()
@@ -120,7 +111,7 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(synthetic2):
                       "--timeout", 10)
     ranks = []
     try:
-        ranks = _ranks(launcher)
+        ranks = _wait_for_ranks(launcher, 2)
         launcher.stdout.readline()
         ranks[1].suspend()
         stopped = time.monotonic()

@@ -54,3 +54,24 @@ def test_a_rank_applies_its_choice():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, check=True)
     assert out.stdout.split() == ["3", "2"]
+
+
+def test_loader_threads_default_to_the_ranks_share_and_reach_the_loaders():
+    from types import SimpleNamespace
+
+    from graphstore.errors import InvalidInputError
+    from training.config import TrainConfig
+    from training.launch import _parser, config_from_args
+    from training.tasks import _loader_options
+    from training.threads import loader_threads
+
+    assert loader_threads(None, 2, env={}, cores=8) == 4 and loader_threads(None, 4, env={}, cores=2) == 1
+    assert loader_threads(3, 2, env={}, cores=8) == 3  # --loader-threads wins
+    assert config_from_args(_parser().parse_args(["/data/x", "--loader-threads", "3"])).loader_threads == 3
+    with pytest.raises(InvalidInputError, match="--loader-threads"):
+        TrainConfig("/data/x", loader_threads=0)
+    world = SimpleNamespace(rank=0, local_world_size=1, use_cuda=False)
+    host = SimpleNamespace(config=TrainConfig("/data/x", loader_threads=2), layout=None, stats=None, world=world)
+    assert _loader_options(host, "train")["loader_threads"] == 2
+    host.config = TrainConfig("/data/x")
+    assert _loader_options(host, "train")["loader_threads"] == choose(None, 1).threads

@@ -97,10 +97,28 @@ def test_ranks_with_very_uneven_training_nodes_finish(tmp_path):
     assert metrics(tmp_path / "m.json")["epochs"][-1]["steps"] == 15  # ceil(900 / 64): the busier rank sets it
 
 
-def test_nproc_must_be_a_multiple_of_the_partition_count(synthetic2):
-    out = run_train(synthetic2, "--nproc", 3)
-    assert out.returncode == 2
-    assert "multiple of the partition count" in out.stderr
+@pytest.fixture(scope="module")
+def synthetic4(tmp_path_factory):
+    """``synthetic_source()`` in 4 METIS partitions."""
+    from tests.training.conftest import synthetic_source
+
+    dest = tmp_path_factory.mktemp("synthetic") / "syn4"
+    graphstore.ingest(synthetic_source(), dest, num_parts=4)
+    return dest
+
+
+def test_four_partitions_train_on_any_rank_count(synthetic4, tmp_path):
+    """Fewer ranks than partitions (each owns several, from storage) train as well as one per partition."""
+    acc = {}
+    for nproc in (4, 3, 2, 1):
+        out = run_train(synthetic4, "--nproc", nproc, "--epochs", 3, "--fanout", "5,5", "--batch-size", 64,
+                        "--lr", 0.01, "--metrics-out", tmp_path / f"{nproc}.json")
+        assert out.returncode == 0, out.stderr
+        doc = metrics(tmp_path / f"{nproc}.json")
+        assert doc["world_size"] == nproc and doc["num_parts"] == 4
+        acc[nproc] = doc["epochs"][-1]["test_acc"]
+        assert (doc["epochs"][-1]["remote"]["requests"] > 0) == (nproc > 1), "one rank owns every partition"
+    assert min(acc.values()) >= acc[4] - 0.03, acc
 
 
 def test_a_killed_rank_ends_the_job_with_its_name(synthetic2, tmp_path):
@@ -150,3 +168,18 @@ def test_the_same_entry_point_runs_under_torchrun(cora2, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     doc = metrics(tmp_path / "m.json")
     assert doc["world_size"] == 2 and doc["epochs"][-1]["remote"]["requests"] > 0
+
+
+def test_gpu_cache_trains_the_same_and_counts_its_hits(synthetic2, tmp_path):
+    """On the CPU the device cache lives in RAM: the same batches, so the same loss, fewer rows sent."""
+    runs = {}
+    for name, extra in (("plain", ()), ("cached", ("--gpu-cache", "16KB"))):
+        out = run_train(synthetic2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64, "--seed", 2, *extra,
+                        "--metrics-out", tmp_path / f"{name}.json")
+        assert out.returncode == 0, out.stderr
+        runs[name] = metrics(tmp_path / f"{name}.json")["epochs"][-1]
+    plain, cached = runs["plain"], runs["cached"]
+    assert {k: cached[k] for k in ("loss", "train_acc", "test_acc")} == {k: plain[k] for k in ("loss", "train_acc",
+                                                                                              "test_acc")}
+    assert cached["gpu_cache"]["hits"] > 0 and 0 < cached["gpu_cache"]["rows"] <= 1024  # 16 KB: 1,024 rows of 4 float32s
+    assert cached["wire"]["bytes"]["rows"] < plain["wire"]["bytes"]["rows"]

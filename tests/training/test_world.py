@@ -42,8 +42,8 @@ def test_bad_worlds_are_named():
         World.from_env({"RANK": "0", "WORLD_SIZE": "2"}, use_cuda=False)
     with pytest.raises(InvalidInputError, match="outside world size"):
         World(rank=2, world_size=2, local_rank=0, init_method="file:///x")
-    with pytest.raises(InvalidInputError, match="multiple of the partition count"):
-        RankLayout(num_parts=2, world_size=3)
+    with pytest.raises(InvalidInputError, match="must be >= 1"):
+        RankLayout(num_parts=2, world_size=0)
 
 
 def test_rank_layout_groups_consecutive_ranks():

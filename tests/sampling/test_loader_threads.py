@@ -1,0 +1,312 @@
+"""Loader threads: batches in order, memory bounded, errors and shutdown; one seed gives the same batches
+for every thread count (and worker count); the device feeder passes CPU batches through unchanged."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import HeteroData
+
+from graphstore.errors import InvalidInputError
+from sampling import DeviceFeeder, LinkNeighborLoader, NeighborLoader
+from sampling.device import is_pinned
+from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
+from sampling.distributed import PartitionServer
+from sampling.pipeline import LoaderThreads
+from sampling.transport import LoopbackTransport
+
+THREADS = (1, 2, 3)
+
+
+def _view(batch) -> tuple:
+    """Everything a batch holds (n_id, edge_index, x, y, labels, ...), comparable."""
+    def plain(v):
+        return v.tolist() if isinstance(v, torch.Tensor) else v
+
+    if isinstance(batch, HeteroData):
+        return tuple((str(s._key), tuple((k, plain(v)) for k, v in sorted(s.to_dict().items())))
+                     for s in batch.stores)
+    return tuple((k, plain(v)) for k, v in sorted(batch.to_dict().items()))
+
+
+def _passes(make_loader, threads=THREADS, **kw) -> list[list[tuple]]:
+    """One pass per thread count, each over a fresh loader with the same arguments."""
+    return [[_view(b) for b in make_loader(loader_threads=n, **kw)] for n in threads]
+
+
+# -- the pipeline itself --
+
+def test_batches_come_in_order_and_in_flight_is_bounded():
+    rng, taken, worst = random.Random(0), [0], [0]
+    lock = threading.Lock()
+
+    def make(i):
+        with lock:
+            worst[0] = max(worst[0], i - taken[0])  # drawn ahead of what the consumer has
+            delay = rng.random() / 500
+        time.sleep(delay)  # threads finish out of order
+        return i * i
+
+    source = iter(range(60))
+    out = []
+    for item in LoaderThreads(source.__next__, make, threads=3, depth=1):
+        out.append(item)
+        time.sleep(0.001)
+        with lock:
+            taken[0] += 1
+    assert out == [i * i for i in range(60)]
+    assert worst[0] <= 1 + 3  # depth + threads
+
+
+def test_errors_arrive_at_their_batch_and_the_threads_stop():
+    def make(i):
+        if i == 5:
+            raise ValueError("sampler broke at 5")
+        return i
+
+    it = LoaderThreads(iter(range(100)).__next__, make, threads=3, depth=2)
+    assert [next(it) for _ in range(5)] == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="broke at 5"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)  # finished: stays finished
+    assert it.alive() == 0
+
+    def broken_index():
+        raise KeyError("no more seeds")
+
+    with pytest.raises(KeyError, match="no more seeds"):
+        next(LoaderThreads(broken_index, None, threads=2))
+
+
+def test_close_and_garbage_collection_stop_the_threads():
+    it = LoaderThreads(itertools.count().__next__, lambda i: i, threads=3, depth=2)
+    assert next(it) == 0
+    it.close(timeout=5)
+    assert it.alive() == 0
+    with pytest.raises(StopIteration):
+        next(it)
+    it = LoaderThreads(itertools.count().__next__, lambda i: time.sleep(0.001) or i, threads=2)
+    next(it)
+    threads = list(it._threads)
+    del it
+    gc.collect()
+    for t in threads:
+        t.join(5)
+    assert not any(t.is_alive() for t in threads), "an iterator nobody holds keeps its threads running"
+
+
+def test_loader_threads_run_torch_ops_alone_and_leave_the_consumers_count():
+    before = torch.get_num_threads()
+    seen = []
+    it = LoaderThreads(iter(range(6)).__next__, lambda i: seen.append(torch.get_num_threads()) or i, threads=2)
+    assert list(it) == list(range(6))
+    assert set(seen) == {1}, "each loader thread runs torch's ops by itself"
+    assert torch.get_num_threads() == before, "the consumer keeps its intra-op threads"
+
+
+def test_bad_thread_counts_are_refused(graphs):
+    data = graphs["data"].data
+    with pytest.raises(InvalidInputError, match="loader_threads=0"):
+        NeighborLoader(data, [2], batch_size=10, loader_threads=0)
+    with pytest.raises(InvalidInputError, match="prefetch=-1"):
+        NeighborLoader(data, [2], batch_size=10, prefetch=-1)
+    with pytest.raises(InvalidInputError, match="give one of them"):
+        NeighborLoader(data, [2], batch_size=10, loader_threads=2, num_workers=2)
+
+
+# -- one seed, the same batches for every thread count --
+
+@pytest.mark.parametrize("backend", ["data", "dataset3"])
+def test_node_loader_gives_the_same_batches_for_every_thread_count(graphs, backend):
+    g = graphs[backend]
+
+    def loader(**kw):
+        torch.manual_seed(3)  # the same shuffled order for every pass
+        return NeighborLoader(g.data, [4, 3], input_nodes=torch.arange(150), batch_size=20, shuffle=True, seed=7,
+                              **kw)
+
+    passes = _passes(loader) + _passes(loader, threads=(2,), prefetch=3)
+    assert len(passes[0]) == 8 and all(p == passes[0] for p in passes)
+    batch = next(iter(loader(loader_threads=3)))
+    assert np.allclose(batch.x.numpy(), g.x[batch.n_id.numpy()])
+
+
+@pytest.mark.parametrize("backend", ["data", "dataset3"])
+def test_link_loader_gives_the_same_batches_for_every_thread_count(graphs, backend):
+    g = graphs[backend]
+    links = torch.from_numpy(np.stack([g.src, g.dst]))[:, :240]
+
+    def loader(**kw):
+        torch.manual_seed(3)
+        return LinkNeighborLoader(g.data, [3, 2], edge_label_index=links, batch_size=40, shuffle=True, seed=7,
+                                  neg_sampling=dict(mode="binary", amount=1), **kw)
+
+    passes = _passes(loader)
+    assert len(passes[0]) == 6 and all(p == passes[0] for p in passes)
+
+
+def test_hetero_loader_gives_the_same_batches_for_every_thread_count():
+    rng = np.random.default_rng(0)
+    data = HeteroData()
+    data["a"].x, data["b"].x = torch.randn(50, 3), torch.randn(40, 2)
+    data["a", "to", "b"].edge_index = torch.from_numpy(np.stack([rng.integers(0, 50, 300), rng.integers(0, 40, 300)]))
+    data["b", "back", "a"].edge_index = data["a", "to", "b"].edge_index.flip(0)
+
+    def loader(**kw):
+        return NeighborLoader(data, [3, 2], input_nodes="a", batch_size=12, seed=5, **kw)
+
+    passes = _passes(loader)
+    assert len(passes[0]) == 5 and all(p == passes[0] for p in passes)
+
+
+@pytest.mark.parametrize("kind", ["node", "link"])
+def test_workers_give_the_batches_of_no_workers(graphs, kind):
+    """Forked DataLoader workers (our kernels are serial numba: safe after fork) sample what the main
+    process does, batch by batch, with the same seed (link negatives included)."""
+    g = graphs["dataset3"]
+
+    def loader(**kw):
+        if kind == "node":
+            made = NeighborLoader(g.data, [3, 3], input_nodes=torch.arange(120), batch_size=30, seed=2, **kw)
+        else:
+            links = torch.from_numpy(np.stack([g.src, g.dst]))[:, :120]
+            made = LinkNeighborLoader(g.data, [3, 2], edge_label_index=links, batch_size=30, seed=2,
+                                      neg_sampling=dict(mode="binary", amount=1), **kw)
+        return [_view(b) for b in made]
+
+    alone = loader()
+    assert loader(num_workers=2, multiprocessing_context="fork") == alone
+    assert loader(num_workers=2, multiprocessing_context="fork", prefetch=2) == alone
+
+
+def test_a_pass_started_mid_way_samples_only_the_rest(graphs):
+    g = graphs["dataset3"]
+    loader = NeighborLoader(g.data, [3], input_nodes=torch.arange(200), batch_size=20, shuffle=True, seed=1,
+                            loader_threads=3)
+    sampled = []
+    collate = loader.collate_fn
+    loader.collate_fn = lambda index: sampled.append(1) or collate(index)
+
+    def one_pass(skip=0):
+        loader.node_sampler.set_epoch(4)
+        loader.sampler.generator = torch.Generator().manual_seed(0)
+        loader.skip_next = skip
+        sampled.clear()
+        return [_view(b) for b in loader]
+
+    whole = one_pass()
+    rest = one_pass(skip=6)
+    assert len(whole) == 10 and rest == whole[6:]
+    assert len(sampled) == 4, "skipped batches were sampled"
+
+
+def test_timers_add_up_over_the_loader_threads(graphs):
+    from training.batches import time_loader
+    from training.timing import Timers
+
+    g, timers = graphs["dataset3"], Timers()
+    loader = NeighborLoader(g.data, [3, 3], input_nodes=torch.arange(200), batch_size=20, seed=0, loader_threads=3)
+    time_loader(loader, timers)
+    assert sum(1 for _ in loader) == 10
+    seconds = timers.snapshot()
+    assert seconds["sampling"] > 0 and seconds["feature_fetch"] > 0
+
+
+# -- distributed, over the loopback transport --
+
+def _group(ds):
+    transports = LoopbackTransport.group(ds.num_parts)
+    for rank, t in enumerate(transports):
+        PartitionServer(ds, rank).register(t)
+    return transports
+
+
+@pytest.mark.parametrize("cache_rows", [0, 64])
+def test_distributed_node_loader_gives_the_same_batches_for_every_thread_count(graphs, cache_rows):
+    g = graphs["dataset3"]
+    ds = g.data
+    runs = []
+    for n in THREADS:
+        transport = _group(ds)[0]
+        loader = DistributedNeighborLoader(ds, [4, 3], transport, torch.arange(0, 120), batch_size=15, seed=3,
+                                           cache_rows=cache_rows, loader_threads=n)
+        batches = list(loader)
+        for b in batches:  # remote rows (through the cache, shared by the threads) are the right rows
+            assert np.allclose(b.x.numpy(), g.x[b.n_id.numpy()])
+        stats = loader.stats.snapshot()
+        assert stats["requests"] == transport.calls > 0  # every call counted once, whatever the threads
+        runs.append([_view(b) for b in batches])
+    assert len(runs[0]) == 8 and all(r == runs[0] for r in runs)
+
+
+def test_distributed_link_loader_gives_the_same_batches_for_every_thread_count(graphs):
+    ds = graphs["dataset3"].data
+    runs = []
+    for n in THREADS:
+        transport = _group(ds)[1]
+        loader = DistributedLinkNeighborLoader(ds, [3, 2], transport, batch_size=50, seed=4, shuffle=True,
+                                               neg_sampling=dict(mode="binary", amount=1), loader_threads=n)
+        loader.sampler.generator = torch.Generator().manual_seed(0)
+        runs.append([_view(b) for b in loader])
+    assert len(runs[0]) > 3 and all(r == runs[0] for r in runs)
+
+
+# -- the device feeder --
+
+def test_device_feeder_passes_cpu_batches_through(graphs):
+    g = graphs["data"]
+    loader = NeighborLoader(g.data, [2], batch_size=100, seed=0, loader_threads=2)
+    batches = list(loader)
+    fed = list(DeviceFeeder(iter(batches), "cpu"))
+    assert len(fed) == 4 and all(a is b for a, b in zip(fed, batches))
+    assert all(a is b for a, b in zip(DeviceFeeder(batches, None), batches))
+    source = iter(loader)
+    feeder = DeviceFeeder(source, torch.device("cpu"))
+    next(feeder)
+    feeder.close()
+    assert source.alive() == 0, "closing the feeder closes the loader's iterator"
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_device_feeder_copies_pinned_batches_ahead_on_a_side_stream(graphs):
+    g = graphs["dataset3"]
+    kw = dict(input_nodes=torch.arange(200), batch_size=25, seed=0)
+    want = [_view(b) for b in NeighborLoader(g.data, [3, 3], **kw)]
+    loader = NeighborLoader(g.data, [3, 3], pin_memory=True, loader_threads=2, prefetch=1, **kw)
+    host = next(iter(loader))
+    assert is_pinned(host), "the loader threads pin each batch"
+    device = torch.device("cuda", torch.cuda.current_device())
+    got = []
+    for batch in DeviceFeeder(iter(loader), device):
+        assert batch.x.device == device and batch.edge_index.device == device
+        (batch.x.float() @ batch.x.float().T).sum()  # the step, while the next batch is copied
+        got.append(_view(batch.cpu()))
+    torch.cuda.synchronize()
+    assert got == want
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_device_feeder_raises_a_source_error_after_the_batch_before_it():
+    def source():
+        yield torch.arange(4)
+        raise RuntimeError("loader broke")
+
+    feeder = DeviceFeeder(source(), "cuda")
+    assert next(feeder).tolist() == [0, 1, 2, 3]
+    with pytest.raises(RuntimeError, match="loader broke"):
+        next(feeder)
+    with pytest.raises(StopIteration):
+        next(feeder)
