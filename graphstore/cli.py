@@ -1,4 +1,4 @@
-"""The ``graphstore`` command: ``ingest``, ``info`` and ``verify``."""
+"""The ``graphstore`` command: ``ingest``, ``info``, ``verify``, and what other packages register (``warmup``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -219,15 +219,61 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+COMMANDS_ENTRY_POINT = "graphstore.commands"  # subcommands of the layers above (warmup: sampling.warmup:register)
+
+
+def entry_points(group: str) -> list[Any]:
+    """The entry points of ``group`` of every installed copy of every distribution, the first of each name.
+
+    ``importlib.metadata.entry_points`` reads one copy per distribution, the first on ``sys.path``: in a
+    checkout that is a stale ``graphstore.egg-info`` of an earlier build whenever the current directory
+    is the checkout (``python -m``, pytest), which would hide what the installed copy declares."""
+    from importlib import metadata
+
+    found: dict[str, Any] = {}
+    for dist in metadata.distributions():
+        for entry in dist.entry_points.select(group=group):
+            found.setdefault(entry.name, entry)
+    return list(found.values())
+
+
+def _plugin_commands(parser: argparse.ArgumentParser, argv: list[str], builtin: set[str]
+                     ) -> dict[str, Callable[[argparse.Namespace], int]]:
+    """The subcommands installed packages add: each ``graphstore.commands`` entry point is a function
+    ``register(subparsers)`` that adds its parser and returns its handler. Loaded only when the command
+    is not a built-in one (they import torch; ``graphstore ingest`` must not wait for it)."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in builtin:
+        return {}
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    handlers = {}
+    for entry in entry_points(COMMANDS_ENTRY_POINT):
+        if entry.name in builtin:
+            continue
+        try:
+            handlers[entry.name] = entry.load()(sub)
+        except ImportError as exc:  # e.g. an install without torch: the others still work
+            if entry.name == command:
+                raise
+            logging.getLogger(__name__).debug("graphstore %s is unavailable: %s", entry.name, exc)
+    return handlers
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``graphstore`` console script."""
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {"ingest": _ingest, "info": _info, "verify": _verify}
     try:
-        args = _parser().parse_args(argv)
+        parser = _parser()
+        handlers.update(_plugin_commands(parser, sys.argv[1:] if argv is None else argv, set(handlers)))
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # a bad flag (one line already printed) or --help
         return exc.code if isinstance(exc.code, int) else 2
+    except ImportError as exc:  # the package of a command named on the command line cannot load
+        print(f"graphstore: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
-        return {"ingest": _ingest, "info": _info, "verify": _verify}[args.command](args)
+        return handlers[args.command](args)
     except BrokenPipeError:  # output piped into `head` and the like
         return 0
     except (GraphstoreError, ImportError, OSError) as exc:  # OSError: one the library did not name (a bug)

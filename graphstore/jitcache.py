@@ -1,4 +1,4 @@
-"""Drops numba's cached kernels of this project when any of its source files changed since they were built.
+"""numba's cache of this project's kernels: stale ones dropped, compiles announced, the warm-up's stamp.
 
 numba keys a cached function on its own file only: a kernel that calls kernels of another file (the
 sampling engine's drivers call :mod:`sampling.picks`, :mod:`sampling.draws`, ...) is loaded from the
@@ -8,18 +8,33 @@ cached kernel of ``graphstore`` and ``sampling`` (their ``__pycache__/*.nbi``/``
 hash of all their sources kept beside them; numba then compiles afresh. Installed packages whose
 ``__pycache__`` cannot be written (numba caches elsewhere then, and their files do not change in
 place) and a ``NUMBA_CACHE_DIR`` of the user's are left alone.
+
+A kernel compiles when the cache has no copy for its argument types: in the first run after an install
+or an update, for a minute or more. :func:`announce_compiles` makes such a run say so (one line, from
+numba's compile events: nothing is checked on the hot path), and :func:`warm_stamp` tells whether the
+warm-up compiled everything for these sources, this numba and this CPU.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from numba.core import event
 
 logger = logging.getLogger(__name__)
 
 _PACKAGES = ("graphstore", "sampling")
+_BASE = Path(__file__).resolve().parent.parent  # the folder holding the packages
 MARKER = "jit-sources.sha256"
 
 
@@ -38,7 +53,7 @@ def drop_stale(base: Path | None = None) -> int:
     checkout's) when the sources changed since the marker was written; returns how many files went."""
     if os.environ.get("NUMBA_CACHE_DIR"):
         return 0
-    base = base or Path(__file__).resolve().parent.parent
+    base = base or _BASE
     roots = [base / name for name in _PACKAGES if (base / name).is_dir()]
     marker = base / "graphstore" / "__pycache__" / MARKER
     try:
@@ -61,3 +76,184 @@ def drop_stale(base: Path | None = None) -> int:
         logger.info("sources changed since numba cached %d kernel files: dropped them (they compile again)",
                     dropped)
     return dropped
+
+
+# -- compiles: counted, timed and announced -------------------------------------------------------------------
+
+NOTICE_ENV = "GRAPHSTORE_COMPILE_NOTICE"  # "0": say nothing (set once said, so child processes stay quiet)
+_LOCAL_RANK_ENV = ("LOCAL_RANK", "SLURM_LOCALID")  # torchrun / srun: only each host's first rank says it
+_PROJECT = ("graphstore", "sampling", "training")
+
+
+@dataclass
+class CompileCounts:
+    """Compilations of this project's kernels in this process (numba's cache misses): how many
+    specialisations, in how many seconds (outermost compiles; the callees they compile are inside)."""
+
+    compiled: int = 0
+    seconds: float = 0.0
+    names: Counter = field(default_factory=Counter)  # kernel -> specialisations compiled
+    times: Counter = field(default_factory=Counter)  # kernel -> seconds
+
+    def since(self, earlier: CompileCounts) -> CompileCounts:
+        return CompileCounts(self.compiled - earlier.compiled, self.seconds - earlier.seconds,
+                             self.names - earlier.names, self.times - earlier.times)
+
+
+class _Watch(event.Listener):
+    """A numba ``numba:compile`` listener (events fire only when a signature is neither loaded nor cached)."""
+
+    def __init__(self) -> None:
+        self.counts = CompileCounts()
+        self.announce: dict[str, str] = {}  # package -> how long its kernels take to compile, for the notice
+        self._depth, self._start = 0, 0.0
+
+    def on_start(self, ev: Any) -> None:
+        package = _package(ev)
+        if self._depth == 0 and package:
+            self._start = time.perf_counter()
+            if package in self.announce:
+                _notice(package, self.announce[package])
+        self._depth += 1 if package else 0
+
+    def on_end(self, ev: Any) -> None:
+        package = _package(ev)
+        if not package:
+            return
+        self._depth -= 1
+        if self._depth == 0:
+            seconds = time.perf_counter() - self._start
+            self.counts.compiled += 1
+            self.counts.seconds += seconds
+            self.counts.names[_qualname(ev)] += 1
+            self.counts.times[_qualname(ev)] += seconds
+
+
+_WATCH: _Watch | None = None
+_WATCH_LOCK = threading.Lock()
+
+
+def _watch() -> _Watch:
+    global _WATCH
+    with _WATCH_LOCK:
+        if _WATCH is None:
+            _WATCH = _Watch()
+            event.register("numba:compile", _WATCH)
+    return _WATCH
+
+
+def _package(ev: Any) -> str | None:
+    module = getattr(getattr(ev.data.get("dispatcher"), "py_func", None), "__module__", "") or ""
+    name = module.split(".")[0]
+    return name if name in _PROJECT else None
+
+
+def _qualname(ev: Any) -> str:
+    func = ev.data["dispatcher"].py_func
+    return f"{func.__module__}.{func.__qualname__}"
+
+
+def announce_compiles(package: str, takes: str) -> None:
+    """Say once per process (a WARNING: one line on stderr) when the kernels of ``package`` start compiling,
+    and about how long that ``takes`` (they compile when numba's cache has no copy for this installation:
+    the first run after an install or an update), instead of a silent first batch. Detected from numba's
+    compile events, so a run whose kernels load from the cache pays nothing. Quiet when ``NOTICE_ENV`` is
+    ``0``, and an INFO record (the log only) in every rank but the first of its host (``LOCAL_RANK``,
+    ``SLURM_LOCALID``) and every DataLoader worker but the first."""
+    _watch().announce[package] = takes
+
+
+def compile_counts() -> CompileCounts:
+    """This process's compilations of project kernels so far (a copy; subtract with ``since``)."""
+    counts = _watch().counts
+    return CompileCounts(counts.compiled, counts.seconds, Counter(counts.names), Counter(counts.times))
+
+
+def _notice(package: str, takes: str) -> None:
+    if os.environ.get(NOTICE_ENV) == "0":
+        return
+    os.environ[NOTICE_ENV] = "0"  # once per process, and the ranks/workers it starts from now on stay quiet
+    first = all(os.environ.get(name, "0") == "0" for name in _LOCAL_RANK_ENV) and _first_worker()
+    logger.log(logging.WARNING if first else logging.INFO,
+               "graphstore: compiling the %s kernels (the first run after an install or an update; %s); "
+               "`graphstore warmup` compiles them ahead of time", package, takes)
+
+
+# -- the warm-up's stamp -------------------------------------------------------------------------------------
+
+WARM_STAMP = "warmup-stamp.json"
+_WARM_PACKAGES = (*_PACKAGES, "training")  # training's sources decide which specialisations its runs need
+
+
+def cache_location(base: Path | None = None) -> Path:
+    """Where this project's kernels are cached: ``NUMBA_CACHE_DIR``, else beside the sources (``__pycache__``)."""
+    configured = os.environ.get("NUMBA_CACHE_DIR")
+    return Path(configured) if configured else (base or _BASE) / "graphstore" / "__pycache__"
+
+
+def _index_files(base: Path) -> list[Path]:
+    configured = os.environ.get("NUMBA_CACHE_DIR")
+    if configured:
+        return sorted(Path(configured).rglob("*.nbi"))
+    return sorted(p for name in _PACKAGES if (base / name).is_dir() for p in (base / name).rglob("__pycache__/*.nbi"))
+
+
+def warm_key(base: Path | None = None) -> str:
+    """What a compiled cache is valid for: the sources (their bytes, and their times and sizes, which numba
+    checks), numba, Python, the CPU numba compiles for and the cache's location."""
+    import llvmlite.binding as ll
+    import numba
+
+    base = base or _BASE
+    roots = [base / name for name in _WARM_PACKAGES if (base / name).is_dir()]
+    digest = hashlib.sha256(source_hash(roots).encode())
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            stat = path.stat()
+            digest.update(f"{path.relative_to(base)}:{stat.st_mtime_ns}:{stat.st_size}".encode())
+    for part in (numba.__version__, sys.version, ll.get_process_triple(), ll.get_host_cpu_name(),
+                 numba.config.CPU_NAME, numba.config.CPU_FEATURES, str(cache_location(base))):
+        digest.update(f"|{part}".encode())
+    return digest.hexdigest()
+
+
+def warm_stamp(base: Path | None = None) -> dict[str, Any] | None:
+    """The last complete warm-up's record when it still holds (same :func:`warm_key`, its cache index
+    files all there), else ``None``: then kernels may compile in a run, and ``graphstore warmup`` helps."""
+    base = base or _BASE
+    try:
+        stamp = json.loads((cache_location(base) / WARM_STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stamp, dict) or stamp.get("key") != warm_key(base):
+        return None
+    root = cache_location(base) if os.environ.get("NUMBA_CACHE_DIR") else base
+    if not all((root / name).is_file() for name in stamp.get("index", [])):
+        return None  # a cache folder emptied by hand
+    return stamp
+
+
+def mark_warm(info: dict[str, Any], key: str | None = None, base: Path | None = None) -> bool:
+    """Record a complete warm-up (``info`` is kept in the stamp) of the sources ``key`` describes (taken
+    before it started: a source edited meanwhile voids it); False when the cache folder is read-only."""
+    base = base or _BASE
+    folder = cache_location(base)
+    root = folder if os.environ.get("NUMBA_CACHE_DIR") else base
+    stamp = {**info, "key": key or warm_key(base), "at": time.strftime("%Y-%m-%d %H:%M:%S"),
+             "index": [str(p.relative_to(root)) for p in _index_files(base)]}
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f"{WARM_STAMP}.{os.getpid()}.partial"
+        partial.write_text(json.dumps(stamp, indent=1))
+        partial.replace(folder / WARM_STAMP)
+    except OSError as exc:
+        logger.info("could not record the warm-up in %s: %s", folder, exc)
+        return False
+    return True
+
+
+def _first_worker() -> bool:
+    """Whether this is not a DataLoader worker, or is its first (each worker compiles what it samples)."""
+    data = sys.modules.get("torch.utils.data")  # never imported here: a process without torch has no workers
+    info = data.get_worker_info() if data is not None else None
+    return info is None or info.id == 0

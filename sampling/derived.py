@@ -44,7 +44,7 @@ def alias_table(indptr, weight):
     q, small, large = np.empty(max_deg, np.float64), np.empty(max_deg, np.int64), np.empty(max_deg, np.int64)
     for v in range(len(indptr) - 1):
         s, n = indptr[v], indptr[v + 1] - indptr[v]
-        total, heaviest = 0.0, 0
+        total, heaviest = 0.0, np.int64(0)  # not a literal 0 (sampling.variants)
         for j in range(n):
             w = weight[s + j]
             if w > 0:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from graphstore.jitcache import announce_compiles
 from sampling.idmap import (dedup_dense, dedup_disjoint, dedup_hash, dedup_subgraphs, forget, forget_disjoint,
                             insert_seeds, insert_seeds_disjoint, pow2, rehash)
 from sampling.multihop import _AHEAD_EDGES, _by_block, _by_id, _gather, _grow, _pointers, buffer_len
@@ -25,6 +26,13 @@ from sampling.draws import _weighted, cumulative_weights  # noqa: F401  (re-expo
 from sampling.picks import pick_block
 from sampling.prefetch import prefetch
 from sampling.rng import _next
+
+# a run that has to compile the kernels says so once, instead of a silent first batch
+announce_compiles("sampling", "about a minute")
+
+# Literal zeros: a variable that starts as ``0`` and is reassigned in a loop is typed ``Literal[int](0)``
+# first, and numba compiles every kernel it is passed to twice, for that literal and for int64 (89 of the
+# 238 specialisations of a cold cache, measured). So the counters passed to kernels start as np.int64(0).
 
 
 @njit(cache=True, nogil=True)
@@ -62,7 +70,7 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
         order, bounds, ids = _by_block(offsets, nodes, f_lo, f_hi)
     starts, degs = np.empty(nf, np.int64), np.empty(nf, np.int64)
     _pointers(indptrs, offsets, ids, bounds, starts, degs)
-    total, max_deg = 0, 0
+    total, max_deg = 0, np.int64(0)  # see the note on literal zeros
     for t in range(nf):
         d = degs[t]
         total += d if (k < 0 or (not replace and d < k)) else (k if d > 0 else 0)
@@ -90,7 +98,7 @@ def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, ro
     """Phase 3: from the time-sorted pairs when the picks are theirs, else over the packed pairs when
     they are used, else the separate arrays."""
     if tsort is not None:  # the picks are time-sorted positions: their pairs are in that order
-        _gather_strided(tsort[1], 2, block_edges, pos, row, eid)
+        _gather_strided(tsort[1], np.int64(2), block_edges, pos, row, eid)  # as the packed pairs' stride
     elif use_packed:
         _gather_strided(packed, int(use_packed), block_edges, pos, row, eid)
     else:
@@ -193,7 +201,7 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
         if len(seen) == 0 and len(table) < 4 * num_seeds:
             table = rehash(table, pow2(4 * num_seeds))
         insert_seeds(seen, dense, table, seeds, nodes)
-    n_nodes, n_edges, f_lo, f_hi = num_seeds, 0, 0, num_seeds
+    n_nodes, n_edges, f_lo, f_hi = num_seeds, np.int64(0), np.int64(0), num_seeds  # note on literal zeros
     nodes_per_hop[0] = num_seeds
     bufs = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
     for h in range(hops):
@@ -251,15 +259,16 @@ def relabel_hop(seen, dense, table, row, col, col_batch, nodes, batch_of, n_node
 
 @njit(cache=True, nogil=True)
 def _relabel_from(seen, dense, table, row, col, col_batch, nodes, batch_of, n_nodes, num_nodes, disjoint):
+    lo = np.int64(0)  # as _relabel passes it (see the note on literal zeros)
     if len(seen):
-        n_nodes, valid = dedup_dense(seen, dense, row, 0, len(row), nodes, n_nodes, num_nodes)
+        n_nodes, valid = dedup_dense(seen, dense, row, lo, len(row), nodes, n_nodes, num_nodes)
         return n_nodes, valid, table
     if len(table) < 4 * (n_nodes + len(row)):
         table = rehash(table, pow2(4 * (n_nodes + len(row))))
     if disjoint:
-        n_nodes, valid = dedup_disjoint(table, row, col, col_batch, 0, len(row), nodes, batch_of, n_nodes, num_nodes)
+        n_nodes, valid = dedup_disjoint(table, row, col, col_batch, lo, len(row), nodes, batch_of, n_nodes, num_nodes)
     else:
-        n_nodes, valid = dedup_hash(table, row, 0, len(row), nodes, n_nodes, num_nodes)
+        n_nodes, valid = dedup_hash(table, row, lo, len(row), nodes, n_nodes, num_nodes)
     return n_nodes, valid, table
 
 

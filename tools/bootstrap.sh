@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install graphstore with its test extras. Installs the CPU wheel torch==2.13.0
 # first (unless a torch is already installed there), so pip never pulls a multi-GB CUDA build.
-# Idempotent: re-installs only when pyproject.toml changed.
+# Idempotent: re-installs only when pyproject.toml changed; compiles the numba kernels only when they are not.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -27,4 +27,13 @@ if [ -z "${GRAPHSTORE_NO_APT:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >
   echo "tools/bootstrap.sh: installing libjemalloc2 (apt-get; GRAPHSTORE_NO_APT=1 skips this)" >&2
   apt_get install -y libjemalloc2 || { apt_get update && apt_get install -y libjemalloc2; } \
     || echo "tools/bootstrap.sh: could not install libjemalloc2; ranks will use glibc's allocator" >&2
+fi
+# numba's kernels: compiled here, once per installation, instead of silently in a user's first batch
+# (graphstore warmup: minutes the first time; a no-op, checked in about a second, while its stamp holds:
+# same sources, numba, Python and CPU). GRAPHSTORE_NO_WARMUP=1 skips it; a failed warm-up only warns.
+if [ -z "${GRAPHSTORE_NO_WARMUP:-}" ] && ! .venv/bin/python -c \
+    "import sys; from graphstore.jitcache import warm_stamp; sys.exit(warm_stamp() is None)" 2>/dev/null; then
+  echo "tools/bootstrap.sh: compiling the numba kernels (graphstore warmup; GRAPHSTORE_NO_WARMUP=1 skips it)" >&2
+  .venv/bin/graphstore warmup \
+    || echo "tools/bootstrap.sh: the warm-up failed; kernels will compile in the first runs instead" >&2
 fi

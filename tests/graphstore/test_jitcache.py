@@ -72,3 +72,48 @@ def test_a_kernel_sees_the_new_code_of_a_kernel_it_calls_in_another_file(tmp_pat
         results.append(int(out.stdout.split()[-1]))
     assert results == [1, 2], "the caller's cached code was used after its callee changed"
     assert list((tmp_path / "sampling" / "__pycache__").glob("a.f-*.nbi")), "the kernels are cached again"
+
+
+NOTICE_RUN = textwrap.dedent("""
+    import numpy as np
+    from graphstore import integrity, jitcache
+    jitcache.announce_compiles("graphstore", "seconds")
+    integrity._range_kernel(np.arange(5), 10)
+    integrity._csc_kernel(np.array([0, 1, 2]), np.array([0, 1]), 2)
+    print(jitcache.compile_counts().compiled)
+""")
+
+
+def test_a_cold_cache_is_announced_once_and_a_warm_one_not_at_all(tmp_path):
+    """Two small kernels of one module, compiled into an empty cache: one line; loaded from it: none."""
+    from graphstore.jitcache import NOTICE_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in (NOTICE_ENV, "LOCAL_RANK", "SLURM_LOCALID")}
+    env.update(NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(REPO))
+    runs = [subprocess.run([sys.executable, "-c", NOTICE_RUN], env=env, capture_output=True, text=True, timeout=120)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    notices = [line for line in runs[0].stderr.splitlines() if "compiling the graphstore kernels" in line]
+    assert len(notices) == 1 and "graphstore warmup" in notices[0], runs[0].stderr
+    assert runs[0].stdout.split()[-1] == "2", "two specialisations compiled"
+    assert runs[1].stdout.split()[-1] == "0" and "compiling" not in runs[1].stderr, runs[1].stderr
+
+
+def test_only_the_first_rank_of_a_host_warns(monkeypatch, caplog):
+    import logging
+
+    from graphstore import jitcache
+
+    monkeypatch.setenv(jitcache.NOTICE_ENV, "1")  # restored afterwards: the notice sets it to 0
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with caplog.at_level(logging.INFO, logger="graphstore.jitcache"):
+        jitcache._notice("sampling", "about a minute")
+        jitcache._notice("sampling", "about a minute")
+    assert [r.levelno for r in caplog.records] == [logging.INFO], "rank 1: in its log, not on the terminal; once"
+
+
+def test_the_sampling_kernels_announce_their_compiles():
+    from graphstore import jitcache
+    import sampling.variants  # noqa: F401
+
+    assert "sampling" in jitcache._watch().announce

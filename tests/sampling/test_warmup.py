@@ -1,0 +1,76 @@
+"""``graphstore warmup``: a subcommand found through entry points, a no-op while its stamp holds, and
+(on a cache it compiled) a run that compiles nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from graphstore import cli, jitcache
+from sampling import warmup
+from sampling.warmup import Group, Workspace, run_groups
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_warmup_is_a_subcommand_from_the_layers_above(capsys):
+    assert cli.main(["warmup", "--help"]) == 0
+    assert "--force" in capsys.readouterr().out
+    assert cli.main(["--help"]) == 0
+    assert "warmup" in capsys.readouterr().out
+    assert {"ingest", "memory", "distributed", "train"} <= {g.name for g in warmup.groups()}, "training's group too"
+
+
+def test_builtin_commands_load_no_plugin():
+    parser = cli._parser()
+    assert cli._plugin_commands(parser, ["-v", "ingest", "synthetic:nodes=10", "/x"], {"ingest", "info"}) == {}
+
+
+def test_every_option_changes_the_run_and_a_stamp_makes_it_a_no_op(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    index = tmp_path / "sampling" / "variants.f-1.py311.nbi"  # what a warm-up leaves there
+    index.parent.mkdir()
+    index.write_bytes(b"x")
+    ran: list[str] = []
+    fake = [Group(name, f"group {name}", lambda ws, name=name: ran.append(name)) for name in ("a", "b")]
+    monkeypatch.setattr(warmup, "groups", lambda: fake)
+    assert cli.main(["warmup", "--list"]) == 0 and ran == []
+    assert "group a" in capsys.readouterr().out
+    assert cli.main(["warmup", "--only", "b", "--json"]) == 0 and ran == ["b"]
+    assert [g["name"] for g in json.loads(capsys.readouterr().out)["groups"]] == ["b"]
+    assert jitcache.warm_stamp() is None, "a partial warm-up stamps nothing"
+    assert cli.main(["warmup"]) == 0 and ran == ["b", "a", "b"]
+    assert "0 kernel specialisation(s) compiled" in capsys.readouterr().out
+    assert cli.main(["warmup"]) == 0 and ran == ["b", "a", "b"], "the stamp holds: nothing runs"
+    assert "nothing to compile" in capsys.readouterr().out
+    assert cli.main(["warmup", "--force"]) == 0 and ran == ["b", "a", "b", "a", "b"]
+    index.unlink()
+    assert jitcache.warm_stamp() is None, "a cache folder emptied by hand is cold again"
+
+
+def test_a_failing_group_is_named_and_the_others_still_run(tmp_path):
+    ran = []
+
+    def broken(ws: Workspace) -> None:
+        raise ValueError("no such graph")
+
+    results = run_groups([Group("a", "", broken), Group("b", "", lambda ws: ran.append(ws.path))], Workspace(tmp_path))
+    assert [(r.name, r.error) for r in results] == [("a", "ValueError: no such graph"), ("b", None)]
+    assert ran == [tmp_path]
+
+
+@pytest.mark.slow
+def test_a_forced_warmup_on_its_own_cache_compiles_nothing():
+    """Every path the warm-up runs loads its kernels from the cache the warm-up wrote (so its runs are
+    deterministic and complete); only where that cache is warm (CI after tools/bootstrap.sh)."""
+    if jitcache.warm_stamp() is None:
+        pytest.skip("the kernel cache is not warm here: run `graphstore warmup` (tools/bootstrap.sh does)")
+    out = subprocess.run([sys.executable, "-m", "graphstore.cli", "warmup", "--force", "--json"], cwd=REPO,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads(out.stdout)
+    assert summary["failed"] == [] and summary["compiled"] == 0, [g for g in summary["groups"] if g["compiled"]]
