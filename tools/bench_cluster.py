@@ -112,7 +112,7 @@ def minimum(dest: Path, args: argparse.Namespace) -> dict:
         info = store.local._node_info(None)
         for batch in loader:
             n_id, dst = batch.n_id.numpy(), batch.edge_index[1].numpy()
-            fetched = ~store._servable_here(info, n_id, ["x"])  # neither owned nor a replicated halo row
+            fetched = store._servable_here(info, n_id, ["x"]) < 0  # neither owned nor a replicated halo row
             needed += int(fetched.sum()) * batch.x[0].numel() * batch.x.element_size()
             needed += int(((n_id < lo) | (n_id >= hi))[dst].sum()) * id_bytes  # edges sampled elsewhere
         snap = transport.wire.snapshot(reset=True)

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 import torch
 
 # The training loop runs these one after another: they add up to the epoch's training seconds.
-FOREGROUND = ("data_wait", "forward_backward", "optimizer", "epoch_end")
+FOREGROUND = ("data_wait", "forward_backward", "optimizer", "step_sync", "epoch_end")
 # The prefetch thread runs these at the same time as the foreground (background work, not additive to it).
 BACKGROUND = ("sampling", "feature_fetch")
 # Parts measured inside others: gradient all-reduce overlaps backward; remote waits are inside the
@@ -29,13 +29,14 @@ def describe(timing: dict[str, float], train_seconds: float) -> str:
     --------
     >>> describe({"data_wait": 0.5, "forward_backward": 1.0, "optimizer": 0.2, "epoch_end": 0.1,
     ...           "sampling": 1.1, "feature_fetch": 0.3}, 1.9)  # doctest: +NORMALIZE_WHITESPACE
-    'training 1.9 s = data wait 0.5 + fwd/bwd 1.0 (grad sync 0.0 within) + optimizer 0.2 + epoch end 0.1
-    + other 0.1; prefetch thread, overlapping: sampling 1.1 + features 0.3 (remote wait 0.0 within)'
+    'training 1.9 s = data wait 0.5 + fwd/bwd 1.0 (grad sync 0.0 within) + optimizer 0.2 + step sync 0.0
+    + epoch end 0.1 + other 0.1; prefetch thread, overlapping: sampling 1.1 + features 0.3 (remote wait 0.0 within)'
     """
     t = {k: float(timing.get(k, 0.0)) for k in (*FOREGROUND, *BACKGROUND, *WITHIN)}
     other = train_seconds - sum(t[k] for k in FOREGROUND)
     return (f"training {train_seconds:.1f} s = data wait {t['data_wait']:.1f} + fwd/bwd {t['forward_backward']:.1f} "
-            f"(grad sync {t['grad_sync']:.1f} within) + optimizer {t['optimizer']:.1f} + epoch end "
+            f"(grad sync {t['grad_sync']:.1f} within) + optimizer {t['optimizer']:.1f} + step sync "
+            f"{t['step_sync']:.1f} + epoch end "
             f"{t['epoch_end']:.1f} + other {other:.1f}; prefetch thread, overlapping: sampling {t['sampling']:.1f} "
             f"+ features {t['feature_fetch']:.1f} (remote wait {t['remote_wait']:.1f} within)")
 

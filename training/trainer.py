@@ -285,11 +285,12 @@ class Trainer:
         try:
             for step in range(start, steps):
                 if step > start:
-                    self._step_boundary(epoch, step, steps, ddp.module, optimizer, totals, history)
+                    with self.timers.time("step_sync"):  # the ranks agree whether to stop (SIGTERM), or save
+                        self._step_boundary(epoch, step, steps, ddp.module, optimizer, totals, history)
                 with self.timers.time("data_wait"):
                     batch = self.to_device(next(batches))
-                # after the batch: starting a pass draws DataLoader's base seed from the global generator
-                torch.manual_seed(mix(self.config.seed, epoch, step, self.world.rank))
+                with self.timers.time("step_sync"):  # after the batch: a pass's start draws from the global generator
+                    torch.manual_seed(mix(self.config.seed, epoch, step, self.world.rank))
                 with self.timers.time("forward_backward"):
                     optimizer.zero_grad()
                     loss, correct, seen = self.task.step(ddp, batch)
