@@ -16,13 +16,18 @@ from graphstore.errors import CorruptDatasetError
 _LATEST = "latest.json"
 
 
+def file_name(epoch: int, step: int | None = None) -> str:
+    """The checkpoint written after epoch ``epoch`` (0-based), or after ``step`` steps of it."""
+    return f"checkpoint-epoch{epoch:04d}.pt" if step is None else f"checkpoint-epoch{epoch:04d}-step{step:07d}.pt"
+
+
 def save(directory: str, epoch: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
          extra: dict[str, Any] | None = None, step: int | None = None) -> str:
     """Write ``checkpoint-epoch<N>.pt`` (after epoch N) or, with ``step``, ``checkpoint-epoch<N>-step<S>.pt``
     (the first ``step`` steps of epoch N done), via a temporary name and rename, and point
     ``latest.json`` at it."""
     os.makedirs(directory, exist_ok=True)
-    name = f"checkpoint-epoch{epoch:04d}.pt" if step is None else f"checkpoint-epoch{epoch:04d}-step{step:07d}.pt"
+    name = file_name(epoch, step)
     path = os.path.join(directory, name)
     state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},

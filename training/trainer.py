@@ -179,15 +179,16 @@ class Trainer:
                 return history
             self._after_epoch(epoch, model, optimizer, history)
             if epoch + 1 < c.epochs and preempt.agreed(self._cpu_group):  # asked during evaluation: epoch saved
-                self.stopped = preempt.Stopped(epoch + 1, 0, self._saved(epoch))
+                self.stopped = preempt.Stopped(epoch + 1, 0, self._checkpoint_path(epoch))
                 return history
         if c.infer_out:
             self._write_inference(model)
         return history
 
-    def _saved(self, epoch: int) -> str | None:
+    def _checkpoint_path(self, epoch: int, step: int | None = None) -> str | None:
+        """Where rank 0 wrote the checkpoint of ``epoch`` (and ``step``); ``None`` without --checkpoint-dir."""
         d = self.config.checkpoint_dir
-        return os.path.join(d, f"checkpoint-epoch{epoch:04d}.pt") if d else None
+        return os.path.join(d, checkpoint.file_name(epoch, step)) if d else None
 
     def _build(self, loader: Any) -> tuple[Any, Any, Any]:
         """The model, its DDP wrapper and the optimizer (``None`` each with ``--loader-only``), built on
@@ -324,11 +325,7 @@ class Trainer:
                                            {"history": history, "totals": done}, step=step)
                 dist.barrier(group=self._cpu_group)  # written before any rank goes on (or stops)
         if stop:
-            raise preempt.Stopped(epoch, step, path if path else self._step_file(epoch, step))
-
-    def _step_file(self, epoch: int, step: int) -> str | None:
-        d = self.config.checkpoint_dir
-        return os.path.join(d, f"checkpoint-epoch{epoch:04d}-step{step:07d}.pt") if d else None
+            raise preempt.Stopped(epoch, step, path or self._checkpoint_path(epoch, step))
 
     def _loader_epoch(self, loader: Any, steps: int, epoch: int) -> dict[str, Any]:
         """``--loader-only``: the epoch's batches taken as fast as the loader makes them, no model: the
