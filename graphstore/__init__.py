@@ -9,19 +9,23 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from graphstore.ingest import ingest  # no torch: the function, not the subpackage, is graphstore.ingest
-from graphstore.jitcache import drop_stale
-from graphstore.linksplit import LinkSplit
-from graphstore.retry import RetryPolicy
-from graphstore.version import __version__
+from graphstore.moved import install as _install_moved
+
+_install_moved()  # module paths of earlier releases (graphstore.stores, ...) still import, with a warning
+
+from graphstore.ingest import ingest  # noqa: E402 # no torch: the function, not the subpackage, is graphstore.ingest
+from graphstore.jitcache import drop_stale  # noqa: E402
+from graphstore.dataset.linksplit import LinkSplit  # noqa: E402
+from graphstore.storage.retry import RetryPolicy  # noqa: E402
+from graphstore.version import __version__  # noqa: E402
 
 drop_stale()  # before any kernel is loaded from numba's cache (kernels load at their first call, not import)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from graphstore.dataset import Dataset, open_dataset
-    from graphstore.outputs import OutputWriter
+    from graphstore.dataset.opened import Dataset, open_dataset
+    from graphstore.outputs.writer import OutputWriter
 
-_LAZY = {"Dataset": "graphstore.dataset", "open_dataset": "graphstore.dataset", "OutputWriter": "graphstore.outputs"}
+_LAZY = {"Dataset": "graphstore.dataset.opened", "open_dataset": "graphstore.dataset.opened", "OutputWriter": "graphstore.outputs.writer"}
 
 __all__ = ["Dataset", "LinkSplit", "OutputWriter", "RetryPolicy", "__version__", "ingest", "open_dataset"]
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphstore.dataset import Dataset
+from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
 from sampling.distributed import (EDGE_ATTR, DistributedFeatureStore, DistributedSampler, RankLayout, RemoteStats,
                                   _waited)

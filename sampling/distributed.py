@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch_geometric.data import FeatureStore, TensorAttr
 
-from graphstore.dataset import Dataset
+from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
-from graphstore.stores import ReadOnlyError, _ids
+from graphstore.dataset.stores import ReadOnlyError, _ids
 from sampling.sampler import NeighborSampler
 from sampling.server import EDGE_ATTR, GATHER, SAMPLE, PartitionServer  # noqa: F401  (re-exported)
 from sampling.topology import EdgeTopology, from_dataset
@@ -350,7 +350,7 @@ class DistributedFeatureStore(FeatureStore):
             lo, hi = info.offsets[part], info.offsets[part + 1]
             served_by[(ids >= lo) & (ids < hi)] = part
         if info.halo_attrs and set(names) <= set(info.halo_attrs):
-            from graphstore import layout
+            from graphstore.dataset import layout
 
             for part in self.parts:
                 halo = np.asarray(self.dataset.array(layout.halo_array(part, info.key, layout.HALO_IDS)))
@@ -400,7 +400,7 @@ class DistributedFeatureStore(FeatureStore):
         return self._caches[key]
 
     def _empty(self, info: Any, name: str, count: int) -> torch.Tensor:
-        from graphstore import layout
+        from graphstore.dataset import layout
 
         if name == layout.ORIG_ID:
             return torch.empty(count, dtype=torch.long)

@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import InvalidInputError
-from graphstore.linksplit import SPLIT_NAMES, LinkSplit, assign, check_edge_type, log_computed
+from graphstore.dataset.linksplit import SPLIT_NAMES, LinkSplit, assign, check_edge_type, log_computed
 
 _EMPTY_I8 = np.zeros(0, np.int8)
 _COMPUTED: dict[tuple, list[np.ndarray]] = {}

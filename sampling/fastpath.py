@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch_geometric.sampler import SamplerOutput
 
-from graphstore.allocator import keep_freed_memory
+from graphstore.heap import keep_freed_memory
 from graphstore.errors import CorruptDatasetError, InvalidInputError, NotOwnedError
 from sampling import multihop, variants
 from sampling.engine import BlockArgs, Variants

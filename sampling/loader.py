@@ -11,8 +11,8 @@ import torch
 from torch_geometric.loader import LinkLoader, NodeLoader
 from torch_geometric.sampler import HeteroSamplerOutput, NegativeSampling, SamplerOutput
 
-from graphstore.dataset import Dataset
-from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
+from graphstore.dataset.opened import Dataset
+from graphstore.dataset.whole import DatasetFeatureStore, DatasetGraphStore
 from graphstore.errors import InvalidInputError
 from sampling import compat
 from sampling.device import pin

@@ -374,7 +374,7 @@ def _check_is_sorted(data: Any, is_sorted: bool) -> None:
 
 
 def _is_dataset(data: Any) -> bool:
-    from graphstore.dataset import Dataset
+    from graphstore.dataset.opened import Dataset
 
     return isinstance(data, Dataset)
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from graphstore.dataset import Dataset
+from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
 from sampling.engine import BlockArgs, Variants
 from sampling.multihop import rng_state

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from graphstore import jitcache
-from graphstore.cli import entry_points
+from graphstore.cli.app import entry_points
 from graphstore.errors import InvalidInputError
 
 logger = logging.getLogger(__name__)

@@ -139,7 +139,7 @@ def features_only_accuracy(dataset, epochs: int = 300) -> float:
     on ``train_mask``, scored on ``test_mask`` of the same dataset (homogeneous, every partition)."""
     import torch
 
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     fs = DatasetFeatureStore(dataset)
     x, y = fs[None, "x", None].float(), fs[None, "y", None].long()

@@ -138,7 +138,7 @@ def _base_argv(module: str, command: str | None, world: Any) -> list[str]:
 
 def _cli_cases() -> list[tuple[str, str | None, str]]:
     cases = []
-    for module in ("graphstore.cli", "training.launch"):
+    for module in ("graphstore.cli.app", "training.launch"):
         for command, action in _options(importlib.import_module(module)._parser()):
             cases.append((module, command, action.dest))
     return cases

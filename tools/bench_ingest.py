@@ -101,7 +101,7 @@ def run_one(spec: str, engine: str, args: argparse.Namespace, root: str) -> dict
 def _verify(dest: str) -> str:
     """``graphstore verify DEST`` (every chunk's checksum) in a child process: opening a dataset loads
     torch, which would then count in this process's RSS for the runs after it."""
-    done = subprocess.run([sys.executable, "-c", "import sys; from graphstore.cli import main; "
+    done = subprocess.run([sys.executable, "-c", "import sys; from graphstore.cli.app import main; "
                            "raise SystemExit(main(['verify', sys.argv[1]]))", dest], capture_output=True, text=True)
     return "ok" if done.returncode == 0 else f"failed: {(done.stdout + done.stderr).strip()[-300:]}"
 

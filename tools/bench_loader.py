@@ -125,7 +125,7 @@ def _train(dest: Path, threads: int, args: argparse.Namespace) -> Any:
 
 def _under_ranks_allocator(argv: list[str] | None) -> None:
     """Re-execute this script under the allocator graphstore-train preloads for its ranks, once."""
-    from graphstore import allocator
+    from training import allocator
 
     env = allocator.preload_env(dict(os.environ))
     if env.get("LD_PRELOAD", "") != os.environ.get("LD_PRELOAD", "") and "GRAPHSTORE_BENCH_REEXEC" not in os.environ:
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     benchinfo.add_seed_argument(parser)
     args = parser.parse_args(argv)
     info = benchinfo.start(args, args.json)
-    from graphstore import allocator
+    from training import allocator
 
     result = run(args)
     out = {**info, "allocator": allocator.name(), **result}

@@ -6,7 +6,7 @@ Usage::
                                  [--concurrency 16] [--repeats 3] [--seed S] [--data DIR]
 
 It ingests (once, cached under --data) a synthetic graph whose feature array ``x`` spans hundreds of
-chunks, and serves it through a :class:`~graphstore.storage.LocationWrapper` that adds
+chunks, and serves it through a :class:`~graphstore.storage.local.LocationWrapper` that adds
 ``--latency-ms`` to every request (object-storage latency, simulated in-process; bytes come from local
 disk). For batches of own node IDs (uniformly random, and drawn from a 5% window as a local
 neighborhood would be) it measures, in one run:
@@ -42,7 +42,7 @@ import torch
 
 import graphstore
 from graphstore.errors import DatasetNotFoundError
-from graphstore.storage import LocationWrapper, open_location
+from graphstore.storage.local import LocationWrapper, open_location
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)

@@ -131,7 +131,7 @@ def _pyglib(ds: graphstore.Dataset, draw) -> dict | None:
     except ImportError:
         print("pyg-lib is not installed here: skipping the PyG/pyg-lib comparison", file=sys.stderr)
         return None
-    from graphstore.dataset_stores import DatasetGraphStore
+    from graphstore.dataset.whole import DatasetGraphStore
 
     src, dst = DatasetGraphStore(ds).get_edge_index(None, "coo")
     sampler = PyGSampler(Data(edge_index=torch.stack([src, dst]), num_nodes=ds.num_nodes()), FANOUT)
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace) -> dict:
     few = max(3, args.batches // 3)
     disjoint_workers = {w: _loader_rate(ds, draw, 103 + w, args.batch_size, w, seed, count=few, disjoint=True)[1]
                         for w in (0, args.workers)}
-    from graphstore.dataset_stores import DatasetGraphStore
+    from graphstore.dataset.whole import DatasetGraphStore
 
     indices, indptr = DatasetGraphStore(ds).get_edge_index(None, "csc")
     ref = _rate(lambda s: reference_sample(indptr, indices, s, FANOUT), draw, 1, few)

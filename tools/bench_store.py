@@ -96,7 +96,7 @@ def bench_gather(data: Path, nodes: int, features: int, repeats: int, seed: int)
 
 
 def bench_ingest(spec: str, parts: int, method: str, dest: Path) -> dict:
-    cmd = [sys.executable, "-m", "graphstore.cli", "ingest", spec, str(dest), "--parts", str(parts),
+    cmd = [sys.executable, "-m", "graphstore.cli.app", "ingest", spec, str(dest), "--parts", str(parts),
            "--method", method, "--overwrite", "--parents", "--json"]
     start = time.perf_counter()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)

@@ -33,7 +33,8 @@ def measure(path: str, repeats: int) -> list[tuple[str, float, int]]:
     import numpy as np
 
     import graphstore
-    from graphstore import integrity, layout
+    from graphstore.storage import integrity
+    from graphstore.dataset import layout
 
     ds = graphstore.open_dataset(path)
     m = ds.manifest

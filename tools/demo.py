@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from graphstore.cli import main as graphstore_cli
+from graphstore.cli.app import main as graphstore_cli
 from training.launch import main as train_cli
 
 DEFAULT_SPEC = "synthetic:nodes={nodes},avg_degree=12,features=32,classes=6,seed=0"

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from graphstore.cache import parse_size
+from graphstore.storage.cache import parse_size
 from graphstore.errors import InvalidInputError
 
 MODELS = ("sage", "gcn", "gat", "gin")

@@ -16,9 +16,9 @@ import warnings
 from dataclasses import asdict
 from typing import Any
 
-from graphstore import allocator
-from graphstore.cli_args import Parser, integer, number, size
-from graphstore.cli_storage import add_storage_arguments, parse_storage_options
+from training import allocator
+from graphstore.cli.args import Parser, integer, number, size
+from graphstore.cli.storage_options import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
 from training import failures, lifetime, placement, preempt, threads, validate
 from training.timing import describe
@@ -179,7 +179,7 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
         scratch = os.path.join(tmp, "tmp")  # every rank's temporary files (PyG's generated modules, ...)
         os.mkdir(scratch)
         procs, logs = [], []
-        base = allocator.preload_env(dict(os.environ))  # jemalloc where the machine has it (graphstore.allocator)
+        base = allocator.preload_env(dict(os.environ))  # jemalloc where the machine has it (training.allocator)
         for rank in range(nproc):
             env = {**base, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
                    lifetime.LAUNCHER_PID_ENV: str(os.getpid()), lifetime.JOB_DIR_ENV: tmp,

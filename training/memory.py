@@ -7,7 +7,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from graphstore import allocator
+from training import allocator
 
 logger = logging.getLogger(__name__)
 _STATUS = "/proc/self/status"
@@ -65,7 +65,7 @@ def memory_per_rank(dataset: Any, peak: PeakMeter) -> dict[str, list[float]]:
     """Every rank's memory (MB): ``peak_rss`` (the epoch's peak resident set, evaluation included);
     ``rss`` and ``anon`` (private memory, where copies would land) at the epoch's end; ``heap_in_use`` and
     ``heap_free`` (what the allocator hands out, and what it holds freed for reuse: see
-    ``graphstore.allocator``); ``dataset_rss``/``dataset_pss``, the dataset's memory-mapped pages
+    ``training.allocator``); ``dataset_rss``/``dataset_pss``, the dataset's memory-mapped pages
     resident in this rank and its proportional share of them (one copy in the page cache)."""
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, _mine(dataset, peak))

@@ -10,12 +10,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from graphstore.errors import InvalidInputError
-from graphstore.linksplit import SPLIT_NAMES, LinkSplit
+from graphstore.dataset.linksplit import SPLIT_NAMES, LinkSplit
 from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader, local_links, local_seeds
 from sampling.edgemask import MessageEdges, dataset_split
 
 if TYPE_CHECKING:
-    from graphstore.dataset import Dataset
+    from graphstore.dataset.opened import Dataset
     from sampling.distributed import RankLayout, RemoteStats
     from training.config import TrainConfig
     from training.world import World

@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 
 import graphstore
-from graphstore import allocator
+from training import allocator
 from graphstore.errors import InvalidInputError
 from sampling import wire
 from sampling.device import DeviceFeeder
@@ -88,7 +88,7 @@ class Trainer:
 
     def _device_cache(self, store: Any) -> Any:
         """``--gpu-cache``: the rows of ``x`` this rank's partitions draw most, in device memory."""
-        from graphstore.cache import parse_size
+        from graphstore.storage.cache import parse_size
         from sampling.device_cache import DeviceRowCache
 
         target = getattr(self.task, "target", None)
@@ -250,7 +250,7 @@ class Trainer:
     def _write_inference(self, model: torch.nn.Module) -> None:
         """Layer-wise inference over full neighbourhoods; each partition's outputs written into the
         dataset by its first rank, committed to the manifest by rank 0 once all are written."""
-        from graphstore.outputs import OutputWriter
+        from graphstore.outputs.writer import OutputWriter
         from training.inference import layerwise_inference
 
         if self.config.task != "node" or self.dataset.is_hetero:

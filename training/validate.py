@@ -14,8 +14,8 @@ from graphstore.errors import DatasetExistsError, InvalidInputError
 from training.config import TrainConfig, check_config
 
 if TYPE_CHECKING:
-    from graphstore.dataset import Dataset
-    from graphstore.manifest import AttrSchema, EdgeTypeInfo, NodeTypeInfo
+    from graphstore.dataset.opened import Dataset
+    from graphstore.dataset.manifest import AttrSchema, EdgeTypeInfo, NodeTypeInfo
 
 __all__ = ["check_config", "check_dataset", "check_host", "check_outputs"]
 
@@ -137,7 +137,7 @@ def _check_cache(c: TrainConfig, ds: Dataset) -> None:
             raise InvalidInputError(f"{' and '.join(given)} {verb} nothing for the local dataset {ds.url} (only "
                                     f"remote datasets' chunks are cached); remove {it}")
         return
-    from graphstore.cache import ENV_DIR, CacheConfig
+    from graphstore.storage.cache import ENV_DIR, CacheConfig
 
     config = CacheConfig(directory=c.cache_dir, max_bytes=c.cache_max_bytes)  # names a bad $GRAPHSTORE_CACHE_*
     flag = "--cache-dir" if c.cache_dir else f"${ENV_DIR}" if os.environ.get(ENV_DIR) else "--cache-dir (default)"
@@ -223,11 +223,11 @@ def _check_time_seeds(c: TrainConfig, ds: Dataset, name: str) -> None:
 
 
 def _check_infer_out(c: TrainConfig, ds: Dataset) -> None:
-    """What writing ``--infer-out NAME`` after training would refuse (training.trainer, graphstore.outputs)."""
+    """What writing ``--infer-out NAME`` after training would refuse (training.trainer, graphstore.outputs.writer)."""
     name, m = c.infer_out, ds.manifest
     if not name:
         return
-    from graphstore.outputs import OutputSpec
+    from graphstore.outputs.writer import OutputSpec
     from training.inference import EXACT_MODELS
 
     if c.task != "node" or ds.is_hetero:

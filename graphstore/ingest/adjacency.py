@@ -16,7 +16,7 @@ import numpy as np
 from graphstore.ingest.chunks import EdgeChunk
 from graphstore.ingest.scratch import Scratch
 from graphstore.ingest.validate import read_edge_block
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.types import EdgeType, NodeType
 
 _BLOCK = 1 << 23
 

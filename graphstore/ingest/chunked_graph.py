@@ -10,7 +10,7 @@ import numpy as np
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock
 from graphstore.ingest.source import GraphSource, RowSource
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.types import EdgeType, NodeType
 
 
 NODE_CHUNK_BYTES = 64 << 20  # node attribute bytes per node chunk, by default

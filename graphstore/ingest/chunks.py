@@ -17,7 +17,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.types import EdgeType, NodeType
 
 
 @dataclass(frozen=True)

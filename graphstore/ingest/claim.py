@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from graphstore.errors import GraphstoreError, IngestClaimedError
-from graphstore.storage import Location, local_error
+from graphstore.storage.local import Location, local_error
 
 logger = logging.getLogger(__name__)
 _ATTEMPTS = 3  # create; clear a dead ingest's claim and create again; once more if another taker raced

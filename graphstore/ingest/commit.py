@@ -13,9 +13,9 @@ from graphstore.ingest.edge_stage import EdgeTypeResult
 from graphstore.ingest.link_stage import finish_record
 from graphstore.ingest.node_stage import PartNodes
 from graphstore.ingest.relabel import Relabel
-from graphstore.manifest import ArrayInfo, AttrSchema, EdgeTypeInfo, Manifest, NodeTypeInfo
-from graphstore.storage import redact_url
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.manifest import ArrayInfo, AttrSchema, EdgeTypeInfo, Manifest, NodeTypeInfo
+from graphstore.storage.local import redact_url
+from graphstore.dataset.types import EdgeType, NodeType
 from graphstore.version import __version__
 
 

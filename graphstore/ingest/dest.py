@@ -7,9 +7,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import DatasetExistsError, StorageNotFoundError, StoragePermissionError
-from graphstore.storage import Location, is_dataset
+from graphstore.storage.local import Location, is_dataset
 
 logger = logging.getLogger(__name__)
 _PATH_SCHEMES = ("npz", "planetoid", "ogb", "parquet")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.chunks import ChunkedSource, EdgeChunk
 from graphstore.ingest.engine import Engine, Progress
@@ -24,9 +24,9 @@ from graphstore.ingest.relabel import Relabel
 from graphstore.ingest.scratch import Scratch
 from graphstore.ingest.validate import read_edge_block
 from graphstore.ingest.writer import ArrayWriter, StreamArray
-from graphstore.manifest import ArrayInfo
-from graphstore.storage import Location
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.manifest import ArrayInfo
+from graphstore.storage.local import Location
+from graphstore.dataset.types import EdgeType, NodeType
 
 logger = logging.getLogger(__name__)
 _INT32_MAX = 2**31 - 1

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from graphstore.allocator import release_freed
+from graphstore.heap import release_freed
 from graphstore.errors import GraphstoreError, IngestStageError, InvalidInputError, MissingBackendError
 from graphstore.ingest.budget import Budget, dask_budget, local_budget
 

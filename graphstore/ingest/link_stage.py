@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock, EdgeChunk
 from graphstore.ingest.engine import Engine
-from graphstore.linksplit import LinkSplit, assign, check_edge_type, counts
+from graphstore.dataset.linksplit import LinkSplit, assign, check_edge_type, counts
 
 logger = logging.getLogger(__name__)
 

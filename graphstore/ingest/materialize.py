@@ -8,7 +8,7 @@ import numpy as np
 
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable, RowSource
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.types import EdgeType, NodeType
 
 logger = logging.getLogger(__name__)
 

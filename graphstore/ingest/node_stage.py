@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, NodeChunk
 from graphstore.ingest.edge_stage import WriteSpec
@@ -23,8 +23,8 @@ from graphstore.ingest.relabel import Relabel
 from graphstore.ingest.scratch import Scratch
 from graphstore.ingest.validate import SPLIT_MASKS, check_labels
 from graphstore.ingest.writer import ArrayWriter
-from graphstore.manifest import ArrayInfo
-from graphstore.types import NodeType
+from graphstore.dataset.manifest import ArrayInfo
+from graphstore.dataset.types import NodeType
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def _temp_scratch() -> Any:
     import contextlib
     import tempfile
 
-    from graphstore.storage import LocalLocation
+    from graphstore.storage.local import LocalLocation
 
     @contextlib.contextmanager
     def scratch() -> Any:

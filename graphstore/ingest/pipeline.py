@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import GraphstoreError, IngestStageError, InvalidInputError
 from graphstore.ingest.budget import Budget
 from graphstore.ingest.chunks import ChunkedSource
@@ -30,8 +30,8 @@ from graphstore.ingest.sources import as_chunked, reads_in_chunks, resolve_chunk
 from graphstore.ingest.validate import (check_finite_rows, check_options, read_edge_block, validate_chunked,
                                         validate_source)
 from graphstore.ingest.writer import ArrayWriter
-from graphstore.linksplit import LinkSplit, check_fractions
-from graphstore.storage import LocalLocation, Location, local_error, open_location
+from graphstore.dataset.linksplit import LinkSplit, check_fractions
+from graphstore.storage.local import LocalLocation, Location, local_error, open_location
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]

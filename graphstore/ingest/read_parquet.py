@@ -24,7 +24,7 @@ from graphstore.errors import InvalidInputError, MissingBackendError, SourceNotF
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock
 from graphstore.ingest.parquet_columns import (_is_list, attr_names, column_schema, list_width, schema_difference,
                                                to_numpy)
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.types import EdgeType, NodeType
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Any
 import fsspec
 import numpy as np
 
-from graphstore.storage import LocalLocation, Location, LocationWrapper
+from graphstore.storage.local import LocalLocation, Location, LocationWrapper
 
 logger = logging.getLogger(__name__)
 

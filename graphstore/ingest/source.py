@@ -9,7 +9,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.types import EdgeType, NodeType
 
 __all__ = ["EdgeType", "NodeType"]  # re-exported for readers
 

@@ -13,7 +13,7 @@ from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
 from graphstore.ingest.synthetic import (_EDGE_CHUNK, _PARETO_SHAPE, SyntheticFeatures, _Communities, _search_sorted,
                                         coerce_fields, parse_pairs)
-from graphstore.types import EdgeType
+from graphstore.dataset.types import EdgeType
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import SUPPORTED_DTYPES, EdgeType, GraphSource, NodeType, as_rows
 

@@ -13,10 +13,10 @@ import numpy as np
 import zarr
 from zarr.storage import WrapperStore
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import GraphstoreError, InvalidInputError
-from graphstore.manifest import ArrayInfo
-from graphstore.storage import Location
+from graphstore.dataset.manifest import ArrayInfo
+from graphstore.storage.local import Location
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 import graphstore
-from graphstore.cli import main
+from graphstore.cli.app import main
 from graphstore.errors import CorruptDatasetError, DatasetExistsError, InvalidInputError
-from graphstore.integrity import check_csc
+from graphstore.storage.integrity import check_csc
 from tests.graphstore.test_readers import FEATS, _fake_ogb, _rows_text, _write_csv_gz
 
 EI = np.array([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
@@ -368,7 +368,7 @@ def test_file_system_errors_while_staging_are_one_line(inputs, tmp_path, capsys,
     def refuse(self):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr("graphstore.storage.LocalLocation.staging", refuse)
+    monkeypatch.setattr("graphstore.storage.local.LocalLocation.staging", refuse)
     assert main(["ingest", f"npz:{inputs}/g.npz", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip()
     assert "Read-only file system" in err and "nothing was changed" in err and len(err.splitlines()) == 1, err
@@ -390,8 +390,8 @@ OS_ERRORS = [  # (what fails, how, a word of the one-line message)
     ("graphstore.ingest.writer.ArrayWriter._set", errno.EIO, "I/O error"),
     ("graphstore.ingest.scratch.Scratch.put", errno.ENOSPC, "the disk is full"),
     ("graphstore.ingest.scratch.Scratch.put", errno.EDQUOT, "quota"),
-    ("graphstore.storage.FileSlot.create", errno.ENOSPC, "taking the ingest claim"),
-    ("graphstore.storage.LocalLocation.replace_with", errno.EXDEV, "renaming the new dataset into place"),
+    ("graphstore.storage.local.FileSlot.create", errno.ENOSPC, "taking the ingest claim"),
+    ("graphstore.storage.local.LocalLocation.replace_with", errno.EXDEV, "renaming the new dataset into place"),
 ]
 
 
@@ -413,7 +413,7 @@ def test_an_os_error_of_a_dask_task_names_dest():
     """A worker's OSError comes back inside IngestStageError: it is named as DEST's, like the local one."""
     from graphstore.errors import IngestStageError, StorageError
     from graphstore.ingest.pipeline import _named
-    from graphstore.storage import open_location
+    from graphstore.storage.local import open_location
 
     location = open_location("/data/ds")
     stage = IngestStageError("ingest stage 'edges', task 3 failed on a worker: OSError: ...")

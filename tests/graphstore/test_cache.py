@@ -15,11 +15,11 @@ import pytest
 import torch
 
 import graphstore
-from graphstore import layout
-from graphstore.cache import CacheConfig, evict, parse_size
+from graphstore.dataset import layout
+from graphstore.storage.cache import CacheConfig, evict, parse_size
 from graphstore.errors import ConfigError, CorruptDatasetError, RowIndexError
-from graphstore.lazy import LazyRows
-from graphstore.storage import LocationWrapper, open_location
+from graphstore.storage.lazy import LazyRows
+from graphstore.storage.local import LocationWrapper, open_location
 from tests.conftest import assert_roundtrip, small_graph, small_hetero
 
 X = "part_00000/nodes/_N/x"
@@ -233,7 +233,7 @@ def test_a_damaged_cached_chunk_is_fetched_again(local, tmp_path, caplog):
     with open(files["4"], "r+b") as fh:  # a truncated file
         fh.truncate(100)
     fresh, loc = _remote(ds_local, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="graphstore.cache"):
+    with caplog.at_level(logging.WARNING, logger="graphstore.storage.cache"):
         assert np.array_equal(np.asarray(fresh.array(X)), expected)
     assert sorted(loc.keys) == [layout.chunk_key(X, 2, 2), layout.chunk_key(X, 4, 2)]
     assert "damaged" in caplog.text and "chunk 2" in caplog.text

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import graphstore
-from graphstore import outputs
+from graphstore.outputs import writer as outputs
 from graphstore.errors import DatasetExistsError
 from graphstore.ingest.dest import check_dest
-from graphstore.outputs import OutputWriter
-from graphstore.storage import LocalLocation, LocationWrapper
+from graphstore.outputs.writer import OutputWriter
+from graphstore.storage.local import LocalLocation, LocationWrapper
 from tests.conftest import small_graph
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import graphstore
-from graphstore.cli import main
+from graphstore.cli.app import main
 from graphstore.errors import DatasetNotFoundError
 
 SPEC = "synthetic:nodes=2000,avg_degree=5,features=8,classes=3,seed=1"
@@ -64,7 +64,7 @@ def test_verify_names_the_corrupted_array_and_chunk(tmp_path, capsys):
 def test_killed_ingest_leaves_nothing_that_opens(tmp_path):
     dest = tmp_path / "big"
     spec = "synthetic:nodes=400000,avg_degree=10,features=64,classes=5"
-    proc = subprocess.Popen([sys.executable, "-m", "graphstore.cli", "ingest", spec, str(dest), "--parts", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "graphstore.cli.app", "ingest", spec, str(dest), "--parts", "2",
                              "--method", "random", "--chunk-mb", "1"], stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     staged = []

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 import graphstore
-from graphstore import layout
-from graphstore.cli import main
+from graphstore.dataset import layout
+from graphstore.cli.app import main
 from graphstore.errors import CorruptDatasetError
-from graphstore.integrity import manifest_problems
+from graphstore.storage.integrity import manifest_problems
 from tests.conftest import small_graph
 
 X1 = "part_00001/nodes/_N/x"  # 298 rows of 8 float32, 2 chunks

@@ -13,13 +13,13 @@ import time
 import pytest
 
 import graphstore
-from graphstore import layout
-from graphstore.cli import main
+from graphstore.dataset import layout
+from graphstore.cli.app import main
 from graphstore.errors import DatasetExistsError, IngestClaimedError
 from graphstore.ingest import claim as claim_module
 from graphstore.ingest import pipeline
 from graphstore.ingest.claim import Holder, claimed, take_claim
-from graphstore.storage import open_location
+from graphstore.storage.local import open_location
 
 SPEC = "synthetic:nodes=2000,avg_degree=5,features=8,classes=4,seed=1"
 ARGS = ["--parts", "1", "--method", "random"]
@@ -31,7 +31,7 @@ ARGS = ["--parts", "1", "--method", "random"]
 RACER = textwrap.dedent("""
     import os, sys, time
     from graphstore.ingest import claim
-    from graphstore.cli import main
+    from graphstore.cli.app import main
 
     real, gate = claim.take_claim, sys.argv[1]
 
@@ -275,7 +275,7 @@ def test_s3_claim_from_another_host_is_named_and_a_lost_claim_never_commits(s3, 
 SLOW_WRITER = textwrap.dedent("""
     import os, sys, time
     from graphstore.ingest import pipeline
-    from graphstore.cli import main
+    from graphstore.cli.app import main
 
     def stuck(source, staged, **kwargs):
         os.makedirs(staged.root)  # as the writer does first

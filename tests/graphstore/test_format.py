@@ -11,7 +11,7 @@ import pytest
 import zarr
 
 import graphstore
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.ingest.writer import chunk_rows_for
 from tests.conftest import small_graph, small_hetero
 

@@ -15,10 +15,10 @@ import torch
 from torch_geometric.data import Data
 
 import graphstore
-from graphstore.cli import main
-from graphstore.cli_dask import MIN_MEMORY_LIMIT, dask_client
+from graphstore.cli.app import main
+from graphstore.cli.dask_options import MIN_MEMORY_LIMIT, dask_client
 from graphstore.errors import UnreachableHostError
-from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
+from graphstore.dataset.whole import DatasetFeatureStore, DatasetGraphStore
 from tests.conftest import small_graph
 
 
@@ -115,7 +115,7 @@ def test_parents_creates_missing_directories_only_when_asked(tmp_path, capsys):
     (ConnectionRefusedError(111, "Connection refused"), "(Connection refused); start a Dask scheduler there"),
 ])
 def test_scheduler_probe_names_the_address_and_the_fix(monkeypatch, error, words):
-    from graphstore import cli_dask
+    from graphstore.cli import dask_options as cli_dask
 
     def connect(address, timeout):
         assert timeout == cli_dask.CONNECT_SECONDS

@@ -10,11 +10,11 @@ import pytest
 import zarr
 
 import graphstore
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import DatasetNotFoundError, IngestStageError, InvalidInputError
 from graphstore.ingest.chunked_graph import chunked_from_graph
 from graphstore.ingest.engine import LocalEngine, engine_for
-from graphstore.storage import is_dataset, open_location
+from graphstore.storage.local import is_dataset, open_location
 from tests.conftest import assert_roundtrip, small_graph
 from tests.graphstore.conftest import ACCESS_KEY, SECRET_KEY
 
@@ -205,7 +205,7 @@ def test_chunks_cover_every_edge_once_and_pickle_only_their_rows():
 
 
 def test_cli_dask_flags_that_do_not_apply_are_refused(tmp_path, capsys):
-    from graphstore.cli import main
+    from graphstore.cli.app import main
 
     src, dest = "synthetic:nodes=100,avg_degree=2", str(tmp_path / "ds")
     cases = {("--workers", "2"): "apply only to --engine dask",
@@ -222,7 +222,7 @@ def test_cli_dask_flags_that_do_not_apply_are_refused(tmp_path, capsys):
 
 
 def test_cli_engine_dask_starts_a_cluster_and_closes_it(tmp_path, capsys):
-    from graphstore.cli import main
+    from graphstore.cli.app import main
 
     dest = str(tmp_path / "ds")
     argv = ["ingest", "synthetic:nodes=3000,avg_degree=6,features=4,classes=3", dest, "--parts", "2", "--method",

@@ -76,7 +76,8 @@ def test_a_kernel_sees_the_new_code_of_a_kernel_it_calls_in_another_file(tmp_pat
 
 NOTICE_RUN = textwrap.dedent("""
     import numpy as np
-    from graphstore import integrity, jitcache
+    from graphstore import jitcache
+    from graphstore.storage import integrity
     jitcache.announce_compiles("graphstore", "seconds")
     integrity._range_kernel(np.arange(5), 10)
     integrity._csc_kernel(np.array([0, 1, 2]), np.array([0, 1]), 2)

@@ -12,7 +12,7 @@ import pytest
 import graphstore
 from graphstore.errors import InvalidInputError
 from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
-from graphstore.linksplit import LinkSplit, assign
+from graphstore.dataset.linksplit import LinkSplit, assign
 
 
 def undirected(n: int = 500, pairs: int = 4000, seed: int = 0, dup: int = 200) -> GraphSource:
@@ -133,12 +133,12 @@ def test_cli_ingests_a_time_split_and_reports_it(tmp_path):
     t = g.edges[None]
     np.savez(tmp_path / "g.npz", edge_index=np.stack([t.src, t.dst]),
              edge_time=t.attrs["time"].take(np.arange(t.num_edges)), num_nodes=np.array(200))
-    out = subprocess.run([sys.executable, "-m", "graphstore.cli", "ingest", f"npz:{tmp_path / 'g.npz'}",
+    out = subprocess.run([sys.executable, "-m", "graphstore.cli.app", "ingest", f"npz:{tmp_path / 'g.npz'}",
                           str(tmp_path / "ds"), "--parts", "2", "--link-split", "0.6,0.2,0.2", "--link-split-by",
                           "time", "--json"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     record = json.loads(out.stdout)["link_splits"]["_N"]
     assert record["by"] == "time" and record["train"] + record["val"] + record["test"] == t.num_edges
-    bad = subprocess.run([sys.executable, "-m", "graphstore.cli", "ingest", f"npz:{tmp_path / 'g.npz'}",
+    bad = subprocess.run([sys.executable, "-m", "graphstore.cli.app", "ingest", f"npz:{tmp_path / 'g.npz'}",
                           str(tmp_path / "ds2"), "--link-split", "0.6,0.2,0.3"], capture_output=True, text=True)
     assert bad.returncode == 2 and "summing to 1" in bad.stderr and not (tmp_path / "ds2").exists()

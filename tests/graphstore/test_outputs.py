@@ -10,11 +10,11 @@ import torch
 import zarr
 
 import graphstore
-from graphstore import layout
-from graphstore.dataset_stores import DatasetFeatureStore
+from graphstore.dataset import layout
+from graphstore.dataset.whole import DatasetFeatureStore
 from graphstore.errors import (CorruptDatasetError, DatasetExistsError, InvalidInputError, PartitionIndexError,
                                UnknownAttributeError)
-from graphstore.outputs import OutputWriter
+from graphstore.outputs.writer import OutputWriter
 from tests.conftest import small_graph, small_hetero
 
 DIM = 16

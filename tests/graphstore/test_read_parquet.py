@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import graphstore
-from graphstore.cli import main
+from graphstore.cli.app import main
 from graphstore.errors import InvalidInputError, SourceNotFoundError
 from graphstore.ingest.materialize import materialize
 from graphstore.ingest.read_parquet import read_parquet

@@ -7,12 +7,12 @@ import pickle
 
 import pytest
 
-from graphstore.cli_storage import parse_storage_options
+from graphstore.cli.storage_options import parse_storage_options
 from graphstore.errors import (ConfigError, MissingBackendError, StorageError, StoragePermissionError,
                                UnsupportedLocationError)
-from graphstore.remote import RemoteLocation
-from graphstore.retry import RetryPolicy, call_with_retry, is_transient
-from graphstore.storage import LocalLocation, open_location, redact_url
+from graphstore.storage.remote import RemoteLocation
+from graphstore.storage.retry import RetryPolicy, call_with_retry, is_transient
+from graphstore.storage.local import LocalLocation, open_location, redact_url
 
 pytest.importorskip("s3fs")
 FAST = RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)

@@ -12,12 +12,12 @@ import torch
 
 import graphstore
 from graphstore.ingest.sources import as_chunked
-from graphstore import layout
-from graphstore.cli import main
+from graphstore.dataset import layout
+from graphstore.cli.app import main
 from graphstore.errors import (DatasetExistsError, DatasetNotFoundError, InvalidInputError, StorageNotFoundError,
                                StoragePermissionError)
-from graphstore.integrity import metadata_paths
-from graphstore.storage import LocationWrapper, open_location
+from graphstore.storage.integrity import metadata_paths
+from graphstore.storage.local import LocationWrapper, open_location
 from tests.conftest import assert_roundtrip, shared_data, small_graph, small_hetero
 from tests.graphstore.conftest import ACCESS_KEY, SECRET_KEY, fake_credentials, new_bucket, start_moto
 

@@ -11,7 +11,7 @@ from torch_geometric.data import FeatureStore, GraphStore
 
 import graphstore
 from graphstore.errors import NotOwnedError, UnknownAttributeError
-from graphstore.stores import ReadOnlyError
+from graphstore.dataset.stores import ReadOnlyError
 from tests.conftest import small_graph, small_hetero
 
 
@@ -138,7 +138,7 @@ def test_hetero_stores(tmp_path):
 def test_dataset_store_gathers_across_partitions(tmp_path, parts):
     """The one-pass gather over every partition (rows of any width and dtype, IDs in any order,
     repeated, from one or many partitions) returns exactly the input rows."""
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     source, expected = small_graph(n=900, e=5000, seed=4, features=3)  # 12-byte rows: 32-bit words
     graphstore.ingest(source, tmp_path / "ds", num_parts=parts, chunk_mb=0.01)

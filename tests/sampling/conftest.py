@@ -46,7 +46,7 @@ def make_graph(n: int = 400, e: int = 3000, seed: int = 0) -> tuple[Data, dict]:
 
 
 def _from_dataset(ds, raw: dict, data_arg) -> Graph:
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     order = DatasetFeatureStore(ds)[None, "orig_id", None].numpy()  # global -> input
     new = np.empty_like(order)

@@ -220,7 +220,7 @@ def test_distributed_bidirectional_keeps_edge_attributes(graphs):
 
 def test_induced_over_a_heterogeneous_dataset(tmp_path):
     import graphstore
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
     from tests.conftest import small_hetero
 
     data, _ = small_hetero()

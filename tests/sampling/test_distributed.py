@@ -127,7 +127,7 @@ def _rpc_worker(ds, transport, rank: int, world_size: int) -> dict:
 def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
     import torch.multiprocessing as mp
 
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
     from tests.conftest import small_graph
     from tests.sampling.test_exact import oracle_hops
 
@@ -154,7 +154,7 @@ def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
 @pytest.mark.parametrize("world_size", [1, 2, 4, 5])
 def test_any_rank_count_over_three_partitions_is_the_raw_neighbourhood(ds, graphs, world_size):
     """Ranks owning several partitions (1, 2 ranks) or sharing one (4, 5) sample and gather exactly."""
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
     from sampling.distributed import DistributedFeatureStore
     from tests.sampling.test_exact import oracle_hops
 

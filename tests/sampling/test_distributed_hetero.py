@@ -31,7 +31,7 @@ def hetero(tmp_path_factory):
 
 def _raw_edges_global(ds, expected) -> dict:
     """The input edge lists per type, in the dataset's global IDs (``orig_id`` maps back)."""
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     fs, to_global = DatasetFeatureStore(ds), {}
     for nt in ds.node_types:

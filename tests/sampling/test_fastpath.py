@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 from torch_geometric.sampler import NodeSamplerInput
 
 from graphstore.errors import CorruptDatasetError, NotOwnedError
-from graphstore.linksplit import LinkSplit
+from graphstore.dataset.linksplit import LinkSplit
 from sampling import MessageEdges, NeighborSampler
 from sampling.fastpath import FastPath
 
@@ -158,7 +158,7 @@ def test_large_frontiers_match_the_general_path():
 
 def test_datasets_without_packed_topology_use_the_int64_arrays(graphs, monkeypatch):
     """A dataset written before ``packed`` existed (or with IDs ≥ 2**31) has none: same results."""
-    from graphstore.stores import ZarrGraphStore
+    from graphstore.dataset.stores import ZarrGraphStore
 
     ds, seeds = graphs["dataset3"].data, [3, 17, 99, 250]
     expected = _per_hop(_sample(NeighborSampler(ds, [-1, -1]), seeds))
@@ -205,7 +205,7 @@ def test_an_error_inside_the_kernel_leaves_no_stale_nodes(graphs, monkeypatch):
 
 
 def test_a_pair_of_dataset_stores_returns_input_edge_ids(graphs):
-    from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
+    from graphstore.dataset.whole import DatasetFeatureStore, DatasetGraphStore
 
     g = graphs["dataset3"]
     pair = (DatasetFeatureStore(g.data), DatasetGraphStore(g.data))
@@ -220,7 +220,7 @@ def test_a_pair_of_dataset_stores_returns_input_edge_ids(graphs):
 def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
     """The packed pairs wherever the dataset has them: both drivers of the one engine (one-call, per-hop)
     and the partition servers read those; the int64 arrays only for a dataset without them."""
-    from graphstore.stores import ZarrGraphStore
+    from graphstore.dataset.stores import ZarrGraphStore
     from sampling import topology
 
     ds = graphs["dataset3"].data
@@ -234,7 +234,7 @@ def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
         topology.from_dataset(ds, **kw)
         packed_read = touched.count(4)  # packed is the only int32 topology array
         assert packed_read == len(kw["parts"]) and len(touched) == 2 * len(kw["parts"]), (kw, touched)
-    from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
+    from graphstore.dataset.whole import DatasetFeatureStore, DatasetGraphStore
 
     for disjoint in (False, True):  # a pair of dataset stores prefaults as the dataset does (any variant)
         touched.clear()

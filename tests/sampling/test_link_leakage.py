@@ -10,7 +10,7 @@ import torch
 from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
-from graphstore.linksplit import LinkSplit, assign
+from graphstore.dataset.linksplit import LinkSplit, assign
 from sampling import LinkNeighborLoader, MessageEdges, NeighborSampler
 from tests.conftest import join_spawned
 from tests.sampling.conftest import serve_and_run
@@ -38,7 +38,7 @@ class Oracle:
     """The raw edge list in the dataset's global IDs, and the split by the ingest rule (computed here)."""
 
     def __init__(self, raw: dict, ds: graphstore.Dataset) -> None:
-        from graphstore.dataset_stores import DatasetFeatureStore
+        from graphstore.dataset.whole import DatasetFeatureStore
 
         order = DatasetFeatureStore(ds)[None, "orig_id", None].numpy()
         to_global = np.empty_like(order)
@@ -232,7 +232,7 @@ def test_a_reverse_relation_is_masked_like_its_links(tmp_path):
                                                                      np.concatenate([a[keep], extra_a])]))
     graphstore.ingest(data, tmp_path / "h", num_parts=2, link_split=(0.5, 0.25, 0.25), link_split_edge_type="to")
     ds = graphstore.open_dataset(tmp_path / "h")
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     glob = {}
     for t, n in (("a", 60), ("b", 80)):

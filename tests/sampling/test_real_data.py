@@ -121,7 +121,7 @@ def test_temporal_link_prediction_on_bitcoin_otc(tmp_path):
 
 
 def _to_global(ds, index: torch.Tensor) -> torch.Tensor:
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     orig = DatasetFeatureStore(ds)[None, "orig_id", None].numpy()
     new = np.empty_like(orig)

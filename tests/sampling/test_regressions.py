@@ -148,7 +148,7 @@ def test_distributed_objects_pickle_and_reject_workers(halo_x_only):
 
 
 def test_dataset_store_names_ids_out_of_range(halo_x_only):
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     ds, _ = halo_x_only
     with pytest.raises(NotOwnedError, match=r"outside \[0, 300\)"):

@@ -29,7 +29,7 @@ def test_a_new_store_naming_its_partitions_is_memory_mapped(tmp_path):
 
 
 def test_the_shipped_stores_declare_their_partitions(tmp_path):
-    from graphstore.dataset_stores import DatasetGraphStore
+    from graphstore.dataset.whole import DatasetGraphStore
 
     graphstore.ingest(small_graph(n=200, e=800)[0], tmp_path / "ds", num_parts=2)
     ds = graphstore.open_dataset(tmp_path / "ds")

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from graphstore import cli, jitcache
+from graphstore import jitcache
+
+from graphstore.cli.app import main as cli
 from sampling import warmup
 from sampling.warmup import Group, Workspace, run_groups
 
@@ -69,7 +71,7 @@ def test_a_forced_warmup_on_its_own_cache_compiles_nothing():
     deterministic and complete); only where that cache is warm (CI after tools/bootstrap.sh)."""
     if jitcache.warm_stamp() is None:
         pytest.skip("the kernel cache is not warm here: run `graphstore warmup` (tools/bootstrap.sh does)")
-    out = subprocess.run([sys.executable, "-m", "graphstore.cli", "warmup", "--force", "--json"], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "graphstore.cli.app", "warmup", "--force", "--json"], cwd=REPO,
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)

@@ -141,7 +141,7 @@ def test_good_flags_pass_the_door_and_leave_nothing(ds, tmp_path, capsys, monkey
 @pytest.fixture(scope="module")
 def others(ds, tmp_path_factory) -> dict[str, str]:
     """Datasets the synthetic one cannot stand for: times of several dtypes, heterogeneous, an earlier output."""
-    from graphstore.outputs import OutputWriter
+    from graphstore.outputs.writer import OutputWriter
 
     root, rng, n = tmp_path_factory.mktemp("others"), np.random.default_rng(0), 60
     src, dst = rng.integers(0, n, 300), rng.integers(0, n, 300)
@@ -198,7 +198,7 @@ def test_resume_from_a_broken_pointer_is_refused(ds, tmp_path, capsys, monkeypat
 
 
 def test_cache_directory_of_a_remote_dataset_is_tried(tmp_path, capsys, monkeypatch):
-    from graphstore.storage import open_location
+    from graphstore.storage.local import open_location
 
     url = f"memory://graphstore-door-{tmp_path.name}/ds"
     graphstore.ingest("synthetic:nodes=200,avg_degree=3,features=4,classes=2,seed=1", url, num_parts=2)

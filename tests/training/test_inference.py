@@ -46,7 +46,7 @@ def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> No
 def test_layerwise_inference_matches_full_graph_forward(tmp_path):
     import torch.multiprocessing as mp
 
-    from graphstore.dataset_stores import DatasetFeatureStore, DatasetGraphStore
+    from graphstore.dataset.whole import DatasetFeatureStore, DatasetGraphStore
     from tests.conftest import small_graph
 
     source, _ = small_graph(n=500, e=4000, seed=11)
@@ -81,7 +81,7 @@ def test_graphstore_train_writes_predictions_back(cora2, tmp_path):
     ds = graphstore.open_dataset(ds_path)
     assert [o.name for o in ds.manifest.outputs] == ["logits"]
     assert ds.verify() == []
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     fs = DatasetFeatureStore(ds)
     logits, y, test = (fs[None, k, None] for k in ("logits", "y", "test_mask"))

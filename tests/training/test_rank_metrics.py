@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from graphstore import allocator
+from training import allocator
 
 from tests.training.conftest import metrics, run_train
 

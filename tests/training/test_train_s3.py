@@ -25,7 +25,7 @@ def test_train_from_s3_and_write_predictions_back(s3, tmp_path):  # noqa: F811
     assert doc["config"]["storage_options"] == ["client_kwargs"], "option values never reach the metrics file"
     ds = graphstore.open_dataset(url, s3.storage_options, cache_dir=tmp_path / "reader-cache")
     assert [o.name for o in ds.manifest.outputs] == ["logits"]
-    from graphstore.dataset_stores import DatasetFeatureStore
+    from graphstore.dataset.whole import DatasetFeatureStore
 
     logits = DatasetFeatureStore(ds)[None, "logits", None]
     assert logits.shape == (2708, 7) and bool(logits.abs().sum() > 0)

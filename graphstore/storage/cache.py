@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import ConfigError, CorruptDatasetError
-from graphstore.cachefiles import TMP, FileLock, crc32_file, evict, remove_stale_temporaries, unlink_if
-from graphstore.iostats import IOStats
-from graphstore.manifest import ArrayInfo
-from graphstore.storage import Location
+from graphstore.storage.cachefiles import TMP, FileLock, crc32_file, evict, remove_stale_temporaries, unlink_if
+from graphstore.storage.iostats import IOStats
+from graphstore.dataset.manifest import ArrayInfo
+from graphstore.storage.local import Location
 
 logger = logging.getLogger(__name__)
 

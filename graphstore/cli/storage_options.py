@@ -8,7 +8,7 @@ import re
 import sys
 from typing import Any
 
-from graphstore.cli_args import size
+from graphstore.cli.args import size
 from graphstore.errors import ConfigError
 
 _FLOAT = re.compile(r"^-?[0-9]+\.[0-9]*$")
@@ -76,7 +76,7 @@ def _value(raw: str) -> Any:
 
 def open_from_args(args: argparse.Namespace, check: bool = True) -> Any:
     """The dataset at ``args.dest`` with the storage and cache options of the command line (``check``: see
-    :func:`~graphstore.dataset.open_dataset`)."""
+    :func:`~graphstore.dataset.opened.open_dataset`)."""
     from graphstore import open_dataset
 
     return open_dataset(args.dest, parse_storage_options(args.storage_option) or None, cache_dir=args.cache_dir,

@@ -15,15 +15,15 @@ from typing import Any
 import numpy as np
 import zarr
 
-from graphstore import layout
-from graphstore.dataset import Dataset, read_manifest
+from graphstore.dataset import layout
+from graphstore.dataset.opened import Dataset, read_manifest
 from graphstore.errors import (CorruptDatasetError, DatasetExistsError, InvalidInputError, PartitionIndexError,
                                UnknownAttributeError)
 from graphstore.ingest.source import SUPPORTED_DTYPES
 from graphstore.ingest.writer import ArrayWriter, ChecksumStore, chunk_rows_for
-from graphstore.manifest import ArrayInfo, AttrSchema, Manifest, NodeTypeInfo, OutputInfo
-from graphstore.storage import Location, open_location
-from graphstore.types import NodeType
+from graphstore.dataset.manifest import ArrayInfo, AttrSchema, Manifest, NodeTypeInfo, OutputInfo
+from graphstore.storage.local import Location, open_location
+from graphstore.dataset.types import NodeType
 
 __all__ = ["OutputSpec", "OutputWriter"]
 

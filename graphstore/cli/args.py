@@ -41,7 +41,7 @@ def number(low: float | None = None, high: float | None = None, *, above: bool =
 
 def size(raw: str) -> str:
     """An argparse type: a positive byte size (``5000000000``, ``50GB``, ``4GiB``), kept as written."""
-    from graphstore.cache import parse_size
+    from graphstore.storage.cache import parse_size
     from graphstore.errors import ConfigError
 
     try:

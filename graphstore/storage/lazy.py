@@ -8,11 +8,11 @@ from typing import Any
 
 import numpy as np
 
-from graphstore.cache import ChunkCache, ChunkRef
+from graphstore.storage.cache import ChunkCache, ChunkRef
 from graphstore.errors import RowIndexError
-from graphstore.manifest import ArrayInfo
-from graphstore.mapped import SlotMap, can_map_slots
-from graphstore.zarrrows import zarr_rows_from_chunks
+from graphstore.dataset.manifest import ArrayInfo
+from graphstore.storage.mapped import SlotMap, can_map_slots
+from graphstore.storage.zarrrows import zarr_rows_from_chunks
 
 
 class LazyRows:

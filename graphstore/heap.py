@@ -1,27 +1,23 @@
-"""Process-wide allocator choice and tuning for batch-sized buffers (sampler outputs, gathered feature
-rows, a model's activations), and the allocator's stats.
+"""This process's heap: tuned for batch-sized buffers (sampler outputs, gathered feature rows, a model's
+activations), handed back between phases, and counted.
 
-``GRAPHSTORE_MALLOC`` chooses (read when a process starts its ranks or tunes itself):
+Library code of every layer calls :func:`keep_freed_memory` (a feature store, the sampler) and
+:func:`release_freed` (an ingest between stages, the trainer between epochs). Which allocator a training
+rank runs under (jemalloc preloaded by its launcher, or glibc tuned here) is ``training.allocator``'s
+choice; ``GRAPHSTORE_MALLOC`` names it:
 
-- unset or ``auto``: ranks started by ``graphstore-train`` run under jemalloc where the machine has it
-  (:func:`preload_env`: ``LD_PRELOAD``; Debian/Ubuntu package ``libjemalloc2``), else under glibc tuned
-  by :func:`keep_freed_memory`. A process already running under jemalloc (preloaded by the user, e.g.
-  under torchrun or SLURM) is left to it.
-- ``jemalloc``: as ``auto``, but a launcher that cannot find jemalloc stops with an error.
-- ``glibc``: glibc tuned by :func:`keep_freed_memory`, no preload.
+- unset or ``auto``: jemalloc where the launcher finds it, else glibc tuned by :func:`keep_freed_memory`;
+- ``jemalloc``: as ``auto``, but a launcher that cannot find jemalloc stops with an error;
+- ``glibc``: glibc tuned by :func:`keep_freed_memory`, no preload;
 - ``default``: the allocator is left alone.
-
-``GRAPHSTORE_JEMALLOC`` names the library file when it is not in a standard place.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
-import glob
 import logging
 import os
-import platform
 import sys
 from typing import NamedTuple
 
@@ -35,15 +31,6 @@ MMAP_THRESHOLD = 1 << 30  # blocks below this come from the heap and are reused 
 TRIM_THRESHOLD = (1 << 31) - 1  # the heap's free top is kept: trimming is left to release_freed()
 ARENAS = 1  # every thread allocates from the same heap: what one thread frees, another reuses
 MODES = ("auto", "jemalloc", "glibc", "default")
-# jemalloc's options for ranks (MALLOC_CONF, unless the user set it). oversize_threshold:0: blocks of 8 MiB
-# and more are not given an arena of their own that unmaps them when freed. dirty_decay_ms:-1: freed
-# pages stay mapped, so a step's activations reuse the last step's pages instead of faulting fresh ones in
-# (as the glibc tuning does); release_freed() hands them back (the trainer does at each epoch's start).
-# narenas:1: every thread (training loop, prefetch, RPC) allocates from one arena, so what one frees
-# another reuses. jemalloc's size classes and extent reuse keep this heap from fragmenting the way glibc's
-# does (README: Distributed training).
-JEMALLOC_CONF = "oversize_threshold:0,dirty_decay_ms:-1,narenas:1"
-_JEMALLOC_DIRS = ("/usr/lib/{arch}-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 _MALLCTL_ARENAS_ALL = 4096  # jemalloc's "every arena" index in mallctl names
 
 
@@ -115,66 +102,6 @@ def name() -> str:
     if jemalloc_active():
         return "jemalloc"
     return "glibc-tuned" if _TUNED and tuned() else "system"
-
-
-def check_rank() -> str | None:
-    """For a rank started by another launcher (torchrun, srun): raises when ``GRAPHSTORE_MALLOC=jemalloc``
-    but this process does not run under it; returns a hint when jemalloc is on the machine but not in use
-    (``auto``), else ``None``."""
-    chosen = mode()
-    if chosen in ("glibc", "default") or jemalloc_active():
-        return None
-    path = find_jemalloc()
-    hint = (f"LD_PRELOAD={path} MALLOC_CONF={JEMALLOC_CONF}" if path else
-            "LD_PRELOAD=/path/to/libjemalloc.so.2 (Debian/Ubuntu: apt install libjemalloc2)")
-    if chosen == "jemalloc":
-        raise InvalidInputError(f"GRAPHSTORE_MALLOC=jemalloc, but this rank does not run under jemalloc; start it "
-                                f"with {hint} in its environment, or set GRAPHSTORE_MALLOC=glibc")
-    if path is None:
-        return None
-    return (f"this rank runs under glibc's allocator although jemalloc is installed; start ranks with {hint} "
-            "in their environment for flat memory per rank (graphstore-train does it itself)")
-
-
-def find_jemalloc(env: dict[str, str] | None = None) -> str | None:
-    """The path of this machine's ``libjemalloc.so.2`` (``GRAPHSTORE_JEMALLOC`` if set), or ``None``."""
-    env = os.environ if env is None else env
-    named = env.get("GRAPHSTORE_JEMALLOC", "").strip()
-    if named:
-        if not os.path.isfile(named):
-            raise InvalidInputError(f"GRAPHSTORE_JEMALLOC={named!r} is not a file; name jemalloc's shared library "
-                                    "(e.g. /usr/lib/x86_64-linux-gnu/libjemalloc.so.2) or unset it")
-        return named
-    if not sys.platform.startswith("linux"):
-        return None
-    for folder in _JEMALLOC_DIRS:
-        found = sorted(glob.glob(os.path.join(folder.format(arch=platform.machine()), "libjemalloc.so.2")))
-        if found:
-            return found[0]
-    return None
-
-
-def preload_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` for a rank process: with jemalloc preloaded (``LD_PRELOAD``, and :data:`JEMALLOC_CONF` as
-    ``MALLOC_CONF`` unless set) when ``GRAPHSTORE_MALLOC`` is ``auto`` or ``jemalloc`` and the machine
-    has it. Raises :class:`InvalidInputError` for ``jemalloc`` without the library."""
-    chosen = mode(env)
-    if chosen in ("glibc", "default"):
-        return env
-    if "jemalloc" in env.get("LD_PRELOAD", ""):  # preloaded by the user: our options unless theirs are set
-        return {**env, "MALLOC_CONF": env.get("MALLOC_CONF", JEMALLOC_CONF)}
-    path = find_jemalloc(env)
-    if path is None:
-        if chosen == "jemalloc":
-            raise InvalidInputError(
-                "GRAPHSTORE_MALLOC=jemalloc, but no libjemalloc.so.2 was found in "
-                f"{', '.join(d.format(arch=platform.machine()) for d in _JEMALLOC_DIRS)}; install it (Debian/Ubuntu: "
-                "apt install libjemalloc2), name it with GRAPHSTORE_JEMALLOC=PATH, or set GRAPHSTORE_MALLOC=glibc")
-        return env
-    out = dict(env)
-    out["LD_PRELOAD"] = ":".join(p for p in (path, env.get("LD_PRELOAD", "")) if p)
-    out.setdefault("MALLOC_CONF", JEMALLOC_CONF)
-    return out
 
 
 def keep_freed_memory() -> None:
@@ -253,3 +180,4 @@ def heap_stats() -> HeapStats | None:
     call.restype = _MallInfo2
     info = call()
     return HeapStats(in_use=int(info.uordblks + info.hblkhd), free=int(info.fordblks))
+

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphstore import layout
-from graphstore.cache import ChunkCache
+from graphstore.dataset import layout
+from graphstore.storage.cache import ChunkCache
 from graphstore.errors import CorruptDatasetError
-from graphstore.lazy import LazyRows
-from graphstore.manifest import ArrayInfo
-from graphstore.mapped import map_chunks
-from graphstore.storage import Location
-from graphstore.zarrrows import ZarrRows, zarr_rows_from_chunks
+from graphstore.storage.lazy import LazyRows
+from graphstore.dataset.manifest import ArrayInfo
+from graphstore.storage.mapped import map_chunks
+from graphstore.storage.local import Location
+from graphstore.storage.zarrrows import ZarrRows, zarr_rows_from_chunks
 
 __all__ = ["LazyRows", "ZarrRows", "open_array", "zarr_rows_from_chunks"]
 
@@ -19,7 +19,7 @@ __all__ = ["LazyRows", "ZarrRows", "open_array", "zarr_rows_from_chunks"]
 def open_array(location: Location, path: str, info: ArrayInfo,
                cache: ChunkCache | None = None) -> np.ndarray | ZarrRows | LazyRows:
     """The array at ``path``: an ``np.ndarray`` over mapped local chunk files, a :class:`ZarrRows`
-    (compressed, local), or a :class:`~graphstore.lazy.LazyRows` reading a remote array through ``cache``."""
+    (compressed, local), or a :class:`~graphstore.storage.lazy.LazyRows` reading a remote array through ``cache``."""
     expected = -(-info.shape[0] // info.chunk_rows) if info.shape[0] else 0
     if info.num_chunks != expected:
         raise CorruptDatasetError(f"{location.url}: manifest lists {info.num_chunks} chunks for {path}, "

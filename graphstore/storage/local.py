@@ -9,12 +9,12 @@ import uuid
 import zlib
 from typing import Any
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import (GraphstoreError, StorageError, StorageNotFoundError, StoragePermissionError,
                                UnsupportedLocationError)
-from graphstore.location import Location, OnRetry, redact_url
-from graphstore.remote import RemoteLocation
-from graphstore.retry import RetryPolicy
+from graphstore.storage.location import Location, OnRetry, redact_url
+from graphstore.storage.remote import RemoteLocation
+from graphstore.storage.retry import RetryPolicy
 
 __all__ = ["FileSlot", "Location", "LocalLocation", "LocationWrapper", "OnRetry", "RemoteLocation",
            "UnsupportedLocationError", "is_dataset", "local_error", "open_location", "redact_url"]

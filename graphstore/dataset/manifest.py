@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import CorruptDatasetError, FormatVersionError, UnknownAttributeError
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.types import EdgeType, NodeType
 
 
 @dataclass(frozen=True)

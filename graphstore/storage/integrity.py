@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numba import njit
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import CorruptDatasetError
-from graphstore.manifest import ArrayInfo, AttrSchema, Manifest
+from graphstore.dataset.manifest import ArrayInfo, AttrSchema, Manifest
 
 if TYPE_CHECKING:
-    from graphstore.storage import Location
+    from graphstore.storage.local import Location
 
 Read = Callable[[str], "bytes | None"]  # the stored bytes of a key, None when absent
 _INT64 = AttrSchema("int64")

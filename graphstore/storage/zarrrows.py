@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
-from graphstore.manifest import ArrayInfo
+from graphstore.dataset import layout
+from graphstore.dataset.manifest import ArrayInfo
 
 
 class ZarrRows:

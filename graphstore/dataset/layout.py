@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from graphstore.types import EdgeType, NodeType
+from graphstore.dataset.types import EdgeType, NodeType
 
 FORMAT_NAME = "graphstore"
 FORMAT_VERSION = 1

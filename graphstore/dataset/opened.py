@@ -12,20 +12,20 @@ from typing import Any
 
 import numpy as np
 
-from graphstore import layout
-from graphstore.arrays import ZarrRows, open_array
-from graphstore.cache import CacheConfig, ChunkCache, ChunkRef
+from graphstore.dataset import layout
+from graphstore.storage.arrays import ZarrRows, open_array
+from graphstore.storage.cache import CacheConfig, ChunkCache, ChunkRef
 from graphstore.errors import (CorruptDatasetError, DatasetNotFoundError, GraphstoreError, PartitionIndexError,
                                UnknownAttributeError)
-from graphstore.integrity import (Read, check_csc, chunk_file_problems, manifest_problems, metadata_key,
+from graphstore.storage.integrity import (Read, check_csc, chunk_file_problems, manifest_problems, metadata_key,
                                   metadata_paths, storage_problems, verify_chunks)
-from graphstore.iostats import IOStats
-from graphstore.lazy import LazyRows
-from graphstore.manifest import Manifest
-from graphstore.retry import RetryPolicy
-from graphstore.storage import Location, open_location
-from graphstore.stores import ZarrFeatureStore, ZarrGraphStore
-from graphstore.types import EdgeType, NodeType
+from graphstore.storage.iostats import IOStats
+from graphstore.storage.lazy import LazyRows
+from graphstore.dataset.manifest import Manifest
+from graphstore.storage.retry import RetryPolicy
+from graphstore.storage.local import Location, open_location
+from graphstore.dataset.stores import ZarrFeatureStore, ZarrGraphStore
+from graphstore.dataset.types import EdgeType, NodeType
 
 Progress = Callable[[int, int], None]
 _TOPOLOGY = layout.TOPOLOGY | {layout.HALO_IDS}
@@ -37,7 +37,7 @@ class Dataset:
     """A graphstore dataset opened read-only. Arrays are mapped on first use; the object pickles.
 
     Local (and NFS) datasets map their chunk files in place. Remote ones read through a local chunk
-    cache (:class:`~graphstore.cache.CacheConfig`): a chunk is downloaded the first time a read needs
+    cache (:class:`~graphstore.storage.cache.CacheConfig`): a chunk is downloaded the first time a read needs
     it, verified, and mapped like a local one. :meth:`io_stats` counts what this process fetched.
 
     Examples
@@ -145,7 +145,7 @@ class Dataset:
         """``(indptr, indices, eid, packed or None)`` of one partition and edge type, checked once per process.
 
         Local chunks are compared with their manifest checksums and the CSC invariants are checked
-        (:func:`~graphstore.integrity.check_csc`), so damaged topology is a :class:`CorruptDatasetError`
+        (:func:`~graphstore.storage.integrity.check_csc`), so damaged topology is a :class:`CorruptDatasetError`
         naming the array and chunk, never a crash in a sampler.
         """
         info = self.manifest.edge_type(edge_type)
@@ -196,7 +196,7 @@ class Dataset:
         """This process's cache of this (remote) dataset's chunks."""
         if self._cache is None:
             # the digest covers what ingest wrote: a re-ingested dataset never reuses stale chunks, and
-            # committing derived arrays (graphstore.outputs) keeps every cached chunk (crc32 tells a
+            # committing derived arrays (graphstore.outputs.writer) keeps every cached chunk (crc32 tells a
             # replaced output's chunks apart)
             base = self.manifest.without_outputs().to_json()
             base.pop("outputs")

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from graphstore.cli_args import Parser, integer, number
-from graphstore.cli_dask import add_dask_arguments, check_dask_arguments, dask_client
-from graphstore.cli_storage import (ChunkBar, add_storage_arguments, io_text, open_from_args, parse_parts,
+from graphstore.cli.args import Parser, integer, number
+from graphstore.cli.dask_options import add_dask_arguments, check_dask_arguments, dask_client
+from graphstore.cli.storage_options import (ChunkBar, add_storage_arguments, io_text, open_from_args, parse_parts,
                                     parse_storage_options)
 from graphstore.errors import GraphstoreError
 from graphstore.ingest.partition import METHODS, METIS_MAX_EDGES

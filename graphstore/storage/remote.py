@@ -8,11 +8,11 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from graphstore import layout
+from graphstore.dataset import layout
 from graphstore.errors import (GraphstoreError, MissingBackendError, StorageError, StorageNotFoundError,
                                StoragePermissionError, UnsupportedLocationError)
-from graphstore.retry import RetryPolicy, call_with_retry, causes, error_code, is_transient
-from graphstore.location import Location, OnRetry, redact_url
+from graphstore.storage.retry import RetryPolicy, call_with_retry, causes, error_code, is_transient
+from graphstore.storage.location import Location, OnRetry, redact_url
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -9,10 +9,12 @@ import torch
 from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.data.graph_store import EdgeLayout
 
-from graphstore import layout, rowgather
-from graphstore.dataset import Dataset
+from graphstore.dataset import layout
+
+from graphstore.dataset import rowgather
+from graphstore.dataset.opened import Dataset
 from graphstore.errors import NotOwnedError, UnknownAttributeError
-from graphstore.stores import ReadOnlyError, ZarrFeatureStore, _ids
+from graphstore.dataset.stores import ReadOnlyError, ZarrFeatureStore, _ids
 
 
 class DatasetFeatureStore(FeatureStore):

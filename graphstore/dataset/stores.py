@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -12,12 +12,31 @@ from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.data.feature_store import _FieldStatus
 from torch_geometric.data.graph_store import EdgeLayout
 
-from graphstore import layout
-from graphstore.allocator import keep_freed_memory
+from graphstore.dataset import layout
+from graphstore.dataset.manifest import Manifest
 from graphstore.errors import GraphstoreError, NotOwnedError, UnknownAttributeError
+from graphstore.heap import keep_freed_memory
 
-if TYPE_CHECKING:  # a store serves a dataset; the dataset builds its stores (Dataset.partition)
-    from graphstore.dataset import Dataset
+
+class Dataset(Protocol):
+    """What a store reads of the dataset it serves: ``graphstore.dataset.opened.Dataset`` is one, and it
+    builds its stores (``Dataset.partition``), so the stores name it by what they use, not by import."""
+
+    manifest: Manifest
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def is_hetero(self) -> bool: ...
+
+    def check_part(self, part: int) -> int: ...
+
+    def array(self, path: str) -> Any: ...
+
+    def owner(self, ids: Any, ntype: Any = None) -> np.ndarray: ...
+
+    def topology(self, part: int, edge_type: Any = None) -> tuple[Any, ...]: ...
 
 
 class ReadOnlyError(GraphstoreError, PermissionError):

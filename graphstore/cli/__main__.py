@@ -1,0 +1,7 @@
+"""``python -m graphstore.cli``: the ``graphstore`` command."""
+
+import sys
+
+from graphstore.cli.app import main
+
+sys.exit(main())
