@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import importlib
 import io
+import json
 import logging
 import re
 from types import SimpleNamespace
@@ -28,7 +29,11 @@ def world(tmp_path_factory):
     source, _ = small_graph(n=80, e=500)
     dest = tmp_path_factory.mktemp("cli") / "ds"
     graphstore.ingest(source, dest, num_parts=2)
-    return SimpleNamespace(dest=dest, tmp=tmp_path_factory.mktemp("clitmp"))
+    metrics = tmp_path_factory.mktemp("run") / "metrics.json"  # graphstore plot's input: --metrics-out's shape
+    metrics.write_text(json.dumps({"epochs": [{"epoch": e, "loss": 1.0 / e, "val_acc": 0.5 + e / 10,
+                                               "train_seconds": 1.0, "timing": {"data_wait": 0.2}}
+                                              for e in (1, 2)]}))
+    return SimpleNamespace(dest=dest, tmp=tmp_path_factory.mktemp("clitmp"), metrics=metrics)
 
 
 class Recording(argparse.Namespace):
@@ -133,7 +138,8 @@ def _base_argv(module: str, command: str | None, world: Any) -> list[str]:
     if module == "training.launch":
         return [str(world.dest)]
     return {"ingest": ["ingest", "synthetic:nodes=50,avg_degree=3", str(world.tmp / "out")],
-            "info": ["info", str(world.dest)], "verify": ["verify", str(world.dest)]}[command]
+            "info": ["info", str(world.dest)], "verify": ["verify", str(world.dest)],
+            "plot": ["plot", str(world.metrics)]}[command]
 
 
 def _cli_cases() -> list[tuple[str, str | None, str]]:
@@ -156,7 +162,7 @@ def _variant(module: str, command: str | None, action: argparse.Action, world: A
     changed = list(base)
     offset = 0 if module == "training.launch" else 1
     other = {"source": "synthetic:nodes=60,avg_degree=2", "dest": str(world.tmp / "elsewhere"),
-             "dataset": str(world.tmp / "elsewhere"), "command": None}
+             "dataset": str(world.tmp / "elsewhere"), "metrics": str(world.tmp / "elsewhere.json"), "command": None}
     changed[offset + position] = other[action.dest] or changed[offset + position]
     return changed
 

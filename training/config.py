@@ -52,6 +52,7 @@ class TrainConfig:
     device: str = "auto"  # auto (CUDA when the host has a GPU), cpu or cuda
     gpu_cache: str | None = None  # keep the hottest feature rows in device memory, up to this size (e.g. 2GB)
     loader_threads: int | None = None  # threads sampling and gathering batches per rank (default: cores / ranks)
+    tensorboard: str | None = None  # rank 0 writes each epoch's scalars as TensorBoard event files here
 
     def __post_init__(self) -> None:
         if self.model not in MODELS:
@@ -111,6 +112,8 @@ def check_config(c: TrainConfig) -> None:
         raise InvalidInputError("--gpu-cache and --cache-rows both cache feature rows; give one of them")
     if c.gpu_cache is not None and c.task != "node":
         raise InvalidInputError("--gpu-cache caches node features x for --task node; drop it for --task link")
+    if c.tensorboard is not None and (not isinstance(c.tensorboard, str) or not c.tensorboard.strip()):
+        raise InvalidInputError(f"--tensorboard {c.tensorboard!r} is not a directory path; give one, or leave it out")
     if c.cache_max_bytes is not None and (parse_size(c.cache_max_bytes, "--cache-max-bytes") or 0) <= 0:
         raise InvalidInputError(f"--cache-max-bytes {c.cache_max_bytes!r} is not a positive size; give e.g. 50GB, "
                                 "or leave it out for no limit")

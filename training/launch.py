@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="also checkpoint every N training steps (default 0: after each epoch only). SIGTERM "
                         "always checkpoints at the next step and exits with code 75")
     p.add_argument("--metrics-out", help="write per-epoch metrics (JSON) here")
+    p.add_argument("--tensorboard", metavar="DIR",
+                   help="rank 0 writes each epoch's loss, accuracy/AUC, time breakdown, wire bytes and cache hits "
+                        "as TensorBoard event files in DIR (needs pip install 'graphstore[tensorboard]')")
     p.add_argument("--timeout", type=number(0, above=True), default=120.0,
                    help="seconds before a silent peer or stuck collective ends the job (default 120)")
     p.add_argument("--cache-rows", type=integer(0), default=0, help="cache up to this many remote feature rows per rank")
@@ -70,14 +73,14 @@ def _parser() -> argparse.ArgumentParser:
                         "MASTER_ADDR; overrides GLOO_SOCKET_IFNAME/TP_SOCKET_IFNAME)")
     add_storage_arguments(p)
     p.add_argument("--verify-reads", action="store_true",
-                   help="check every local chunk against its manifest checksum when first read (README: cost)")
+                   help="check every local chunk against its manifest checksum when first read (its cost: docs/performance.md)")
     p.add_argument("--eval-every", type=integer(1), default=1, metavar="N",
                    help="evaluate val and test after every N-th epoch (default 1); always after the last")
     p.add_argument("--eval-max-batches", type=integer(0), default=0, metavar="M",
                    help="evaluations before the last use at most M batches per rank and split (default 0: all); "
                         "the last epoch's evaluation is always complete")
     p.add_argument("--threads", type=integer(1, 4096), default=None, metavar="N",
-                   help="torch threads per rank (default: usable cores / ranks on this host; README: Threads)")
+                   help="torch threads per rank (default: usable cores / ranks on this host; see docs/training.md)")
     p.add_argument("--loader-threads", type=integer(1, 4096), default=None, metavar="N",
                    help="threads per rank sampling and gathering batches, in order (default: usable cores / ranks "
                         "on this host)")
@@ -104,7 +107,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        eval_max_batches=args.eval_max_batches, threads=args.threads, loader_only=args.loader_only,
                        checkpoint_every=args.checkpoint_every, device=args.device,
                        gpu_cache=args.gpu_cache,
-                       loader_threads=args.loader_threads)
+                       loader_threads=args.loader_threads, tensorboard=args.tensorboard)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:

@@ -26,6 +26,7 @@ from training.memory import PeakMeter, memory_per_rank
 from training.process import PeerFailure, Watchdog, start, stop
 from training.records import gather_floats, reduce_record, wire_record, write_json
 from training.tasks import make_task
+from training.tensorboard import EpochWriter
 from training.timing import LEGEND, Timers, timed_allreduce_hook
 from training.world import World
 
@@ -46,7 +47,7 @@ def _seed_everything(seed: int) -> None:
 
 
 class Trainer:
-    """One rank: mounts its partition, serves it to peers, trains and evaluates, writes metrics."""
+    """One rank: mounts its partition, serves it to peers, trains and evaluates, writes metrics (JSON, TensorBoard)."""
 
     def __init__(self, config: TrainConfig, world: World,
                  on_epoch: Callable[[dict[str, Any], int], None] | None = None) -> None:
@@ -72,6 +73,7 @@ class Trainer:
         self.peak = PeakMeter()
         self.stopped: preempt.Stopped | None = None  # set when the ranks stopped on SIGTERM
         self.device_cache: Any = None  # --gpu-cache (sampling.device_cache.DeviceRowCache)
+        self.board = EpochWriter(config.tensorboard, config.resume) if config.tensorboard and world.rank == 0 else None
 
     # -- set-up --
 
@@ -134,6 +136,8 @@ class Trainer:
             raise self._explain(exc) from exc
         finally:
             self.watchdog.stop()
+            if self.board is not None:
+                self.board.close()
             if not graceful:  # leaving a failed job must be bounded too, whatever the peers do
                 process.exit_after(15.0, f"graphstore-train rank {self.world.rank}: shutdown after the failure "
                                          f"did not finish within 15 s; exiting")
@@ -364,6 +368,8 @@ class Trainer:
         if self.world.rank == 0:
             if self.on_epoch is not None:
                 self.on_epoch(history[-1], c.epochs)
+            if self.board is not None:
+                self.board.write(history[-1])
             if c.checkpoint_dir:
                 checkpoint.save(c.checkpoint_dir, epoch, model, optimizer, {"history": history})
             if c.metrics_out:

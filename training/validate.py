@@ -23,7 +23,8 @@ _SELF_LOOP_MODELS = ("gcn", "gat")  # PyG's to_hetero refuses their layers (add_
 
 
 def check_outputs(c: TrainConfig) -> None:
-    """``--checkpoint-dir`` and ``--metrics-out`` can be written (tried, not guessed from permission bits),
+    """``--checkpoint-dir``, ``--metrics-out`` and ``--tensorboard`` can be written (tried, not guessed from
+    permission bits; ``--tensorboard`` also needs its optional package),
     ``--resume`` finds a readable pointer, and this host's settings hold (:func:`check_host`).
 
     Directories created to try them are removed again. Under torchrun/srun call it from one process:
@@ -42,6 +43,12 @@ def check_outputs(c: TrainConfig) -> None:
         if os.path.exists(path) and not os.access(path, os.W_OK):
             raise InvalidInputError(f"--metrics-out {c.metrics_out}: the file cannot be written (permissions)")
         _try_writing("--metrics-out", c.metrics_out, os.path.dirname(path))
+    if c.tensorboard:
+        from training.tensorboard import require
+
+        require()  # the optional extra, named with its pip command
+        _writable_dir("--tensorboard", c.tensorboard)
+        _try_writing("--tensorboard", c.tensorboard, c.tensorboard)
     check_host(c)  # launch.py calls check_outputs first: this host's facts are found there too
 
 

@@ -1,4 +1,4 @@
-"""The ``graphstore`` command: ``ingest``, ``info``, ``verify``, and what other packages register (``warmup``)."""
+"""The ``graphstore`` command: ``ingest``, ``info``, ``verify``, ``plot``, and what other packages add (``warmup``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import threading
@@ -24,6 +25,7 @@ from graphstore.errors import GraphstoreError
 from graphstore.ingest.partition import METHODS, METIS_MAX_EDGES
 from graphstore.ingest.sources import describe_schemes
 from graphstore.ingest.writer import COMPRESSIONS
+from graphstore.outputs import plots
 
 
 class _Bars:
@@ -93,12 +95,22 @@ def _parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true")
     info.add_argument("--prefetch", metavar="PARTS", help="pull partitions ('all' or '0,2') into the local cache")
     info.add_argument("--io", action="store_true", help="report requests, bytes and cache hits/misses")
+    info.add_argument("--plot", metavar="FILE", help="also draw nodes and edges per partition (by type), the balance "
+                                                     "of each constraint and the edge cut into FILE (.png, .svg, "
+                                                     f".pdf, ...; needs {plots.INSTALL})")
     add_storage_arguments(info)
     ver = sub.add_parser("verify", help="recompute every chunk checksum")
     ver.add_argument("dest")
     ver.add_argument("--json", action="store_true")
     ver.add_argument("--io", action="store_true", help="report requests, bytes and cache hits/misses")
     add_storage_arguments(ver)
+    plot = sub.add_parser("plot", help="draw a training run's curves and time per epoch from its metrics JSON",
+                          description="Draw the loss, accuracy/AUC per epoch and each epoch's seconds stacked by "
+                                      "part from the JSON graphstore-train --metrics-out wrote "
+                                      f"(needs {plots.INSTALL})")
+    plot.add_argument("metrics", metavar="METRICS", help="the metrics JSON graphstore-train --metrics-out wrote")
+    plot.add_argument("-o", "--output", metavar="FILE", help="the image to write, its format from the suffix (.png, "
+                                                             ".svg, .pdf, ...; default: METRICS with .png)")
     return parser
 
 
@@ -180,6 +192,8 @@ def _info_text(meta: dict[str, Any], url: str) -> str:
 
 
 def _info(args: argparse.Namespace) -> int:
+    if args.plot:
+        plots.check_output(args.plot, "--plot")  # matplotlib, the format and the directory: before any data is read
     ds = open_from_args(args)
     for part in parse_parts(args.prefetch, ds.num_parts) if args.prefetch else []:
         bar = ChunkBar(f"prefetch partition {part}", enabled=not args.json and sys.stderr.isatty())
@@ -193,7 +207,26 @@ def _info(args: argparse.Namespace) -> int:
         meta["io"] = ds.io_stats()
     text = _info_text(meta, ds.url) + (f"\n{io_text(meta['io'])}" if args.io else "")
     print(json.dumps(meta, indent=2) if args.json else text)
+    if args.plot:
+        plots.plot_partitions(meta, args.plot, title=ds.url)
+        print(f"wrote {args.plot}: nodes and edges of {ds.num_parts} partition(s), balance, edge cut",
+              file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    out = args.output or _image_next_to(args.metrics)
+    plots.check_output(out, "graphstore plot")
+    doc = plots.load_metrics(args.metrics)
+    plots.plot_metrics(doc, out)
+    print(f"wrote {out}: loss, evaluation and seconds per epoch of {len(doc['epochs'])} epoch(s)")
+    return 0
+
+
+def _image_next_to(metrics: str) -> str:
+    """``run/metrics.json`` -> ``run/metrics.png`` (never the metrics file itself)."""
+    stem, suffix = os.path.splitext(metrics)
+    return f"{stem}.png" if suffix.lower() != ".png" else f"{metrics}.png"
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -261,7 +294,8 @@ def _plugin_commands(parser: argparse.ArgumentParser, argv: list[str], builtin: 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``graphstore`` console script."""
-    handlers: dict[str, Callable[[argparse.Namespace], int]] = {"ingest": _ingest, "info": _info, "verify": _verify}
+    handlers: dict[str, Callable[[argparse.Namespace], int]] = {"ingest": _ingest, "info": _info, "verify": _verify,
+                                                                "plot": _plot}
     try:
         parser = _parser()
         handlers.update(_plugin_commands(parser, sys.argv[1:] if argv is None else argv, set(handlers)))
