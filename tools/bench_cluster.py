@@ -9,7 +9,7 @@ For each host count H the graph (default: the demo graph, ``tools/demo.py``'s sy
 nodes; pass ``--spec synthetic:nodes=1000000,...`` for the 1M-node one) is ingested into H partitions
 (cached under --data, one folder per spec). The same H ranks first train on loopback
 (``graphstore-train --nproc H``), then on H rig hosts with every link shaped by ``tc tbf`` to each rate
-(torchrun per host, as the README says). Per run, from the last epoch (the first includes numba compilation): epoch and training
+(torchrun per host, as docs/training.md says). Per run, from the last epoch (the first includes numba compilation): epoch and training
 seconds, bytes on the wire per host (RPC payload sent plus received, gradient all-reduce), sampling /
 features / forward-backward seconds, and training speed relative to loopback.
 
@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=float, default=1800, help="seconds a rig run may take before it is killed")
     p.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench-cluster")
     benchinfo.add_seed_argument(p)
+    benchinfo.add_record_arguments(p)
     args = p.parse_args(argv)
     info = benchinfo.start(args, args.json)
     reason = rig_unavailable()
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({**row, "speed_vs_loopback": round(base["train_seconds"] / max(row["train_seconds"], 1e-9), 2)})
     out = {**info, "spec": args.spec, "rows": rows, "minimum": minima}
     print(json.dumps(out, indent=2) if args.json else _table(out))
+    benchinfo.record("bench_cluster", args, out, {"spec": args.spec, "hosts": args.hosts})
     return 0
 
 

@@ -121,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verify", action="store_true", help="run graphstore verify on each result (not timed)")
     parser.add_argument("--json", action="store_true")
     benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
     header = benchinfo.start(args, args.json)
     rows = []
@@ -134,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{r['edge_cut_fraction']:.4f} | {r['verify'] or ''} |", flush=True)
     if args.json:
         print(json.dumps({**header, "rows": rows}, indent=2))
+    benchinfo.record("bench_ingest", args, {**header, "rows": rows},
+                     {"graphs": args.graphs, "parts": args.parts, "memory_limit": args.memory_limit})
     return 0
 
 

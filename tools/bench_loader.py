@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefetch", type=int, default=1, help="batches ready ahead (graphstore-train's: 1)")
     parser.add_argument("--train", action="store_true", help="also measure through graphstore-train --loader-only")
     benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
     info = benchinfo.start(args, args.json)
     from training import allocator
@@ -165,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{out['load_average_1min_before']} before the timed passes, {out['load_average_1min_after']} after")
         for t, result in out.get("graphstore_train", {}).items():
             print(f"  graphstore-train --loader-only --loader-threads {t}: {result}")
+    benchinfo.record("bench_loader", args, out,
+                     {"spec": out["spec"], "loader": args.loader, "batch_size": args.batch_size})
     return 0 if out["same_batches"] else 1
 
 

@@ -97,6 +97,7 @@ def main() -> None:
     ap.add_argument("--no-before", action="store_true", help="skip the old weights (halves the run time)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     benchinfo.add_seed_argument(ap)
+    benchinfo.add_record_arguments(ap)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     result = benchinfo.start(args, args.json)  # the graphs are fixed inputs; the seed is METIS's (before and after)
@@ -113,6 +114,7 @@ def main() -> None:
                     _print_row(rows[-1])
     if args.json:
         print(json.dumps({**result, "rows": rows}, indent=1))
+    benchinfo.record("bench_partition", args, {**result, "rows": rows}, {"graphs": args.graphs, "parts": args.parts})
 
 
 def _measure_run(source: GraphSource, name: str, k: int, run: str, seed: int) -> dict:

@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "remote")
     benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
     run_info = benchinfo.start(args, args.json)
     local = _dataset(args.data / f"n{args.nodes}_f{args.features}_c{args.chunk_mb}", args.nodes, args.features,
@@ -215,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
     else:
         _print(result)
+    benchinfo.record("bench_remote", args, result,
+                     {"nodes": args.nodes, "features": args.features, "latency_ms": args.latency_ms})
     return 0
 
 

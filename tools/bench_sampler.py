@@ -191,12 +191,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers compared with 0")
     benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
     info = benchinfo.start(args, args.json)
     out = {**info, **run(args)}
     if args.json:
         print(json.dumps(out, indent=2))
-        return 0
+    else:
+        _print(out)
+    benchinfo.record("bench_sampler", args, out, {"spec": args.spec, "parts": args.parts})
+    return 0
+
+
+def _print(out: dict) -> None:
     g = out["graph"]
     print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges, {g['parts']} partitions; fanout {FANOUT}, "
           f"batch {out['batch_size']}, 1 thread")
@@ -211,7 +218,6 @@ def main(argv: list[str] | None = None) -> int:
           + ", ".join(f"{w}: {bps:.2f}" for w, bps in out["disjoint_loader_batches_per_s_by_workers"].items()))
     print(f"  speed-up vs torch reference: {out['speedup_vs_torch_reference']:.1f}x"
           + (f", vs pyg-lib: {out['speedup_vs_pyg_lib']:.2f}x" if "speedup_vs_pyg_lib" in out else ""))
-    return 0
 
 
 if __name__ == "__main__":

@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--method", default="metis")
     benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
     result = benchinfo.start(args, args.json)
     result["gather"] = bench_gather(args.data / f"n{args.nodes}_f{args.features}", args.nodes, args.features,
@@ -127,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         result["ingest"] = bench_ingest(args.ingest, args.parts, args.method, args.data / "ingest")
     if args.json:
         print(json.dumps(result, indent=2))
-        return 0
+    else:
+        _print(result, args)
+    benchinfo.record("bench_store", args, result, {"nodes": args.nodes, "features": args.features})
+    return 0
+
+
+def _print(result: dict, args: argparse.Namespace) -> None:
     print(f"random-row gather, page cache warm, fresh random IDs per call and repeat ({args.repeats} repeats, "
           "median); speed = in-RAM time / store time (1.0 = as fast as RAM)")
     for row in result["gather"]:
@@ -139,7 +146,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ingest {r['spec']} into {r['parts']} {r['method']} partitions: {r['seconds']:.0f} s, peak RSS "
               f"{r['peak_rss_gb']:.1f} GB, edge cut {100 * r['edge_cut_fraction']:.1f}%, balance nodes "
               f"{r['node_balance']} edges {r['edge_balance']}, {r['bytes_written_gb']:.2f} GB written")
-    return 0
 
 
 if __name__ == "__main__":

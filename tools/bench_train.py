@@ -270,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="--case compare: interleaved repeats")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "train")
     benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
     if args.baseline_tree and args.case != "compare":
         parser.error("--baseline-tree is for --case compare")
@@ -277,12 +278,13 @@ def main(argv: list[str] | None = None) -> int:
     print(_pyg_note(), file=sys.stderr)
     rows = compare(args) if args.case == "compare" else [bench(int(r), args) for r in args.ranks.split(",")]
     spec = HETERO_SPEC if args.case == "hetero" else args.spec
+    out = {**run_info, "spec": spec, "case": args.case, "fanout": args.fanout, "hidden": args.hidden,
+           "batch_size": args.batch_size, "runs" if args.case != "compare" else "variants": rows}
     if args.json:
-        print(json.dumps({**run_info, "spec": spec, "case": args.case, "fanout": args.fanout, "hidden": args.hidden,
-                          "batch_size": args.batch_size, "runs" if args.case != "compare" else "variants": rows},
-                         indent=2))
+        print(json.dumps(out, indent=2))
     else:
         (print_compare if args.case == "compare" else print_runs)(rows, args)
+    benchinfo.record("bench_train", args, out, {"case": args.case, "spec": spec, "ranks": args.ranks})
     return 0
 
 

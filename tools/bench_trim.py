@@ -55,6 +55,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     benchinfo.add_seed_argument(ap)
+    benchinfo.add_record_arguments(ap)
     args = ap.parse_args()
     result = benchinfo.start(args, args.json)
     torch.manual_seed(args.seed)  # fresh batches (shuffle, neighbours) and weights per run unless --seed
@@ -80,6 +81,8 @@ def main() -> None:
             print(f"| {name} | {1e3 * full:.1f} | {1e3 * trim:.1f} | {full / trim:.2f}x |", flush=True)
     if args.json:
         print(json.dumps({**result, "setup": header[2:], "rows": rows}, indent=1))
+    benchinfo.record("bench_trim", args, {**result, "setup": header[2:], "rows": rows},
+                     {"nodes": args.nodes, "batch_size": args.batch_size, "hidden": args.hidden})
 
 
 if __name__ == "__main__":

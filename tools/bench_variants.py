@@ -175,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
                         help=f"comma-separated, among {','.join(VARIANTS)}")
     benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
@@ -183,14 +184,19 @@ def main(argv: list[str] | None = None) -> int:
     out = {**info, **run(args)}
     if args.json:
         print(json.dumps(out, indent=2))
-        return 0
+    else:
+        _print(out)
+    benchinfo.record("bench_variants", args, out, {"nodes": args.nodes, "edges": args.edges})
+    return 0
+
+
+def _print(out: dict) -> None:
     g = out["graph"]
     print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random); fanout {FANOUT}, batch {out['batch_size']}, "
           "1 thread")
     for name, eps in out["edges_per_s"].items():
         ratio = out["ratio_to_plain"].get(name)
         print(f"  {name:<18} {eps / 1e6:8.2f} M sampled edges/s" + (f"  {ratio:5.2f}x plain" if ratio else ""))
-    return 0
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
     args = parser.parse_args()
     result = benchinfo.start(args, args.json)  # the checks read every byte: no random draws (seed: the graph's)
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
@@ -87,13 +88,14 @@ def main() -> None:
             if not args.json:
                 print(f"dataset: {spec}, 2 partitions")
         rows = measure(path, args.repeats)
-        if args.json:
-            print(json.dumps({**result, "rows": [{"check": what, "seconds": seconds, "bytes": nbytes}
-                                                           for what, seconds, nbytes in rows]}))
-            return
+    out = {**result, "rows": [{"check": what, "seconds": seconds, "bytes": nbytes} for what, seconds, nbytes in rows]}
+    if args.json:
+        print(json.dumps(out))
+    else:
         for what, seconds, nbytes in rows:
             print(f"{what:40s} {seconds * 1e3:8.1f} ms  {nbytes / 1e6:7.1f} MB  {nbytes / seconds / 1e9:5.2f} GB/s "
                   f"(best of {args.repeats}, partition 0)")
+    benchinfo.record("bench_verify", args, out, {"data": args.data} if args.data else {"nodes": args.nodes})
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""The benchmarks in tools/ still run end to end on tiny inputs and report what the README quotes."""
+"""The benchmarks in tools/ still run end to end on tiny inputs, report what docs/performance.md quotes, and leave
+their JSON record in the folder ``--record`` names (never in the repo's benchmarks/)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -13,24 +15,47 @@ from tests.conftest import shared_data
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = "synthetic:nodes=4000,avg_degree=8,features=8,classes=3,train=0.2,val=0.05,seed=0"
+RECORD_KEYS = ("benchmark", "config", "command", "commit", "date", "machine", "parameters", "figures", "provenance")
 
 
-def _run(tool: str, *args: str) -> dict:
-    """``tools/<tool>.py --json ARGS`` in a child process (as a user runs it): its JSON output."""
-    cmd = [sys.executable, str(ROOT / "tools" / f"{tool}.py"), "--json", *args]
+def _repo_records() -> set[Path]:
+    return set((ROOT / "benchmarks").glob("*/*.json"))
+
+
+def _run(tool: str, tmp_path: Path, *args: str) -> dict:
+    """``tools/<tool>.py --json --record TMP ARGS`` in a child process (as a user runs it): its JSON output,
+    after checking the record it wrote under TMP."""
+    records, before = tmp_path / "records", _repo_records()
+    cmd = [sys.executable, str(ROOT / "tools" / f"{tool}.py"), "--json", "--record", str(records), *args]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
     # every bench reports the machine it ran on and the seed of its random draws (also first on stderr)
     assert out["machine"]["logical_cores"] >= 1 and out["machine"]["ram_gib"] > 0 and out["machine"]["torch"]
     assert done.stderr.startswith(f"machine: {out['machine']['cpu']}") and f"seed {out['seed']}" in done.stderr
+    _check_record(tool, records, out, cmd)
+    assert _repo_records() == before, "a smoke run wrote into the repo's benchmarks/"
     return out
+
+
+def _check_record(tool: str, records: Path, out: dict, cmd: list[str]) -> None:
+    """One record, named <UTC date>-<short commit>.json, with every key, the run's argv and its figures."""
+    [path] = list((records / tool).glob("*.json"))
+    rec = json.loads(path.read_text())
+    assert tuple(rec) == RECORD_KEYS and rec["benchmark"] == tool and rec["provenance"] is None
+    assert rec["command"][1:] == cmd[1:] and isinstance(rec["config"], dict)
+    date = datetime.fromisoformat(rec["date"])
+    assert date.utcoffset().total_seconds() == 0 and path.name.startswith(rec["date"][:10])
+    assert rec["commit"] is None or (len(rec["commit"].split("+")[0]) == 40 and path.stem[11:18] == rec["commit"][:7])
+    assert rec["machine"] == out["machine"] and "gpus" in rec["machine"] and rec["parameters"]["seed"] == out["seed"]
+    assert not {"json", "record", "no_record"} & set(rec["parameters"])
+    assert set(rec["figures"]) == set(out) - {"machine", "seed"}
 
 
 @pytest.mark.slow
 def test_bench_sampler_reports_every_row(tmp_path):
-    out = _run("bench_sampler", "--data", str(tmp_path / "ds"), "--spec", TINY, "--parts", "2", "--batches", "3",
-               "--repeats", "1", "--batch-size", "64")
+    out = _run("bench_sampler", tmp_path, "--data", str(tmp_path / "ds"), "--spec", TINY, "--parts", "2",
+               "--batches", "3", "--repeats", "1", "--batch-size", "64")
     assert (out["graph"]["nodes"], out["graph"]["parts"]) == (4000, 2) and out["graph"]["edges"] > 0
     for row in ("ours", "ours_unpacked", "ours_per_hop_driver", "ours_with_features", "torch_reference"):
         assert out[row]["edges_per_s"] > 0 and out[row]["batches_per_s"] > 0, row
@@ -42,8 +67,8 @@ def test_bench_sampler_reports_every_row(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_variants_reports_every_variant_and_its_ratio():
-    out = _run("bench_variants", "--nodes", "3000", "--edges", "30000", "--batches", "2", "--repeats", "1",
+def test_bench_variants_reports_every_variant_and_its_ratio(tmp_path):
+    out = _run("bench_variants", tmp_path, "--nodes", "3000", "--edges", "30000", "--batches", "2", "--repeats", "1",
                "--batch-size", "64", "--mag-papers", "2000")
     names = {"plain", "weighted", "temporal_uniform", "temporal_last", "temporal_uniform_end", "disjoint", "hetero",
              "distributed"}
@@ -54,11 +79,11 @@ def test_bench_variants_reports_every_variant_and_its_ratio():
 
 @pytest.mark.slow
 def test_bench_store_and_bench_remote_report_ratios(tmp_path):
-    store = _run("bench_store", "--nodes", "5000", "--features", "8", "--repeats", "1", "--parts", "2",
+    store = _run("bench_store", tmp_path, "--nodes", "5000", "--features", "8", "--repeats", "1", "--parts", "2",
                  "--data", str(tmp_path / "g"))
     assert [g["batch"] for g in store["gather"]][:2] == [1024, 10000]
     assert all(g["store_ms"] > 0 and g["speed_vs_ram"] > 0 for g in store["gather"])
-    remote = _run("bench_remote", "--nodes", "5000", "--features", "8", "--latency-ms", "1", "--repeats", "1",
+    remote = _run("bench_remote", tmp_path, "--nodes", "5000", "--features", "8", "--latency-ms", "1", "--repeats", "1",
                   "--data", str(tmp_path / "r"))
     assert remote["setup"]["latency_ms"] == 1.0 and remote["gathers"]
     assert all(g["cold_requests"] == g["chunks_touched_last"] > 0 for g in remote["gathers"])  # each chunk fetched once
@@ -67,7 +92,7 @@ def test_bench_store_and_bench_remote_report_ratios(tmp_path):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_bench_train_runs_one_and_two_ranks(tmp_path):
-    out = _run("bench_train", "--ranks", "1,2", "--spec", TINY, "--epochs", "2", "--batch-size", "128",
+    out = _run("bench_train", tmp_path, "--ranks", "1,2", "--spec", TINY, "--epochs", "2", "--batch-size", "128",
                "--data", str(tmp_path / "t"))
     runs = {r["ranks"]: r for r in out["runs"]}
     assert set(runs) == {1, 2}
@@ -86,7 +111,7 @@ def test_bench_train_runs_one_and_two_ranks(tmp_path):
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_bench_train_compares_with_a_baseline_checkout(tmp_path):
-    out = _run("bench_train", "--case", "compare", "--ranks", "2", "--spec", "pairs:nodes=3000,pairs=20000,"
+    out = _run("bench_train", tmp_path, "--case", "compare", "--ranks", "2", "--spec", "pairs:nodes=3000,pairs=20000,"
                "features=8,classes=4,seed=1", "--epochs", "3", "--batch-size", "256", "--hidden", "16",
                "--baseline-tree", str(ROOT), "--data", str(tmp_path / "t"))
     names = [v["variant"] for v in out["variants"]]
@@ -108,7 +133,7 @@ def test_bench_cluster_runs_two_rig_hosts_and_loopback(tmp_path):
     from tests.cluster import require_rig, rig_unavailable
 
     require_rig(rig_unavailable(), dict(os.environ))
-    out = _run("bench_cluster", "--hosts", "2", "--rates", "1gbit", "--spec", TINY, "--epochs", "1",
+    out = _run("bench_cluster", tmp_path, "--hosts", "2", "--rates", "1gbit", "--spec", TINY, "--epochs", "1",
                "--batch-size", "128", "--data", str(tmp_path / "c"))
     rows = {r["link"]: r for r in out["rows"]}
     assert set(rows) == {"loopback", "1gbit"} and rows["loopback"]["speed_vs_loopback"] == 1.0
@@ -119,10 +144,10 @@ def test_bench_cluster_runs_two_rig_hosts_and_loopback(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_partition_reports_every_constraint_before_and_after():
+def test_bench_partition_reports_every_constraint_before_and_after(tmp_path):
     shared_data("planetoid", "Cora", "raw")  # the tool reads Cora from ../shared/data
     # A fixed seed: METIS's result (and so the "before" imbalance) depends on it.
-    out = _run("bench_partition", "--graphs", "cora", "--parts", "2", "4", "--seed", "1")
+    out = _run("bench_partition", tmp_path, "--graphs", "cora", "--parts", "2", "4", "--seed", "1")
     rows = {(r["parts"], r["run"]): r for r in out["rows"]}
     assert set(rows) == {(2, "before"), (2, "after"), (4, "before"), (4, "after")}
     for (k, run), r in rows.items():
@@ -134,8 +159,8 @@ def test_bench_partition_reports_every_constraint_before_and_after():
 
 
 @pytest.mark.slow
-def test_bench_trim_times_every_trimmed_model():
-    out = _run("bench_trim", "--nodes", "2000", "--steps", "2", "--batch-size", "64", "--hidden", "16")
+def test_bench_trim_times_every_trimmed_model(tmp_path):
+    out = _run("bench_trim", tmp_path, "--nodes", "2000", "--steps", "2", "--batch-size", "64", "--hidden", "16")
     assert [r["model"] for r in out["rows"]] == ["sage", "gat", "gin"]
     assert all(r["untrimmed_ms"] > 0 and r["trimmed_ms"] > 0 for r in out["rows"])
 
@@ -143,9 +168,15 @@ def test_bench_trim_times_every_trimmed_model():
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_bench_ingest_runs_both_engines_and_verifies(tmp_path):
-    out = _run("bench_ingest", "--graphs", "synthetic:nodes=20000,avg_degree=6,features=4,classes=3", "--parts", "2",
-               "--workers", "1", "--memory-limit", "1GB", "--verify", "--seed", "3")
+    out = _run("bench_ingest", tmp_path, "--graphs", "synthetic:nodes=20000,avg_degree=6,features=4,classes=3",
+               "--parts", "2", "--workers", "1", "--memory-limit", "1GB", "--verify", "--seed", "3")
     assert [r["engine"] for r in out["rows"]] == ["local", "dask"]
     for row in out["rows"]:
         assert row["edges"] == 120_000 and row["verify"] == "ok" and row["peak_rss_gb"] > 0 and row["seconds"] > 0
     assert out["rows"][0]["edge_cut_fraction"] == out["rows"][1]["edge_cut_fraction"]  # one budget choice: same METIS
+
+
+@pytest.mark.slow
+def test_bench_verify_writes_its_record(tmp_path):
+    out = _run("bench_verify", tmp_path, "--nodes", "3000", "--repeats", "1")
+    assert len(out["rows"]) == 5 and all(r["seconds"] > 0 for r in out["rows"])

@@ -1,0 +1,281 @@
+"""Render the benchmark tables of docs/performance.md from the JSON records under benchmarks/.
+
+Usage::
+
+    python tools/report.py                                  # the generated section, on stdout
+    python tools/report.py --write docs/performance.md      # replace the section between the markers
+    python tools/report.py --check docs/performance.md      # exit 1 (one line) when that section is stale
+    python tools/report.py --records DIR ...                # records from DIR instead of benchmarks/
+
+For each benchmark, and each configuration of it (the ``config`` a run names, e.g. the graph), the newest
+record's figures become a table, with its command, commit, machine, date, provenance and file under it.
+Nothing here measures anything: every figure comes from a record a benchmark wrote (``tools/benchinfo.py``,
+``record``) or one transcribed from an earlier README, whose ``provenance`` says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
+RECORD_KEYS = ("benchmark", "config", "command", "commit", "date", "machine", "parameters", "figures", "provenance")
+# Page order; a benchmark not listed follows, by name.
+ORDER = ("bench_sampler", "bench_variants", "bench_loader", "bench_train", "bench_cluster", "bench_store",
+         "bench_remote", "bench_ingest", "graphstore_ingest", "bench_partition", "bench_verify", "bench_trim",
+         "graphstore_warmup")
+TITLES = {"bench_sampler": "Sampling throughput", "bench_variants": "Sampling variants against the plain path",
+          "bench_loader": "Loader threads", "bench_train": "Distributed training",
+          "bench_cluster": "Several hosts on the network-namespace rig", "bench_store": "Feature gather from the store",
+          "bench_remote": "Object storage through the chunk cache", "bench_ingest": "Ingest: local and Dask engines",
+          "graphstore_ingest": "Ingest of a products-shaped graph", "bench_partition": "METIS balance",
+          "bench_verify": "What checking costs", "bench_trim": "Trimming layers with trim_to_layer",
+          "graphstore_warmup": "Compiling the kernels ahead of time"}
+# Columns shown for row tables whose rows nest more than fits a page (dotted paths; the record keeps the rest).
+VIEWS = {
+    ("bench_train", "runs"): ["ranks", "parts", "steps", "train_seconds_median", "train_seconds", "data_wait_per_step",
+                              "compute_per_step", "remote_requests_per_step", "peak_rss_mb_largest",
+                              "peak_growth_after_epoch_2", "test_acc", "loader_only.loader_batches_per_s",
+                              "inference.nodes_per_s"],
+    ("bench_train", "variants"): ["variant", "train_seconds_median", "speed_vs_first", "runs.0.data_wait_per_step",
+                                  "runs.0.compute_per_step", "peak_rss_mb_largest", "runs.0.peak_growth_after_epoch_2",
+                                  "runs.0.allocator", "runs.0.loader_batches_per_s"],
+    ("bench_cluster", "rows"): ["hosts", "link", "epoch_seconds", "train_seconds", "mb_per_host", "sampling",
+                                "features", "compute", "speed_vs_loopback"],
+    ("bench_remote", "gathers"): ["batch", "id_range_share", "chunks_touched", "cold_ms", "cold_requests",
+                                  "ideal_cold_ms", "cold_vs_ideal", "reopen_ms", "warm_ms", "local_ms", "warm_vs_local",
+                                  "ram_ms"],
+}
+
+
+class RecordError(ValueError):
+    """A record that cannot be read or lacks a key every record has."""
+
+
+def load(root: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """Every record under ``root/<benchmark>/*.json`` (files starting with a dot are writes in progress)."""
+    out = []
+    for path in sorted(Path(root).glob("*/*.json")):
+        if path.name.startswith("."):
+            continue
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RecordError(f"{path}: not a readable JSON record ({exc}); fix or remove it") from exc
+        missing = [k for k in RECORD_KEYS if not isinstance(rec, dict) or k not in rec]
+        if missing:
+            raise RecordError(f"{path}: record lacks {missing}; every record has {list(RECORD_KEYS)}")
+        out.append((path, rec))
+    return out
+
+
+def _when(path: Path, rec: dict[str, Any]) -> tuple[datetime, int]:
+    """Sort key: the record's date, then its ``-n`` suffix (a later record of the same day and commit)."""
+    parts = path.stem[11:].split("-")
+    n = int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else 1
+    when = datetime.fromisoformat(rec["date"])
+    return (when if when.tzinfo else when.replace(tzinfo=timezone.utc)), n
+
+
+def newest(records: list[tuple[Path, dict[str, Any]]]) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
+    """Per benchmark, the newest record of each configuration, newest configuration first."""
+    best: dict[tuple[str, str], tuple[Path, dict[str, Any]]] = {}
+    for path, rec in records:
+        key = (rec["benchmark"], json.dumps(rec["config"], sort_keys=True))
+        if key not in best or _when(path, rec) > _when(*best[key]):
+            best[key] = (path, rec)
+    by_bench: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for (bench, _), item in best.items():
+        by_bench.setdefault(bench, []).append(item)
+    for items in by_bench.values():
+        items.sort(key=lambda item: (_when(*item), str(item[0])), reverse=True)
+    return dict(sorted(by_bench.items(), key=lambda kv: (ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER), kv[0])))
+
+
+def fmt(value: Any) -> str:
+    """A table cell: strings as recorded, numbers rounded for reading (the record keeps them whole)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if abs(value) >= 1e6:
+            return f"{value / 1e6:.2f} M"
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
+    if isinstance(value, list):
+        return "; ".join(fmt(v) for v in value) if any(isinstance(v, list) for v in value) else \
+            ", ".join(fmt(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {fmt(v)}" for k, v in value.items())
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _get(row: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        if isinstance(row, list) and part.lstrip("-").isdigit() and -len(row) <= int(part) < len(row):
+            row = row[int(part)]
+        elif isinstance(row, dict) and part in row:
+            row = row[part]
+        else:
+            return None
+    return row
+
+
+def table(rows: list[dict[str, Any]], columns: list[str] | None = None, first: str | None = None) -> list[str]:
+    """A markdown table of ``rows``; columns: ``columns`` (paths) if given, else every key whose values are
+    not objects, in order of appearance. ``first``: the header of a leading column of row names."""
+    if columns is None:
+        columns = []
+        for row in rows:
+            columns += [k for k, v in row.items() if k not in columns and k != first and not isinstance(v, dict)]
+    columns = [c for c in columns if any(_get(r, c) is not None for r in rows)]
+    head = ([first] if first is not None else []) + columns
+    lines = ["| " + " | ".join(h.replace("|", "\\|") for h in head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = ([fmt(row[first])] if first is not None else []) + [fmt(_get(row, c)) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def render_figures(bench: str, figures: dict[str, Any]) -> list[str]:
+    """Tables for a record's figures: lists of rows, objects of rows, objects of the same shape side by side
+    (one row each), and a last table of every single figure."""
+    out: list[str] = []
+    scalars: list[tuple[str, Any]] = []
+    shapes: dict[tuple[str, ...], list[str]] = {}
+    for key, value in figures.items():
+        if isinstance(value, dict) and value and not any(isinstance(v, dict) for v in value.values()):
+            shapes.setdefault(tuple(value), []).append(key)
+    grouped = {k for keys in shapes.values() if len(keys) > 1 for k in keys}
+    done: set[str] = set()
+    for key, value in figures.items():
+        if key == "notes" or key in done:
+            continue
+        caption = [] if key == "rows" else [f"*{key}*", ""]
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            view = VIEWS.get((bench, key))
+            if view and sum(any(_get(r, c) is not None for r in value) for c in view) < len(view) / 2:
+                view = None  # rows of another shape (e.g. transcribed with the README's columns): show them all
+            out += caption + table(value, view) + [""]
+        elif isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+            out += caption + table([{"": k, **v} for k, v in value.items()], first="") + [""]
+        elif key in grouped:
+            keys = next(ks for ks in shapes.values() if key in ks)
+            done.update(keys)
+            inner = list(figures[key])
+            if len(inner) > len(keys):  # a few objects of many entries (rate, ratio per variant): a row per entry
+                out += table([{"": i, **{k: figures[k][i] for k in keys}} for i in inner], first="") + [""]
+            else:
+                out += table([{"": k, **figures[k]} for k in keys], first="") + [""]
+        elif isinstance(value, dict):
+            scalars += [(f"{key}.{k}", v) for k, v in value.items()]
+        else:
+            scalars.append((key, value))
+    if scalars:
+        out += table([{"figure": k, "value": v} for k, v in scalars]) + [""]
+    notes = figures.get("notes") or []
+    for note in [notes] if isinstance(notes, str) else notes:
+        out += [f"Note: {note}", ""]
+    return out
+
+
+def _machine(m: dict[str, Any]) -> str:
+    if m.get("description"):
+        text = m["description"]
+    else:
+        gpus = m.get("gpus")
+        text = (f"{m.get('cpu', '?')}, {m.get('logical_cores', '?')} logical / {m.get('physical_cores', '?')} physical "
+                f"cores ({m.get('usable_cores', '?')} usable), {m.get('ram_gib', '?')} GiB RAM, "
+                f"GPU: {', '.join(gpus) if gpus else 'none'}; {m.get('os', '?')}; Python {m.get('python', '?')}, "
+                f"torch {m.get('torch', '?')}, numpy {m.get('numpy', '?')}, numba {m.get('numba', '?')}")
+    load = m.get("load_average_1min")
+    return text + (f"; load average {load} at start" if load is not None else "")
+
+
+def _commit(commit: str | None) -> str:
+    if not commit:
+        return "not recorded"
+    sha, _, dirty = commit.partition("+")
+    return f"`{sha[:10]}`" + (" with uncommitted changes" if dirty else "")
+
+
+def render_record(path: Path, rec: dict[str, Any], root: Path) -> list[str]:
+    cmd = rec["command"]
+    cmd = shlex.join(cmd) if isinstance(cmd, list) else str(cmd)
+    lines = render_figures(rec["benchmark"], rec["figures"])
+    lines += [f"- command: `{cmd}`", f"- commit: {_commit(rec['commit'])}", f"- machine: {_machine(rec['machine'])}",
+              f"- date: {rec['date']}"]
+    if rec["provenance"]:
+        lines.append(f"- provenance: {rec['provenance']}")
+    lines += [f"- record: `{root.name}/{path.relative_to(root).as_posix()}`", ""]
+    return lines
+
+
+def render(root: Path) -> str:
+    """The generated section: every benchmark's newest figures per configuration, as markdown."""
+    root = Path(root)
+    lines = [f"<!-- generated by tools/report.py from {root.name}/; edit the records, not this section -->", ""]
+    for bench, items in newest(load(root)).items():
+        lines += [f"### {TITLES[bench]} (`{bench}`)" if bench in TITLES else f"### `{bench}`", ""]
+        for path, rec in items:
+            if len(items) > 1 or rec["config"]:
+                conf = ", ".join(f"{k}={' '.join(map(str, v)) if isinstance(v, list) else v}"
+                                 for k, v in rec["config"].items()) or "default"
+                lines += [f"#### {conf}", ""]
+            lines += render_record(path, rec, root)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _split(text: str, where: Path) -> tuple[str, str, str]:
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise RecordError(f"{where}: no '{BEGIN}' ... '{END}' markers; add them where the tables belong")
+    return text[:start + len(BEGIN)], text[start + len(BEGIN):end], text[end:]
+
+
+def splice(text: str, section: str, where: Path) -> str:
+    """``text`` with the part between the markers replaced by ``section``."""
+    head, _, tail = _split(text, where)
+    return f"{head}\n{section}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=Path, default=ROOT / "benchmarks", help="the records' folder")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", type=Path, metavar="FILE", help="replace FILE's generated section")
+    mode.add_argument("--check", type=Path, metavar="FILE", help="exit 1 when FILE's generated section is stale")
+    args = parser.parse_args(argv)
+    try:
+        section = render(args.records)
+        if args.write is None and args.check is None:
+            sys.stdout.write(section)
+            return 0
+        target = args.write or args.check
+        text = target.read_text()
+        fresh = splice(text, section, target)
+    except (RecordError, OSError) as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    if args.check is not None:
+        if fresh != text:
+            print(f"{target}: the generated section is stale; run tools/report.py --write {target}", file=sys.stderr)
+            return 1
+        return 0
+    if fresh != text:
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_text(fresh)
+        partial.replace(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
