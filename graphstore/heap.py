@@ -110,7 +110,7 @@ def keep_freed_memory() -> None:
     Every batch allocates tens to hundreds of MB (sampler outputs, feature rows, the model's activations
     and gradients). glibc maps each block above its mmap threshold (at most 32 MB) fresh and unmaps it
     when freed, so the next batch takes a page fault per 4 KiB it writes: about 15% of sampling time,
-    and half of a training epoch's time on a 100,000-node graph (README, Measured performance). With a
+    and half of a training epoch's time on a 100,000-node graph (docs/performance.md). With a
     1 GiB mmap threshold and no automatic trimming, freed blocks are reused instead. With one arena
     (``M_ARENA_MAX`` 1) every thread (the training loop, the prefetch thread, RPC threads) allocates
     from the same heap, so memory one thread frees is what the next batch of another reuses: without it

@@ -291,7 +291,7 @@ def _filter_per_worker(data: Any, filter_per_worker: bool | None) -> bool | None
     A dataset's rows are already in (shared) page cache, so the main process copies them into the
     batch once; fetched in a worker they are copied again into shared memory to cross processes.
     Measured on the products benchmark with 2 workers: 2.58 batches/s this way, 2.32 fetching in the
-    workers, 2.21 with no workers (README). Pass ``filter_per_worker=True`` to fetch in workers.
+    workers, 2.21 with no workers (docs/performance.md). Pass ``filter_per_worker=True`` to fetch in workers.
     """
     if filter_per_worker is None and isinstance(data, Dataset):
         return False

@@ -26,7 +26,7 @@ __all__ = ["JEMALLOC_CONF", "MODES", "HeapStats", "check_rank", "find_jemalloc",
 # (as the glibc tuning does); release_freed() hands them back (the trainer does at each epoch's start).
 # narenas:1: every thread (training loop, prefetch, RPC) allocates from one arena, so what one frees
 # another reuses. jemalloc's size classes and extent reuse keep this heap from fragmenting the way glibc's
-# does (README: Distributed training).
+# does (docs/training.md: Memory and the allocator).
 JEMALLOC_CONF = "oversize_threshold:0,dirty_decay_ms:-1,narenas:1"
 _JEMALLOC_DIRS = ("/usr/lib/{arch}-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib")
 

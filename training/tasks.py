@@ -60,7 +60,7 @@ def trim_arguments(model: str, batch: Any) -> dict[str, Any]:
 
 
 # batches the prefetch thread makes ahead of the loop: one hides sampling and fetching whenever they take
-# less than a step (data wait ~0 in the README's runs); each more holds another batch and fragments the heap
+# less than a step (data wait ~0 in the runs of docs/performance.md); each more holds another batch and fragments the heap
 PREFETCH = 1
 
 

@@ -17,7 +17,7 @@ _BLOCK = 1 << 24
 _LABEL_BLOCK = 1 << 20  # rows of y and the masks read at a time by the label check
 SPLIT_MASKS = ("train_mask", "val_mask", "test_mask")  # the masks under which training reads labels
 BYTES_PER_NODE = 32  # per-node maps ingest holds (partition, relabelling, degree, isolated-node flags)
-BYTES_PER_EDGE = 40  # per stored edge: endpoints, sort key, permutation, scratch (README, Ingest)
+BYTES_PER_EDGE = 40  # per stored edge: endpoints, sort key, permutation, scratch (docs/ingest.md: Memory follows the budget)
 
 
 def _where_node(ntype: NodeType) -> str:

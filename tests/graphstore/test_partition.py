@@ -178,7 +178,7 @@ def test_a_repaired_split_says_so_in_the_log_and_details(caplog):
     source = _cora_source()
     with caplog.at_level(logging.INFO, logger="graphstore.ingest.partition"):
         assign, details = partition_nodes(source, 4, "metis")
-    assert details["rebalanced_nodes"] > 0  # Cora at 4 parts needs the repair (see README's table)
+    assert details["rebalanced_nodes"] > 0  # Cora at 4 parts needs the repair (see docs/performance.md)
     assert any(f"moved {details['rebalanced_nodes']} nodes" in r.getMessage() for r in caplog.records)
     assert max(_balances(source, assign[None], 4).values()) <= 1.05
 

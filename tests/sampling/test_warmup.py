@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from graphstore import jitcache
-
-from graphstore.cli.app import main as cli
+from graphstore.cli import app as cli
 from sampling import warmup
 from sampling.warmup import Group, Workspace, run_groups
 

@@ -1,4 +1,4 @@
-"""tools/bench_verify.py runs end to end on a tiny dataset and reports every row the README quotes."""
+"""tools/bench_verify.py runs end to end on a tiny dataset and reports every row docs/performance.md quotes."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 def torchrun(cluster: Cluster, host: Host, nnodes: int, master: str, dataset, *args, env=None,
              port: int = MASTER_PORT, agent: tuple[str, ...] = ()) -> Run:
     """``torchrun --nnodes N --nproc-per-node 1 --node-rank I --master-addr M ... -m training.launch DATASET``
-    on ``host``, exactly as the README writes it (torchrun is ``python -m torch.distributed.run``);
-    ``agent``: more torchrun options (the README's ``--rdzv-conf timeout=60``)."""
+    on ``host``, exactly as docs/training.md writes it (torchrun is ``python -m torch.distributed.run``);
+    ``agent``: more torchrun options (docs/training.md: ``--rdzv-conf timeout=60``)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nnodes), "--nproc-per-node", "1",
            "--node-rank", str(host.index), "--master-addr", master, "--master-port", str(port), *agent,
            "-m", "training.launch", str(dataset), "--no-progress", *map(str, args)]

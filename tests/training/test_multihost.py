@@ -1,4 +1,4 @@
-"""Training on two rig hosts (network namespaces) exactly as the README says, and faults across hosts."""
+"""Training on two rig hosts (network namespaces) exactly as docs/training.md says, and faults across hosts."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def test_rendezvous_faults_are_bounded_and_named(rig, cora_shared, fault):
 
 @pytest.mark.parametrize("fault", ["wrong MASTER_ADDR", "closed port"])
 def test_torchrun_rendezvous_faults_end_both_hosts_within_the_agent_timeout(rig, cora_shared, fault):
-    """torchrun as the README says, with its advice ``--rdzv-conf timeout=T``: torchrun's own agents
+    """torchrun as docs/training.md says, with its advice ``--rdzv-conf timeout=T``: torchrun's own agents
     rendezvous before our code runs, so they fail (both hosts) within T, naming what they waited for."""
     cluster = rig(2)
     h0, h1 = cluster.hosts
