@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -67,6 +68,12 @@ def test_every_tour_command_runs(tmp_path):
         rc, out, err = _run(cmd, tmp_path, env)
         assert rc == 0, (f"README tour block {number} ({language}) exited {rc}:\n{code}\n"
                          f"--- stdout\n{out[-3000:]}\n--- stderr\n{err[-3000:]}")
+    # what the tour says its commands leave behind
+    for picture in ("curves.png", "partitions.png"):
+        assert (tmp_path / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", picture
+    assert list((tmp_path / "runs").glob("events.out.tfevents.*")), "no TensorBoard event file in runs/"
+    assert len(json.loads((tmp_path / "metrics.json").read_text())["epochs"]) == 2
+    assert any((tmp_path / "checkpoints").iterdir()), "no checkpoint written"
 
 
 def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> tuple[int, str, str]:

@@ -4,7 +4,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/bootstrap.sh || exit 1
-.venv/bin/python -m pytest -q "$@"
+# one pytest worker per core (GRAPHSTORE_TEST_WORKERS overrides; 0 runs in this process): most of the suite's
+# time is training ranks waiting on each other and fault tests waiting out their timeouts, which overlap well
+workers="${GRAPHSTORE_TEST_WORKERS:-auto}"
+if [ "$workers" = "0" ]; then
+  .venv/bin/python -m pytest -q "$@"
+else
+  .venv/bin/python -m pytest -q -n "$workers" --dist worksteal "$@"
+fi
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "tools/test.sh: pytest collected no tests; that is a failure" >&2
