@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import numbers
@@ -194,7 +195,10 @@ class NeighborSampler(BaseSampler):
         runs = self._runs.get(etype)
         if runs is None:
             topo = self.topology[etype]
-            runs = self._runs[etype] = perhop.engine_runs(topo, self._variants(topo.src_type))
+            variants = self._variants(topo.src_type)
+            if variants.weighted and not topo.has_weight:  # as in PyG: a type without the attribute is uniform
+                variants = dataclasses.replace(variants, weighted=False)
+            runs = self._runs[etype] = perhop.engine_runs(topo, variants)
         return runs
 
     @property
@@ -389,6 +393,9 @@ def _node_times(data: Any, time_attr: str | None) -> dict[Any, np.ndarray]:
                 parts = [data.partition(p)[0][info.name, time_attr, None].numpy() for p in range(data.num_parts)]
                 out[info.name] = np.concatenate(parts).astype(np.int64)
         return out
+    if isinstance(data, (tuple, list)) and hasattr(data[1], "dataset_parts"):
+        # one partition's stores: the kernels index node times by global ID, sources of every partition
+        return _node_times(data[1].dataset_parts[0], time_attr)
     if isinstance(data, (tuple, list)):
         fs = data[0]
         return {a.group_name: fs[a.group_name, time_attr, None].numpy().astype(np.int64)

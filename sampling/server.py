@@ -48,7 +48,9 @@ class PartitionServer:
                 weight_attr, time_attr, mask = options
                 topo = from_dataset(self.dataset, [part], weight_attr, time_attr, mask=mask)[edge_type]
                 node_time = _node_times(self.dataset, time_attr).get(topo.src_type) if time_attr else None
-                variants = Variants(weighted=weight_attr is not None, temporal=time_attr is not None,
+                # an edge type without the weight attribute samples uniformly (as in PyG)
+                weighted = weight_attr is not None and topo.has_weight
+                variants = Variants(weighted=weighted, temporal=time_attr is not None,
                                     node_time=node_time)
                 self._args[key] = BlockArgs(topo.blocks, variants, node_time)
             return self._args[key]

@@ -4,9 +4,13 @@ Usage::
 
     python tools/bench_variants.py [--json] [--nodes 1000000] [--edges 20000000] [--batches 4] [--repeats 3]
                                    [--mag-papers 20000] [--variants plain,weighted,...]
+                                   [--source dataset|memory|both] [--pyg-lib]
 
-A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6))
-in memory, fanout [15, 10, 5], batch 1,024, one thread: sampled edges per second of the plain,
+A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6)),
+as a one-partition dataset (``--source dataset``, the default: the path users run; ``memory``: the
+same graph as a PyG ``Data``; ``both``: each variant on both, as ``<variant>`` and
+``<variant>@memory``, with the dataset's ratio to memory), fanout [15, 10, 5], batch 1,024, one
+thread: sampled edges per second of the plain,
 weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5, about half of every node's
 edges eligible; ``temporal_uniform_end``: every seed at 10**6, every edge eligible) and disjoint variants;
 ``hetero``: every edge type of a ``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another
@@ -15,6 +19,12 @@ ingested into 2 partitions, the other partition served over a loopback transport
 also as a ratio of the plain path measured in the same run. The median of ``--repeats`` passes over
 the same ``--batches`` seed batches, every variant's passes interleaved (one of each per repeat, so a
 change in load moves them alike); a warm-up batch (numba compilation, derived arrays) is never measured.
+
+``--pyg-lib`` adds PyG's own ``NeighborSampler`` over the in-memory graph with the same options (its
+kernels are pyg-lib's) for every homogeneous variant, interleaved with ours, and each variant's ratio
+ours / pyg-lib. pyg-lib is not on the package index here: ``tools/build_pyglib.sh`` builds it from
+source into a virtual environment and records how (``pyglib-build.json`` in that environment, copied
+into this tool's output); run this tool with that environment's Python and ``PYTHONPATH`` at the repo.
 """
 
 from __future__ import annotations
@@ -109,9 +119,11 @@ def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path
     return (lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s)))), owned
 
 
-def homogeneous_sampler(data: Data, name: str) -> Callable[[torch.Tensor], int]:
+def homogeneous_sampler(graph: Any, name: str, engine: type | None = None) -> Callable[[torch.Tensor], int]:
+    """One variant's sampler over ``graph`` (a dataset or a ``Data``): ours, or ``engine`` (PyG's)."""
     options = VARIANTS[name]
-    sampler = NeighborSampler(data, FANOUT, seed=0, **options)
+    sampler = (engine(graph, FANOUT, **options) if engine is not None else
+               NeighborSampler(graph, FANOUT, seed=0, **options))
     timed = "time_attr" in options
     seed_time = 10**6 if name.endswith("_end") else SEED_TIME
 
@@ -120,6 +132,32 @@ def homogeneous_sampler(data: Data, name: str) -> Callable[[torch.Tensor], int]:
         return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when)).row.numel())
 
     return sample
+
+
+def as_dataset(data: Data, tmp: Path) -> graphstore.Dataset:
+    """``data`` (edges with weight and time) ingested as a one-partition dataset, opened."""
+    dest = tmp / "one-part"
+    graphstore.ingest(data, dest, num_parts=1, to_undirected=False)
+    return graphstore.open_dataset(dest)
+
+
+def pyg_lib_engine() -> tuple[type, dict[str, Any]]:
+    """PyG's NeighborSampler (pyg-lib's kernels) and how that pyg-lib was built; a one-line error without it."""
+    try:
+        import pyg_lib
+        from torch_geometric.sampler import NeighborSampler as PyGSampler
+        from torch_geometric.typing import WITH_PYG_LIB
+    except ImportError as exc:
+        raise SystemExit(f"bench_variants: --pyg-lib needs pyg-lib ({exc}); build it with tools/build_pyglib.sh "
+                         "and run this tool with that environment's python") from exc
+    if not WITH_PYG_LIB:
+        raise SystemExit("bench_variants: PyG does not use the installed pyg-lib (torch_geometric.typing.WITH_PYG_LIB "
+                         "is False); rebuild pyg-lib against this torch with tools/build_pyglib.sh")
+    build_file = Path(sys.prefix) / "pyglib-build.json"
+    build = json.loads(build_file.read_text()) if build_file.is_file() else {
+        "note": f"no {build_file}: this pyg-lib was not built by tools/build_pyglib.sh"}
+    return PyGSampler, {"version": pyg_lib.__version__, "module": str(Path(pyg_lib.__file__).parent),
+                        "torch": torch.__version__, "build": build}
 
 
 def measure(samples: dict[str, tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]], repeats: int
@@ -146,9 +184,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = benchinfo.rng(args.seed, 1)
     batches = [torch.from_numpy(rng.choice(args.nodes, args.batch_size, replace=False)) for _ in range(args.batches)]
     tmp = Path(tempfile.mkdtemp(prefix="bench-variants-"))
+    engine, pyg_lib = pyg_lib_engine() if args.pyg_lib else (None, None)
     try:
-        samples = {name: (homogeneous_sampler(data, name), batches) for name in args.variants
-                   if name not in ("hetero", "distributed")}
+        homogeneous = [name for name in args.variants if name not in ("hetero", "distributed")]
+        samples = {}
+        if args.source in ("dataset", "both"):
+            ds = as_dataset(data, tmp)
+            samples.update({name: (homogeneous_sampler(ds, name), batches) for name in homogeneous})
+        if args.source in ("memory", "both"):
+            suffix = "@memory" if args.source == "both" else ""
+            samples.update({name + suffix: (homogeneous_sampler(data, name), batches) for name in homogeneous})
+        if engine is not None:
+            samples.update({f"{name}@pyg-lib": (homogeneous_sampler(data, name, engine), batches)
+                            for name in homogeneous})
         if "hetero" in args.variants:
             samples["hetero"] = hetero_sampler(args.mag_papers, args.batches, args.batch_size, args.seed, tmp)
         if "distributed" in args.variants:
@@ -158,9 +206,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     plain = rates.get("plain")
-    return {"graph": {"nodes": args.nodes, "edges": args.edges}, "fanout": FANOUT, "batch_size": args.batch_size,
-            "threads": 1, "setup_seconds": setup, "edges_per_s": rates,
-            "ratio_to_plain": {k: v / plain for k, v in rates.items()} if plain else {}}
+    ours = {k: v for k, v in rates.items() if "@" not in k}
+    out = {"graph": {"nodes": args.nodes, "edges": args.edges}, "source": args.source, "fanout": FANOUT,
+           "batch_size": args.batch_size, "threads": 1, "setup_seconds": setup, "edges_per_s": rates,
+           "ratio_to_plain": {k: v / plain for k, v in ours.items()} if plain else {}}
+    if args.source == "both":
+        out["ratio_to_memory"] = {k: v / rates[f"{k}@memory"] for k, v in ours.items() if f"{k}@memory" in rates}
+    if pyg_lib is not None:
+        out["pyg_lib"] = pyg_lib
+        out["ratio_to_pyg_lib"] = {k: v / rates[f"{k}@pyg-lib"] for k, v in ours.items() if f"{k}@pyg-lib" in rates}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,29 +229,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mag-papers", type=int, default=20_000, help="papers of the synthetic-mag graph (hetero)")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
                         help=f"comma-separated, among {','.join(VARIANTS)}")
+    parser.add_argument("--source", choices=("dataset", "memory", "both"), default="dataset",
+                        help="the random graph as a one-partition dataset (default), as a PyG Data in memory, or both")
+    parser.add_argument("--pyg-lib", action="store_true",
+                        help="also PyG's NeighborSampler (pyg-lib's kernels) on every homogeneous variant, in memory")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         parser.error(f"--variants {unknown}: choose among {list(VARIANTS)}")
+    if args.pyg_lib:
+        pyg_lib_engine()  # refused here, before the graph is built, when pyg-lib cannot load
     info = benchinfo.start(args, args.json)
     out = {**info, **run(args)}
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         _print(out)
-    benchinfo.record("bench_variants", args, out, {"nodes": args.nodes, "edges": args.edges})
+    benchinfo.record("bench_variants", args, out, {"nodes": args.nodes, "edges": args.edges, "source": args.source,
+                                                   "pyg_lib": args.pyg_lib})
     return 0
 
 
 def _print(out: dict) -> None:
     g = out["graph"]
-    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random); fanout {FANOUT}, batch {out['batch_size']}, "
-          "1 thread")
+    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random, {out['source']}); fanout {FANOUT}, "
+          f"batch {out['batch_size']}, 1 thread")
     for name, eps in out["edges_per_s"].items():
-        ratio = out["ratio_to_plain"].get(name)
-        print(f"  {name:<18} {eps / 1e6:8.2f} M sampled edges/s" + (f"  {ratio:5.2f}x plain" if ratio else ""))
+        notes = [f"{out[key][name]:5.2f}x {label}" for key, label in (
+            ("ratio_to_plain", "plain"), ("ratio_to_memory", "in memory"), ("ratio_to_pyg_lib", "pyg-lib"))
+            if name in out.get(key, {})]
+        print(f"  {name:<26} {eps / 1e6:8.2f} M sampled edges/s  " + ", ".join(notes))
+    if "pyg_lib" in out:
+        lib = out["pyg_lib"]
+        print(f"pyg-lib {lib['version']} ({lib['module']}), torch {lib['torch']}; build: "
+              f"{json.dumps(lib['build'])[:300]}")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,58 @@ def test_temporal_edge_types_without_times_are_unconstrained():
     assert (cited <= 45).all()
 
 
+def _half_weighted_graph() -> HeteroData:
+    """Papers cite papers with weights (zero on every even edge); authors write papers, unweighted."""
+    data = HeteroData()
+    data["paper"].x, data["author"].x = torch.randn(60, 2), torch.randn(30, 2)
+    src = torch.arange(60).repeat_interleave(6) % 60
+    dst = (src + torch.arange(360) % 6 + 1) % 60
+    data["paper", "cites", "paper"].edge_index = torch.stack([src, dst])
+    data["paper", "cites", "paper"].w = (torch.arange(360) % 2).double()  # only odd edges can be drawn
+    data["author", "writes", "paper"].edge_index = torch.stack([torch.arange(120) % 30, torch.arange(120) % 60])
+    return data
+
+
+@pytest.mark.parametrize("source", ["memory", "dataset"])
+def test_weighted_sampling_of_a_graph_whose_other_edge_types_have_no_weights(source, tmp_path):
+    """Edge types without the weight attribute sample uniformly, as in PyG; they used to hand an empty weight
+    array to the alias-table kernel, which wrote past it (a heap corruption abort)."""
+    data = _half_weighted_graph()
+    graph = data
+    if source == "dataset":
+        graphstore.ingest(data, tmp_path / "g", num_parts=1)
+        graph = graphstore.open_dataset(tmp_path / "g")
+    sampler = NeighborSampler(graph, [4, 4], weight_attr="w", seed=0)
+    cites, writes = ("paper", "cites", "paper"), ("author", "writes", "paper")
+    seen_writes = 0
+    for first in range(0, 60, 10):
+        out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.arange(first, first + 10), input_type="paper"))
+        assert out.edge[cites].numel() > 0 and (out.edge[cites] % 2 == 1).all(), "a zero-weight edge was drawn"
+        seen_writes += out.edge[writes].numel()
+    assert seen_writes > 0, "the unweighted edge type sampled nothing"
+
+
+def test_node_times_of_one_partitions_stores_cover_every_source(tmp_path):
+    """A sampler over one partition's stores with a node-level time_attr: sources of other partitions have
+    times too (their times used to be indexed in the partition's own rows: IndexError)."""
+    from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
+
+    rng = np.random.default_rng(3)
+    nodes = NodeTable(400, {"x": ArrayRows(rng.standard_normal((400, 2)).astype(np.float32)),
+                            "time": ArrayRows(rng.integers(0, 100, 400))})
+    source = GraphSource({None: nodes}, {None: EdgeTable(rng.integers(0, 400, 3000), rng.integers(0, 400, 3000), {})})
+    graphstore.ingest(source, tmp_path / "g", num_parts=2, method="random")
+    ds = graphstore.open_dataset(tmp_path / "g")
+    times = np.concatenate([ds.partition(p)[0][None, "time", None].numpy() for p in range(2)])
+    lo, hi = (int(v) for v in ds.node_offsets()[1:3])  # partition 1's nodes
+    sampler = NeighborSampler(ds.partition(1), [8], time_attr="time", seed=0)
+    seeds = torch.arange(lo, hi)
+    out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds, torch.full((len(seeds),), 50)))
+    sources = out.node[out.row].numpy()
+    assert len(sources) > 0 and (sources < lo).any(), "no source from the other partition was sampled"
+    assert (times[sources] <= 50).all(), "a source later than its seed was sampled"
+
+
 @pytest.fixture(scope="module")
 def halo_x_only(tmp_path_factory):
     from tests.conftest import small_graph

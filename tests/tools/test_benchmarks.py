@@ -75,6 +75,26 @@ def test_bench_variants_reports_every_variant_and_its_ratio(tmp_path):
     assert set(out["edges_per_s"]) == names and all(v > 0 for v in out["edges_per_s"].values())
     plain = out["edges_per_s"]["plain"]
     assert out["ratio_to_plain"] == pytest.approx({k: v / plain for k, v in out["edges_per_s"].items()})
+    assert out["source"] == "dataset"  # the path users run, by default
+
+
+@pytest.mark.slow
+def test_bench_variants_compares_the_dataset_with_memory_and_refuses_pyg_lib_it_cannot_load(tmp_path):
+    out = _run("bench_variants", tmp_path, "--nodes", "2000", "--edges", "20000", "--batches", "2", "--repeats", "1",
+               "--batch-size", "64", "--variants", "plain,weighted,temporal_last", "--source", "both")
+    assert set(out["edges_per_s"]) == {"plain", "weighted", "temporal_last", "plain@memory", "weighted@memory",
+                                       "temporal_last@memory"}
+    assert set(out["ratio_to_plain"]) == {"plain", "weighted", "temporal_last"}
+    rates = out["edges_per_s"]
+    assert out["ratio_to_memory"] == pytest.approx({k: rates[k] / rates[f"{k}@memory"] for k in out["ratio_to_plain"]})
+    try:
+        import pyg_lib  # noqa: F401
+    except ImportError:
+        cmd = [sys.executable, str(ROOT / "tools" / "bench_variants.py"), "--no-record", "--pyg-lib", "--nodes", "100",
+               "--edges", "500"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert done.returncode != 0 and "--pyg-lib needs pyg-lib" in done.stderr
+        assert "tools/build_pyglib.sh" in done.stderr
 
 
 @pytest.mark.slow
