@@ -72,12 +72,12 @@ class FastPath:
                             torch.from_numpy(eid), batch, per_hop_nodes.tolist(), per_hop_edges.tolist())
         if time_sorted and not self.positions:
             return out  # picks in time order: positions translated only when edge attributes want them
-        if time_sorted:
-            self.blocks.csc_positions(pos, block_edges)
         # called only if edge attributes are fetched; tensors (not arrays) so a worker hands them over
-        # through shared memory rather than pickling their bytes
+        # through shared memory rather than pickling their bytes. Picks in time order become CSC positions
+        # then too: the translation reads one random entry per edge (a quarter of a temporal batch's time)
+        located = _TimeSorted(self.blocks, pos, block_edges) if time_sorted else torch.from_numpy(pos)
         out.edge_locator = {None: functools.partial(_locate, self.parts, torch.from_numpy(block_edges), len(eid),
-                                                    torch.from_numpy(pos))}
+                                                    located)}
         return out
 
     def _sample(self, seeds: np.ndarray, local: threading.local, seed_time: np.ndarray | None,
@@ -100,8 +100,34 @@ def _fit(a: np.ndarray, buffer_len: int) -> np.ndarray:
     return a.copy() if 2 * len(a) < buffer_len else a
 
 
-def _locate(parts: np.ndarray, block_edges: torch.Tensor, num_edges: int, pos: torch.Tensor
+def _locate(parts: np.ndarray, block_edges: torch.Tensor, num_edges: int, pos: torch.Tensor | _TimeSorted
             ) -> tuple[np.ndarray, np.ndarray]:
     """``(partition, CSC position)`` of every sampled edge, from each hop's per-block edge ranges."""
     bounds = np.append(block_edges.numpy()[:, :-1].ravel(), num_edges)
-    return np.repeat(np.tile(parts, len(block_edges)), np.diff(bounds)), pos.numpy()
+    positions = pos.positions() if isinstance(pos, _TimeSorted) else pos
+    return np.repeat(np.tile(parts, len(block_edges)), np.diff(bounds)), positions.numpy()
+
+
+class _TimeSorted:
+    """A batch's picks as positions in time order, translated to CSC positions once, when first asked
+    (:meth:`BlockArgs.csc_positions`), or before the batch is pickled to another process (a loader
+    worker's batch): the translation needs the blocks' order arrays, which stay in this process."""
+
+    def __init__(self, blocks: BlockArgs, pos: np.ndarray, block_edges: np.ndarray) -> None:
+        self._blocks: BlockArgs | None = blocks
+        self._pos, self._block_edges = pos, block_edges
+        self._lock = threading.Lock()
+
+    def positions(self) -> torch.Tensor:
+        with self._lock:
+            if self._blocks is not None:
+                self._blocks.csc_positions(self._pos, self._block_edges)
+                self._blocks = None
+        return torch.from_numpy(self._pos)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _identity, (self.positions(),)
+
+
+def _identity(value: Any) -> Any:
+    return value

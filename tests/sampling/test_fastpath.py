@@ -78,6 +78,26 @@ def test_edge_locator_points_at_the_sampled_edges(graphs):
         assert np.array_equal(eid[pos[part == p]], out.edge.numpy()[part == p])
 
 
+def test_time_sorted_picks_are_located_when_asked_and_before_pickling(graphs):
+    """Temporal picks are positions in time order; their CSC positions are computed only when edge attributes
+    are fetched (or before a batch is pickled to another process), and then point at the sampled edges."""
+    import pickle
+
+    ds = graphs["dataset3"].data
+    sampler = NeighborSampler(ds, [4, 4, 3], time_attr="edge_time", seed=0)
+    seeds, when = torch.tensor([5, 50, 150, 300]), torch.tensor([60, 60, 60, 60])
+    located = []
+    for _ in range(2):  # the same draws: seeded per batch
+        out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when))
+        located.append(out)
+    pickled = pickle.loads(pickle.dumps(located[1].edge_locator[None]))  # translated before it leaves
+    for part, pos in (located[0].edge_locator[None](), located[0].edge_locator[None](), pickled()):  # once only
+        for p in np.unique(part):
+            eid, edge_time = ds.partition(int(p))[1].csc_arrays()[2], ds.partition(int(p))[1].edge_attr("edge_time")
+            assert np.array_equal(eid[pos[part == p]], out.edge.numpy()[part == p])
+            assert (edge_time.numpy()[pos[part == p]] <= 60).all()
+
+
 @pytest.mark.parametrize("fanout, replace", [(5, False), (35, False), (6, True)])
 def test_draws_are_uniform(graphs, fanout, replace):
     """Floyd (small k), the partial Fisher-Yates shuffle (k > 32, degree < 4k) and draws with
