@@ -4,7 +4,7 @@ Usage::
 
     python tools/bench_variants.py [--json] [--nodes 1000000] [--edges 20000000] [--batches 4] [--repeats 3]
                                    [--mag-papers 20000] [--variants plain,weighted,...]
-                                   [--source dataset|memory|both] [--pyg-lib]
+                                   [--source dataset|memory|both] [--pyg-lib] [--threads 1,2]
 
 A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6)),
 as a one-partition dataset (``--source dataset``, the default: the path users run; ``memory``: the
@@ -19,6 +19,9 @@ ingested into 2 partitions, the other partition served over a loopback transport
 also as a ratio of the plain path measured in the same run. The median of ``--repeats`` passes over
 the same ``--batches`` seed batches, every variant's passes interleaved (one of each per repeat, so a
 change in load moves them alike); a warm-up batch (numba compilation, derived arrays) is never measured.
+
+``--threads 1,2`` also samples the dataset with 2 threads (each a batch at a time from a pool), each
+homogeneous variant's passes interleaved with the others, as a ratio to one thread.
 
 ``--pyg-lib`` adds PyG's own ``NeighborSampler`` over the in-memory graph with the same options (its
 kernels are pyg-lib's) for every homogeneous variant, interleaved with ours, and each variant's ratio
@@ -35,6 +38,7 @@ import shutil
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
@@ -185,6 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     batches = [torch.from_numpy(rng.choice(args.nodes, args.batch_size, replace=False)) for _ in range(args.batches)]
     tmp = Path(tempfile.mkdtemp(prefix="bench-variants-"))
     engine, pyg_lib = pyg_lib_engine() if args.pyg_lib else (None, None)
+    pools: list[ThreadPoolExecutor] = []
     try:
         homogeneous = [name for name in args.variants if name not in ("hetero", "distributed")]
         samples = {}
@@ -197,6 +202,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if engine is not None:
             samples.update({f"{name}@pyg-lib": (homogeneous_sampler(data, name, engine), batches)
                             for name in homogeneous})
+        for count in args.threads[1:]:  # the first count is the baseline the rates above are measured with
+            pool = ThreadPoolExecutor(count)
+            pools.append(pool)
+            for name in homogeneous:
+                sample = samples[name][0]
+                samples[f"{name}@{count}threads"] = (
+                    lambda group, sample=sample, pool=pool: sum(pool.map(sample, group)), [batches])
         if "hetero" in args.variants:
             samples["hetero"] = hetero_sampler(args.mag_papers, args.batches, args.batch_size, args.seed, tmp)
         if "distributed" in args.variants:
@@ -204,6 +216,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         setup = time.perf_counter() - start
         rates = measure(samples, args.repeats)
     finally:
+        for pool in pools:
+            pool.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
     plain = rates.get("plain")
     ours = {k: v for k, v in rates.items() if "@" not in k}
@@ -212,10 +226,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            "ratio_to_plain": {k: v / plain for k, v in ours.items()} if plain else {}}
     if args.source == "both":
         out["ratio_to_memory"] = {k: v / rates[f"{k}@memory"] for k, v in ours.items() if f"{k}@memory" in rates}
+    for count in args.threads[1:]:
+        out.setdefault("ratio_to_one_thread", {})[str(count)] = {
+            k: rates[f"{k}@{count}threads"] / v for k, v in ours.items() if f"{k}@{count}threads" in rates}
     if pyg_lib is not None:
         out["pyg_lib"] = pyg_lib
         out["ratio_to_pyg_lib"] = {k: v / rates[f"{k}@pyg-lib"] for k, v in ours.items() if f"{k}@pyg-lib" in rates}
     return out
+
+
+def _thread_counts(text: str) -> list[int]:
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or counts[0] != 1 or any(c < 1 for c in counts):
+        raise argparse.ArgumentTypeError(f"{text!r}: give thread counts starting with 1, e.g. 1,2")
+    return counts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated, among {','.join(VARIANTS)}")
     parser.add_argument("--source", choices=("dataset", "memory", "both"), default="dataset",
                         help="the random graph as a one-partition dataset (default), as a PyG Data in memory, or both")
+    parser.add_argument("--threads", type=_thread_counts, default=[1], metavar="1,2",
+                        help="also sample the dataset with these many threads (a batch each) after the first count, "
+                             "1: each homogeneous variant's edges/s as a ratio to one thread (use --batches 16+)")
     parser.add_argument("--pyg-lib", action="store_true",
                         help="also PyG's NeighborSampler (pyg-lib's kernels) on every homogeneous variant, in memory")
     benchinfo.add_seed_argument(parser)
@@ -239,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         parser.error(f"--variants {unknown}: choose among {list(VARIANTS)}")
+    if len(args.threads) > 1 and args.source == "memory":
+        parser.error("--threads measures the dataset: use --source dataset or both")
     if args.pyg_lib:
         pyg_lib_engine()  # refused here, before the graph is built, when pyg-lib cannot load
     info = benchinfo.start(args, args.json)
@@ -260,6 +292,8 @@ def _print(out: dict) -> None:
         notes = [f"{out[key][name]:5.2f}x {label}" for key, label in (
             ("ratio_to_plain", "plain"), ("ratio_to_memory", "in memory"), ("ratio_to_pyg_lib", "pyg-lib"))
             if name in out.get(key, {})]
+        notes += [f"{ratios[name]:5.2f}x with {count} threads" for count, ratios in
+                  out.get("ratio_to_one_thread", {}).items() if name in ratios]
         print(f"  {name:<26} {eps / 1e6:8.2f} M sampled edges/s  " + ", ".join(notes))
     if "pyg_lib" in out:
         lib = out["pyg_lib"]

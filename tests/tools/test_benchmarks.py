@@ -81,9 +81,13 @@ def test_bench_variants_reports_every_variant_and_its_ratio(tmp_path):
 @pytest.mark.slow
 def test_bench_variants_compares_the_dataset_with_memory_and_refuses_pyg_lib_it_cannot_load(tmp_path):
     out = _run("bench_variants", tmp_path, "--nodes", "2000", "--edges", "20000", "--batches", "2", "--repeats", "1",
-               "--batch-size", "64", "--variants", "plain,weighted,temporal_last", "--source", "both")
+               "--batch-size", "64", "--variants", "plain,weighted,temporal_last", "--source", "both",
+               "--threads", "1,2")
     assert set(out["edges_per_s"]) == {"plain", "weighted", "temporal_last", "plain@memory", "weighted@memory",
-                                       "temporal_last@memory"}
+                                       "temporal_last@memory", "plain@2threads", "weighted@2threads",
+                                       "temporal_last@2threads"}
+    two = {k: out["edges_per_s"][f"{k}@2threads"] / out["edges_per_s"][k] for k in ("plain", "weighted", "temporal_last")}
+    assert out["ratio_to_one_thread"]["2"] == pytest.approx(two)
     assert set(out["ratio_to_plain"]) == {"plain", "weighted", "temporal_last"}
     rates = out["edges_per_s"]
     assert out["ratio_to_memory"] == pytest.approx({k: rates[k] / rates[f"{k}@memory"] for k in out["ratio_to_plain"]})
