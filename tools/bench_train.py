@@ -92,11 +92,12 @@ def run_job(tree: Path, dest: Path, ranks: int, args: argparse.Namespace, seed: 
 
 def poll_peaks(proc: subprocess.Popen, metrics: Path, interval: float = 0.1) -> list[list[int]]:
     """Every rank's peak resident set (bytes) during each epoch: ``[epoch][rank]``, ranks in start order.
-    An epoch ends when rank 0 rewrites the metrics file (after its evaluation and checkpoint)."""
+    An epoch ends when rank 0 writes it to the metrics file (after its evaluation and checkpoint); epochs
+    that end within one poll (short epochs, a busy machine) share that poll's window and its peaks."""
     import psutil
 
     per_epoch: list[dict[int, int]] = [{}]
-    seen = None
+    written = 0
     while proc.poll() is None:
         try:
             ranks = psutil.Process(proc.pid).children()
@@ -105,12 +106,21 @@ def poll_peaks(proc: subprocess.Popen, metrics: Path, interval: float = 0.1) -> 
             rss = {}
         for pid, value in rss.items():
             per_epoch[-1][pid] = max(per_epoch[-1].get(pid, 0), value)
-        stamp = metrics.stat().st_mtime_ns if metrics.exists() else None
-        if stamp != seen and stamp is not None:
-            seen = stamp
+        count = _epochs_written(metrics)
+        if count is not None and count > written:
+            per_epoch.extend(dict(per_epoch[-1]) for _ in range(count - written - 1))
             per_epoch.append({})
+            written = count
         time.sleep(interval)
     return [[e[p] for p in sorted(e)] for e in per_epoch if e]
+
+
+def _epochs_written(metrics: Path) -> int | None:
+    """How many epochs the metrics file holds (``None`` while it is absent or being written)."""
+    try:
+        return len(json.loads(metrics.read_text())["epochs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _median(values: list[float]) -> float:
