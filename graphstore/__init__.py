@@ -6,14 +6,14 @@ worker, the ``graphstore ingest`` CLI) never loads torch or PyG, which the store
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from graphstore.moved import install as _install_moved
+from graphstore.moved import exports, install as _install_moved
 
 _install_moved()  # module paths of earlier releases (graphstore.stores, ...) still import, with a warning
 
-from graphstore.ingest import ingest  # noqa: E402 # no torch: the function, not the subpackage, is graphstore.ingest
+# no torch below: graphstore.ingest is the function here, not the subpackage
+from graphstore.ingest import ingest  # noqa: E402
 from graphstore.jitcache import drop_stale  # noqa: E402
 from graphstore.dataset.linksplit import LinkSplit  # noqa: E402
 from graphstore.storage.retry import RetryPolicy  # noqa: E402
@@ -25,17 +25,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from graphstore.dataset.opened import Dataset, open_dataset
     from graphstore.outputs.writer import OutputWriter
 
-_LAZY = {"Dataset": "graphstore.dataset.opened", "open_dataset": "graphstore.dataset.opened", "OutputWriter": "graphstore.outputs.writer"}
+_LAZY = {"Dataset": "graphstore.dataset.opened", "open_dataset": "graphstore.dataset.opened",
+         "OutputWriter": "graphstore.outputs.writer"}
 
 __all__ = ["Dataset", "LinkSplit", "OutputWriter", "RetryPolicy", "__version__", "ingest", "open_dataset"]
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'graphstore' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(globals(), _LAZY)
 
 
 def __dir__() -> list[str]:

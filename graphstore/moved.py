@@ -1,6 +1,7 @@
-"""Module paths of releases before the storage/dataset/outputs/cli sub-packages keep working, with a
-``DeprecationWarning`` naming the new path. The old name is the same module object as the new one, so a
-monkeypatch or a pickle that names either reaches the same code."""
+"""Where names live: module paths of releases before the storage/dataset/outputs/cli sub-packages keep
+working, with a ``DeprecationWarning`` naming the new path (the old name is the same module object as the
+new one, so a monkeypatch or a pickle that names either reaches the same code); and the names a package
+exports from its modules on first use (:func:`exports`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 MOVED = {
     "graphstore.allocator": "graphstore.heap",  # the launch policy (jemalloc preload) is training.allocator
@@ -40,7 +43,8 @@ MOVED = {
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old module path and loads it as the module that now holds its code."""
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: object = None,
+                  target: object = None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in MOVED:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
@@ -59,3 +63,17 @@ def install() -> None:
     """Once per process: old module paths resolve through :class:`_Alias`."""
     if not any(isinstance(finder, _Alias) for finder in sys.meta_path):
         sys.meta_path.append(_Alias())
+
+
+def exports(namespace: dict[str, Any], table: dict[str, str]) -> Callable[[str], Any]:
+    """A package's module ``__getattr__`` (PEP 562): ``name`` is imported from the module ``table[name]``
+    when first asked for and kept in ``namespace``, so importing the package loads none of them."""
+    package = namespace["__name__"]
+
+    def __getattr__(name: str) -> Any:
+        if name not in table:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = namespace[name] = getattr(importlib.import_module(table[name]), name)
+        return value
+
+    return __getattr__

@@ -8,18 +8,12 @@ without loading zarr's readers, torch or PyG.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from graphstore.moved import exports
 
-_LAZY = {"Dataset": "opened", "open_dataset": "opened", "read_manifest": "opened", "Manifest": "manifest",
-         "LinkSplit": "linksplit"}
+_LAZY = {"Dataset": "graphstore.dataset.opened", "open_dataset": "graphstore.dataset.opened",
+         "read_manifest": "graphstore.dataset.opened", "Manifest": "graphstore.dataset.manifest",
+         "LinkSplit": "graphstore.dataset.linksplit"}
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'graphstore.dataset' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"graphstore.dataset.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(globals(), _LAZY)

@@ -7,18 +7,14 @@ ingest does) loads nothing it does not name.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from graphstore.moved import exports
 
-_LAZY = {"open_location": "local", "is_dataset": "local", "FileSlot": "local", "local_error": "local", "LocalLocation": "local", "LocationWrapper": "local",
-         "Location": "location", "RemoteLocation": "remote", "CacheConfig": "cache", "RetryPolicy": "retry"}
+_LAZY = {"open_location": "graphstore.storage.local", "is_dataset": "graphstore.storage.local",
+         "FileSlot": "graphstore.storage.local", "local_error": "graphstore.storage.local",
+         "LocalLocation": "graphstore.storage.local", "LocationWrapper": "graphstore.storage.local",
+         "Location": "graphstore.storage.location", "RemoteLocation": "graphstore.storage.remote",
+         "CacheConfig": "graphstore.storage.cache", "RetryPolicy": "graphstore.storage.retry"}
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'graphstore.storage' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"graphstore.storage.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(globals(), _LAZY)
