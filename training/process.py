@@ -274,6 +274,18 @@ class Watchdog:
                     return [r for r, (_, since) in sorted(self._seen.items()) if now - since >= 3 * self.interval]
         return [0] if self.world.rank != 0 else []
 
+    def let_it_judge(self, rank: int) -> None:
+        """When ``rank`` did not answer and its heartbeat is stale too (3 beats), wait (bounded by the
+        limit) for this watchdog to name it, which ends the process with the cause; return at once while
+        its heartbeat is live (only the call was lost, an echo) or when the watchdog has stopped."""
+        deadline = time.monotonic() + self.limit + 2 * self.interval
+        while time.monotonic() < deadline and not self._stop.is_set():
+            with self._lock:
+                seen = self._seen.get(rank)
+            if seen is None or time.monotonic() - seen[1] < 3 * self.interval:
+                return
+            time.sleep(0.2)
+
     def _run(self) -> None:
         started = time.monotonic()
         while not self._stop.wait(self.interval / 2):

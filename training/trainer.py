@@ -151,12 +151,16 @@ class Trainer:
         me = f"rank {self.world.rank} at {process.HOSTS.get(self.world.rank, '?')}"
         if isinstance(exc, PeerError) and "did not answer" in str(exc):
             peer = getattr(exc, "peer", None)
+            if peer is not None and self.watchdog is not None:
+                self.watchdog.let_it_judge(peer)  # a hung peer: the watchdog's verdict names the cause
             where = _HANDLER_STAGES.get(getattr(exc, "handler", ""), process.stage())
             lost = process.describe([peer]) if peer is not None else "a peer"
             return PeerFailure(f"{me}: lost {lost} during {where}: {exc}")
         if isinstance(exc, (GraphstoreError, PeerFailure)):
             return exc  # names its problem already (bad input, a damaged dataset, a peer's error)
         dead = self.watchdog.stalled_ranks() if self.watchdog else []
+        for rank in dead:  # hung rather than dead: the watchdog names it, as the cause
+            self.watchdog.let_it_judge(rank)
         who = f"lost {process.describe(dead)}" if dead else "a peer or collective failed"
         where = f"the {process.stage()} all-reduce" if _is_collective(exc) else process.stage()
         return PeerFailure(f"{me}: {who} during {where}: {type(exc).__name__}: {exc}")
