@@ -15,7 +15,8 @@ _FLOAT = re.compile(r"^-?[0-9]+\.[0-9]*$")
 
 
 def add_storage_arguments(parser: argparse.ArgumentParser, cache: bool = True) -> None:
-    """``--storage-option KEY=VALUE`` (repeatable) and, for readers, ``--cache-dir`` / ``--cache-max-bytes``."""
+    """``--storage-option KEY=VALUE`` (repeatable) and, for readers, ``--cache-dir`` / ``--cache-max-bytes`` /
+    ``--offline``."""
     parser.add_argument("--storage-option", action="append", default=[], metavar="KEY=VALUE",
                         help="an fsspec option for remote URLs, repeatable; nested keys with dots "
                              "(client_kwargs.endpoint_url=http://...), values true/false/null/numbers/JSON")
@@ -26,6 +27,12 @@ def add_storage_arguments(parser: argparse.ArgumentParser, cache: bool = True) -
         parser.add_argument("--cache-max-bytes", type=size, default=None, metavar="SIZE",
                             help="cache size limit, e.g. 50GB (default $GRAPHSTORE_CACHE_MAX_BYTES or none); "
                                  "least recently used chunks are evicted")
+        # the same as --storage-option offline=true, so every command passing storage options on honours it
+        parser.add_argument("--offline", dest="storage_option", action="append_const", const="offline=true",
+                            help="never contact the store: serve a remote dataset from the cache alone, as last "
+                                 "read from the store (a read needing a chunk it lacks is refused). Without it, an "
+                                 "unreachable store falls back to the cache by itself; --storage-option "
+                                 "offline=false never does")
 
 
 def parse_storage_options(pairs: list[str]) -> dict[str, Any]:

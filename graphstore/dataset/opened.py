@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -14,7 +13,8 @@ import numpy as np
 
 from graphstore.dataset import layout
 from graphstore.storage.arrays import ZarrRows, open_array
-from graphstore.storage.cache import CacheConfig, ChunkCache, ChunkRef
+from graphstore.storage import offline
+from graphstore.storage.cache import CacheConfig, ChunkCache, ChunkRef, version_digest
 from graphstore.errors import (CorruptDatasetError, DatasetNotFoundError, GraphstoreError, PartitionIndexError,
                                UnknownAttributeError)
 from graphstore.storage.integrity import (Read, check_csc, chunk_file_problems, manifest_problems, metadata_key,
@@ -140,6 +140,17 @@ class Dataset:
             found = self._arrays[path] = found.full  # every chunk mapped: reads skip the wrapper from now on
         return found
 
+    def read_through(self, path: str, wrap: Callable[[np.ndarray], Any]) -> Any:
+        """Serve array ``path`` as ``wrap(rows)`` from now on, in this process (e.g. a
+        :class:`~graphstore.storage.diskrows.DiskRows`: a RAM cache and parallel disk reads for features
+        larger than memory); returns the wrapper. Every store of the dataset reads through it. ``None``
+        (nothing changes) for a remote array whose chunks are still arriving: the chunk cache serves it."""
+        rows = self.array(path)
+        if not isinstance(rows, np.ndarray):
+            return None
+        found = self._arrays[path] = wrap(rows)
+        return found
+
     def topology(self, part: int, edge_type: EdgeType = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                        np.ndarray | None]:
         """``(indptr, indices, eid, packed or None)`` of one partition and edge type, checked once per process.
@@ -195,13 +206,8 @@ class Dataset:
     def chunk_cache(self) -> ChunkCache:
         """This process's cache of this (remote) dataset's chunks."""
         if self._cache is None:
-            # the digest covers what ingest wrote: a re-ingested dataset never reuses stale chunks, and
-            # committing derived arrays (graphstore.outputs.writer) keeps every cached chunk (crc32 tells a
-            # replaced output's chunks apart)
-            base = self.manifest.without_outputs().to_json()
-            base.pop("outputs")
-            digest = hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
-            self._cache = ChunkCache(self.location, digest, self.cache_config, self._stats)
+            self._cache = ChunkCache(self.location, version_digest(self.manifest), self.cache_config, self._stats)
+            offline.remember(self._cache, self.manifest)  # so that it can be reopened offline
         return self._cache
 
     def io_stats(self) -> dict[str, Any]:
@@ -321,21 +327,33 @@ def open_dataset(url: str | os.PathLike[str] | Location, storage_options: dict[s
     remote open sends no request beyond the manifest) and raises :class:`CorruptDatasetError` naming the
     damage; ``check=False`` skips it (``graphstore verify`` does, to list every problem).
 
+    A remote dataset opened before with this ``cache_dir`` reopens from the cache alone when its store
+    cannot be connected to (one warning line says so and how old the copy is), or always with the storage
+    option ``offline=True`` (``False``: never fall back). It is the version last read from the store; a read
+    needing a chunk the cache lacks raises :class:`StorageError` naming the array
+    (:mod:`graphstore.storage.offline`).
+
     Examples
     --------
     >>> import graphstore
     >>> ds = graphstore.open_dataset("/data/cora")  # doctest: +SKIP
     >>> ds = graphstore.open_dataset("s3://bucket/cora", cache_dir="/scratch/gs-cache")  # doctest: +SKIP
+    >>> ds = graphstore.open_dataset("s3://bucket/cora", {"offline": True}, cache_dir="/scratch/gs")  # doctest: +SKIP
     >>> ds.num_parts  # doctest: +SKIP
     2
     """
     location = open_location(url, storage_options, retry=retry)
     cache = CacheConfig(directory=None if cache_dir is None else os.fspath(cache_dir), max_bytes=cache_max_bytes,
                         concurrency=concurrency)
-    raw, manifest = _read_manifest(location)
-    dataset = Dataset(location, Manifest.from_json(manifest, location.url), cache, verify_reads)
-    if not location.is_local:
-        dataset._stats.add(layout.ROOT_METADATA, requests=1, nbytes=len(raw))
+    if location.is_local:
+        opened = offline.Opened(location, b"", Manifest.from_json(_read_manifest(location)[1], location.url))
+    else:  # a remote one can be served from the cache (graphstore.storage.offline)
+        opened = offline.read_manifest(location, str(cache.directory), _read_manifest)
+    dataset = Dataset(opened.location, opened.manifest, cache, verify_reads)
+    if opened.offline:
+        offline.announce(dataset.chunk_cache(), opened)
+    elif not location.is_local:
+        dataset._stats.add(layout.ROOT_METADATA, requests=1, nbytes=len(opened.raw))
     if check:
         dataset.check_structure()
     return dataset

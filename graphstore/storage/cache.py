@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import logging
 import os
 import re
@@ -19,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from graphstore.dataset import layout
-from graphstore.errors import ConfigError, CorruptDatasetError
+from graphstore.errors import ConfigError, CorruptDatasetError, StorageError
 from graphstore.storage.cachefiles import TMP, FileLock, crc32_file, evict, remove_stale_temporaries, unlink_if
 from graphstore.storage.iostats import IOStats
-from graphstore.dataset.manifest import ArrayInfo
+from graphstore.dataset.manifest import ArrayInfo, Manifest
 from graphstore.storage.local import Location
 
 logger = logging.getLogger(__name__)
@@ -118,10 +119,34 @@ class ChunkRef:
         return self.info.chunk_rows * row
 
 
+def url_dir(url: str) -> str:
+    """The cache subdirectory of every version of the dataset at ``url``: ``<name>-<hash of URL>``."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:40] or "dataset"
+    return f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+
+
 def dataset_dir(url: str, digest: str) -> str:
     """The cache subdirectory of one dataset version: ``<name>-<hash of URL>/<manifest digest>``."""
-    name = re.sub(r"[^A-Za-z0-9_.-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[:40] or "dataset"
-    return os.path.join(f"{name}-{hashlib.sha256(url.encode()).hexdigest()[:16]}", digest)
+    return os.path.join(url_dir(url), digest)
+
+
+def version_digest(manifest: Manifest) -> str:
+    """The hash naming one dataset version in the cache: of the manifest as ingest wrote it, so a re-ingested
+    dataset never reuses stale chunks, and committing derived arrays (graphstore.outputs.writer) keeps every
+    cached chunk (crc32 tells a replaced output's chunks apart)."""
+    base = manifest.without_outputs().to_json()
+    base.pop("outputs")
+    return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def missing_error(url: str, directory: str, path: str, lost: int, total: int) -> StorageError:
+    """The one-line refusal to read array ``path`` of ``url``, served offline, with ``lost`` of its ``total``
+    chunks not in the cache ``directory`` (a read never gets zeros in their place)."""
+    return StorageError(
+        f"{url} is served offline, and {lost} of {total} chunks of {path} are not in the cache {directory}; "
+        f"reconnect to {url} (and, while it is reachable, fetch every chunk with `graphstore info {url} "
+        f"--prefetch all --cache-dir {directory}`)"
+    )
 
 
 class ChunkCache:
@@ -192,10 +217,24 @@ class ChunkCache:
             future.set_exception(exc)
         return [future]
 
+    @property
+    def offline(self) -> bool:
+        """Whether this dataset is served from the cache alone (its location sends no request)."""
+        return getattr(self.location, "offline", None) is True
+
+    def missing(self, path: str, info: ArrayInfo) -> list[int]:
+        """Chunks of the array at ``path`` with no whole file in the cache (``os.stat`` only)."""
+        refs = (ChunkRef(path, info, i) for i in range(info.num_chunks))
+        return [ref.index for ref in refs if not _whole(self.file(ref.key), ref.size)]
+
     def open_chunk(self, ref: ChunkRef) -> int:
-        """A read-only fd of the verified cache file of ``ref``, downloading it first if needed."""
+        """A read-only fd of the verified cache file of ``ref``, downloading it first if needed (offline: a
+        :class:`StorageError` naming what the cache lacks, never a request and never zeros)."""
         dest = self.file(ref.key)
         fd = self._open_valid(dest, ref)
+        if fd is None and self.offline:
+            lost = max(len(self.missing(ref.path, ref.info)), 1)  # 1: the file is there, but damaged
+            raise missing_error(self.location.url, str(self.config.directory), ref.path, lost, ref.info.num_chunks)
         if fd is None:
             os.makedirs(os.path.dirname(dest), exist_ok=True)
             with FileLock(dest + ".lock", self.config.lock_timeout):
@@ -219,8 +258,9 @@ class ChunkCache:
             found = None if ref.size not in (None, st.st_size) else crc32_file(fd)
             if found != expected:
                 os.close(fd)
-                logger.warning("%s: cached chunk %d of %s is damaged (%s); fetching it again", self.location.url,
-                               ref.index, ref.path, f"{st.st_size} bytes" if found is None else found)
+                logger.warning("%s: cached chunk %d of %s is damaged (%s); %s", self.location.url, ref.index, ref.path,
+                               f"{st.st_size} bytes" if found is None else found,
+                               "deleting it" if self.offline else "fetching it again")
                 unlink_if(dest, identity)
                 return None
             self._verified[dest] = identity
@@ -297,3 +337,11 @@ class ChunkCache:
         with self._usage_lock:
             if self._usage is None or self._usage > int(limit):
                 self._usage = evict(str(self.config.directory), int(limit), self._verified)
+
+
+def _whole(file: str, size: int | None) -> bool:
+    """Whether ``file`` exists with ``size`` bytes (any size when ``None``: compressed)."""
+    try:
+        return size is None or os.stat(file).st_size == size
+    except FileNotFoundError:
+        return False

@@ -1,4 +1,4 @@
-"""File mechanics of the chunk cache: checksums, per-chunk locks, temporaries of dead processes, LRU eviction."""
+"""File mechanics of the chunk cache: checksums, per-chunk locks, stale temporaries, LRU eviction, atomic writes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 import mmap
 import os
 import time
+import uuid
 import zlib
 from typing import Any
 
@@ -18,6 +19,10 @@ except ImportError:  # pragma: no cover  (Windows: processes sharing a cache may
 logger = logging.getLogger(__name__)
 
 TMP = ".tmp-"  # infix of a download in progress: <chunk file>.tmp-<pid>-<tag>
+# what an offline reopen needs (graphstore.storage.offline), never evicted: <cache>/<name>-<hash of URL>/latest.json
+# (the version last read online, and when) and <cache>/<name>-<hash of URL>/<digest>/manifest.json (its manifest)
+LATEST, MANIFEST_COPY = "latest.json", "manifest.json"
+KEEP = frozenset({LATEST, MANIFEST_COPY})
 
 
 def crc32_file(fd: int) -> str:
@@ -33,13 +38,14 @@ def evict(directory: str, limit: int, verified: dict[str, Any] | None = None) ->
     """Delete least recently used cache files until the cache holds at most 90% of ``limit``; return its size.
 
     Safe while other processes read: a deleted file they have mapped stays readable (POSIX), and
-    its disk space returns when they unmap it. Lock files stay (they are empty).
+    its disk space returns when they unmap it. Lock files stay (they are empty), and so do the metadata
+    files of :data:`KEEP` (without them a cached dataset could not be reopened offline).
     """
     files, total = [], 0
     for folder, _, names in os.walk(directory):
         for name in names:
             path = os.path.join(folder, name)
-            if name.endswith(".lock"):
+            if name.endswith(".lock") or name in KEEP:
                 continue
             if TMP in name:
                 remove_stale_temporaries(path.split(TMP)[0])
@@ -61,6 +67,18 @@ def evict(directory: str, limit: int, verified: dict[str, Any] | None = None) ->
         (verified or {}).pop(path, None)
     logger.info("cache %s over its limit of %d bytes: evicted %d least recently used files", directory, limit, removed)
     return total
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (a temporary name, then ``os.replace``)."""
+    tmp = f"{path}{TMP}{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(tmp)
 
 
 def unlink_if(path: str, identity: tuple[int, int, int]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 import logging
 import os
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from graphstore.dataset import layout
-from graphstore.errors import (GraphstoreError, MissingBackendError, StorageError, StorageNotFoundError,
+from graphstore.errors import (ConfigError, GraphstoreError, MissingBackendError, StorageError, StorageNotFoundError,
                                StoragePermissionError, UnsupportedLocationError)
 from graphstore.storage.retry import RetryPolicy, call_with_retry, causes, error_code, is_transient
 from graphstore.storage.location import Location, OnRetry, redact_url
@@ -31,6 +32,9 @@ _SECRET_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"
                "AZURE_CLIENT_SECRET", "GOOGLE_OAUTH_ACCESS_TOKEN")
 _DENIED_CODES = frozenset({"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken",
                            "InvalidToken", "AllAccessDisabled", "AccountProblem", "403", "401"})
+# what bounded() changes per backend: (botocore config_kwargs, attributes of the file system)
+_BOUNDED: dict[str, tuple[dict[str, Any], dict[str, Any]]] = dict.fromkeys(
+    ("s3", "s3a"), ({"connect_timeout": 2, "retries": {"total_max_attempts": 1}}, {"retries": 1}))
 _CREDENTIAL_HINT = ("check the credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE, "
                     "GOOGLE_APPLICATION_CREDENTIALS, or storage_options) and the bucket's access policy")
 
@@ -92,6 +96,11 @@ class RemoteLocation(Location):
     errors naming the URL (never credentials). The fsspec file system is created lazily, per process,
     with ``skip_instance_cache=True``, and dropped when pickled.
 
+    The storage option ``offline`` is graphstore's own (never passed to fsspec): ``True`` means the store
+    is never contacted (the dataset is served from the local cache, see :mod:`graphstore.storage.offline`),
+    ``False`` that an unreachable store is an error even when the cache could serve, and absent (``None``)
+    that an unreachable store falls back to the cache.
+
     Examples
     --------
     >>> loc = RemoteLocation("s3://bucket/cora", {"anon": True})  # doctest: +SKIP
@@ -110,6 +119,7 @@ class RemoteLocation(Location):
                                            "plain URL (without simplecache:: and the like)")
         self._raw_url = url
         self.storage_options = dict(storage_options or {})
+        self.offline = _offline_option(self.storage_options.pop("offline", None), self.url)
         self.retry = retry or RetryPolicy()
         cls = filesystem_class(self.protocol, self.url)
         check_options(cls, self.storage_options, self.url)
@@ -117,6 +127,7 @@ class RemoteLocation(Location):
         self._url_options = cls._get_kwargs_from_urls(url)  # host, user, ... of ssh-like URLs (never shown)
         self._fs: Any = None
         self._pid = 0
+        self._bounded = False  # see bounded()
 
     def __repr__(self) -> str:
         return f"RemoteLocation({self.url!r}, storage_options={sorted(self.storage_options)})"
@@ -129,9 +140,16 @@ class RemoteLocation(Location):
     @property
     def fs(self) -> Any:
         """This process's fsspec file system (created on first use, again after a fork)."""
+        if self.offline:
+            raise StorageError(f"{self.url} is served from the local cache (offline): graphstore sends its store no "
+                               "request, and this needs the store (verify, ingest, writing outputs); reconnect to "
+                               "it and open the dataset again, without the storage option offline=true")
         if self._fs is None or self._pid != os.getpid():
             cls = filesystem_class(self.protocol, self.url)
             self._fs, self._pid = cls(skip_instance_cache=True, **self._options()), os.getpid()
+            if self._bounded:
+                for name, value in _BOUNDED.get(self.protocol, ({}, {}))[1].items():
+                    setattr(self._fs, name, value)
         return self._fs
 
     def _options(self) -> dict[str, Any]:
@@ -140,7 +158,28 @@ class RemoteLocation(Location):
             config = dict(options.get("config_kwargs") or {})
             config.setdefault("max_pool_connections", 32)
             options["config_kwargs"] = config
+        if self._bounded and self.protocol in _BOUNDED:
+            config = dict(options.get("config_kwargs") or {})
+            for name, value in copy.deepcopy(_BOUNDED[self.protocol][0]).items():
+                config[name] = min(config.get(name, value), value) if name == "connect_timeout" else value
+            options["config_kwargs"] = config
         return options
+
+    def bounded(self) -> RemoteLocation:
+        """A copy whose requests give up within seconds when the store cannot be reached: one attempt, and
+        (S3) no retries inside s3fs or botocore and a connect timeout of 2 s at most. Used to tell, before
+        serving a dataset from the cache, whether its store can be reached at all."""
+        probe = copy.copy(self)
+        probe._fs, probe._pid, probe._bounded = None, 0, True
+        probe.retry = RetryPolicy(attempts=1)
+        return probe
+
+    def offline_copy(self) -> RemoteLocation:
+        """A copy that never contacts the store: its dataset is served from the local cache (and stays so
+        when pickled to other processes)."""
+        served = copy.copy(self)
+        served._fs, served._pid, served.offline = None, 0, True
+        return served
 
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}" if key else self.root
@@ -321,6 +360,13 @@ def _absent(exc: FileNotFoundError) -> None:
     if isinstance(exc, GraphstoreError):
         raise exc
     return None
+
+
+def _offline_option(value: Any, url: str) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ConfigError(f"storage option offline={value!r} for {url} is invalid: give true (never contact the store), "
+                      "false (never fall back to the cache) or leave it out (fall back when the store is unreachable)")
 
 
 def _bucket_missing(exc: BaseException) -> bool:

@@ -30,6 +30,14 @@ _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _TRANSIENT_ERRNO = frozenset({errno.EBUSY, errno.EAGAIN, errno.ETIMEDOUT, errno.ECONNRESET,
                               getattr(errno, "EREMOTEIO", errno.EIO)})  # s3fs maps 5xx/SlowDown to these
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+# errors that mean no connection to the store could be made at all (refused, no route, DNS, connect timeout):
+# botocore, aiohttp (gcsfs, adlfs), azure-core and the builtins. A store that answered, even with an error, is not here.
+_UNREACHABLE_TYPES = frozenset({
+    "EndpointConnectionError", "ConnectTimeoutError", "ProxyConnectionError", "ClientConnectorError",
+    "ConnectionTimeoutError", "ServiceRequestError", "ConnectionRefusedError", "gaierror", "NewConnectionError",
+})
+_UNREACHABLE_ERRNO = frozenset({errno.ECONNREFUSED, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN,
+                                errno.ENETDOWN})
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,17 @@ def is_transient(exc: BaseException) -> bool:
         if code in _TRANSIENT_CODES or (code or "").isdigit() and int(code or 0) in _TRANSIENT_STATUS:
             return True
         if status in _TRANSIENT_STATUS or isinstance(err, OSError) and err.errno in _TRANSIENT_ERRNO:
+            return True
+    return False
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the store could not be connected to at all: connection refused,
+    no route or name, a connect timeout. Access denied, a missing bucket or a 5xx are answers, so never this."""
+    for err in causes(exc):
+        if _UNREACHABLE_TYPES.intersection(t.__name__ for t in type(err).__mro__):
+            return True
+        if isinstance(err, OSError) and err.errno in _UNREACHABLE_ERRNO:
             return True
     return False
 
