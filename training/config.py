@@ -51,6 +51,7 @@ class TrainConfig:
     checkpoint_every: int = 0  # also checkpoint every N training steps (0: at epoch ends only)
     device: str = "auto"  # auto (CUDA when the host has a GPU), cpu or cuda
     gpu_cache: str | None = None  # keep the hottest feature rows in device memory, up to this size (e.g. 2GB)
+    feature_cache: str | None = None  # features beyond RAM: the hottest own rows of x in RAM up to this size
     loader_threads: int | None = None  # threads sampling and gathering batches per rank (default: cores / ranks)
     tensorboard: str | None = None  # rank 0 writes each epoch's scalars as TensorBoard event files here
 
@@ -108,6 +109,9 @@ def check_config(c: TrainConfig) -> None:
                                 "has none: drop --neg-sampling, or add --task link")
     if c.gpu_cache is not None and (parse_size(c.gpu_cache, "--gpu-cache") or 0) <= 0:
         raise InvalidInputError(f"--gpu-cache {c.gpu_cache!r} is not a positive size; give e.g. 2GB, or leave it out")
+    if c.feature_cache not in (None, "off") and (parse_size(c.feature_cache, "--feature-cache") or 0) < 0:
+        raise InvalidInputError(f"--feature-cache {c.feature_cache!r} is not a size; give e.g. 512MB (0: no RAM cache, "
+                                "off: never read through the disk path)")
     if c.gpu_cache is not None and c.cache_rows:
         raise InvalidInputError("--gpu-cache and --cache-rows both cache feature rows; give one of them")
     if c.gpu_cache is not None and c.task != "node":

@@ -20,7 +20,7 @@ from training import allocator
 from graphstore.cli.args import Parser, integer, number, size
 from graphstore.cli.storage_options import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
-from training import failures, lifetime, placement, preempt, threads, validate
+from training import failures, featurecache, lifetime, placement, preempt, threads, validate
 from training.timing import describe
 from training.trainer import MODELS, TrainConfig, Trainer
 from training.world import World
@@ -37,6 +37,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-cache", type=size, metavar="SIZE",
                    help="keep the feature rows this rank samples most in device memory, up to SIZE (e.g. 2GB); "
                         "a hit is never read from host memory. On the CPU: a RAM cache of those rows")
+    p.add_argument("--feature-cache", type=_feature_cache, metavar="SIZE",
+                   help="read this rank's own node features x through a RAM cache of its hottest rows, up to SIZE "
+                        "(e.g. 512MB; 0: no cache), and parallel disk reads: for features larger than memory "
+                        "(default: so, without a cache, when they exceed half of the rank's memory or cgroup limit; "
+                        "off: never)")
     p.add_argument("--epochs", type=integer(1), default=3)
     p.add_argument("--model", choices=MODELS, default="sage")
     p.add_argument("--fanout", default="15,10", help="neighbours per hop, comma-separated (-1 = all)")
@@ -91,6 +96,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _feature_cache(raw: str) -> str:
+    """``--feature-cache``: a size, 0 (disk reads, no RAM cache) or off."""
+    return raw if raw in ("0", "off") else size(raw)
+
+
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
     try:
         fanout = tuple(int(k) for k in args.fanout.split(","))
@@ -106,7 +116,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        verify_reads=args.verify_reads, eval_every=args.eval_every,
                        eval_max_batches=args.eval_max_batches, threads=args.threads, loader_only=args.loader_only,
                        checkpoint_every=args.checkpoint_every, device=args.device,
-                       gpu_cache=args.gpu_cache,
+                       gpu_cache=args.gpu_cache, feature_cache=args.feature_cache,
                        loader_threads=args.loader_threads, tensorboard=args.tensorboard)
 
 
@@ -139,7 +149,7 @@ def print_epoch(r: dict[str, Any], epochs: int) -> None:
             "loader only: " + ", ".join(f"{v:.2f}" for v in r.get("loader_batches_per_s", [])) + " batches/s per rank")
     print(f"epoch {r['epoch']}/{epochs}  {head}  {r['epoch_seconds']:.1f} s ({_eval_text(r)}), "
           f"{describe(r['timing'], r['train_seconds'])}  remote requests {int(r['remote'].get('requests', 0))}"
-          f"{_peak_text(r)}{_wire_text(r)}{_gpu_cache_text(r)}", flush=True)
+          f"{_peak_text(r)}{_wire_text(r)}{_gpu_cache_text(r)}{featurecache.text(r)}", flush=True)
 
 
 def _gpu_cache_text(r: dict[str, Any]) -> str:
@@ -330,7 +340,7 @@ def _check_job(config: TrainConfig, nproc: int | None, cuda: bool, gpus: int) ->
 
     validate.check_outputs(config)
     allocator.preload_env(dict(os.environ))  # raises with the fix for a bad GRAPHSTORE_MALLOC/GRAPHSTORE_JEMALLOC
-    ds = graphstore.open_dataset(config.dataset, config.storage_options or None)
+    ds = graphstore.open_dataset(config.dataset, config.storage_options or None, cache_dir=config.cache_dir)
     validate.check_dataset(config, ds)
     return placement.local_ranks(nproc, ds.num_parts, cuda, gpus)
 

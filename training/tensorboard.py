@@ -66,6 +66,12 @@ def _time(record: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def _feature_counts(record: dict[str, Any]) -> dict[str, float]:
+    """``--feature-cache``: hits and misses of the RAM cache (none without a cache)."""
+    got = record.get("features") or {}
+    return {"hits": got["hits"], "misses": got["rows"] - got["hits"]} if got.get("cache_bytes") else {}
+
+
 def _traffic(record: dict[str, Any]) -> dict[str, float]:
     """Bytes on the wire (all ranks), remote requests, and the feature-row caches' hits and misses."""
     out: dict[str, float] = {}
@@ -78,12 +84,16 @@ def _traffic(record: dict[str, Any]) -> dict[str, float]:
         if key in remote:
             out[f"io/remote_{key}"] = remote[key]
     for name, got, hits, misses in (("cache", remote, "cache_hits", "cache_misses"),  # --cache-rows
-                                    ("gpu_cache", record.get("gpu_cache") or {}, "hits", "misses")):
+                                    ("gpu_cache", record.get("gpu_cache") or {}, "hits", "misses"),
+                                    ("feature_cache", _feature_counts(record), "hits", "misses")):
         if hits in got:
             out[f"{name}/hits"], out[f"{name}/misses"] = got[hits], got.get(misses, 0)
             total = got[hits] + got.get(misses, 0)
             if total:
                 out[f"{name}/hit_share"] = got[hits] / total
+    got = record.get("features") or {}
+    if got:  # features read through the disk path: bytes from disk and the seconds gathering
+        out["io/feature_disk_bytes"], out["time/feature_read"] = got["disk_bytes"], got["read_seconds"]
     return out
 
 

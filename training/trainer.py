@@ -19,7 +19,8 @@ from graphstore.errors import InvalidInputError
 from sampling import wire
 from sampling.device import DeviceFeeder
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
-from training import checkpoint, evaluation, preempt, process, threads
+from graphstore.storage.cache import parse_size
+from training import checkpoint, evaluation, featurecache, preempt, process, threads
 from training.batches import cycle, first_batch, mix, restart_streams, time_loader
 from training.config import MODELS, TrainConfig
 from training.memory import PeakMeter, memory_per_rank
@@ -73,11 +74,17 @@ class Trainer:
         self.peak = PeakMeter()
         self.stopped: preempt.Stopped | None = None  # set when the ranks stopped on SIGTERM
         self.device_cache: Any = None  # --gpu-cache (sampling.device_cache.DeviceRowCache)
+        self.features: featurecache.FeatureReader | None = None  # --feature-cache, or features beyond RAM
         self.board = EpochWriter(config.tensorboard, config.resume) if config.tensorboard and world.rank == 0 else None
 
     # -- set-up --
 
     def _loaders(self) -> dict[str, Any]:
+        size = self.config.feature_cache
+        if size != "off":
+            self.features = featurecache.FeatureReader.install(
+                self.dataset, list(self.parts), None if size is None else parse_size(size, "--feature-cache") or 0,
+                self.world.local_world_size)
         out = self.task.loaders()
         if "train" not in out:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
@@ -90,7 +97,6 @@ class Trainer:
 
     def _device_cache(self, store: Any) -> Any:
         """``--gpu-cache``: the rows of ``x`` this rank's partitions draw most, in device memory."""
-        from graphstore.storage.cache import parse_size
         from sampling.device_cache import DeviceRowCache
 
         target = getattr(self.task, "target", None)
@@ -239,6 +245,8 @@ class Trainer:
             counts = torch.tensor([snap["hits"], snap["misses"]], dtype=torch.float64)
             dist.all_reduce(counts)
             record["gpu_cache"] = {**snap, "hits": int(counts[0]), "misses": int(counts[1])}
+        if self.features is not None:  # training steps only, all ranks
+            record["features"] = self.features.epoch_record(self._cpu_group)
         record["wire"] = wire_record(self.transport.wire.snapshot(reset=True), self.bytes.snapshot())
         record["timing"] = {**self.timers.snapshot(), "remote_wait": record["remote"].pop("wait_seconds")}
         process.set_stage("evaluation")

@@ -1,0 +1,204 @@
+"""Rows of a memory-mapped array larger than memory: hot rows in RAM, the rest read from disk in parallel.
+
+A batch's feature rows are scattered over a file much larger than the page cache can hold. Left to
+page faults, each missing row costs one synchronous read (queue depth 1) plus the kernel's read-around
+of the pages beside it, which evicts rows other batches need. :class:`DiskRows` wraps the mapped
+array and, for each gather:
+
+- serves the rows of a RAM cache (the hottest rows, chosen by the caller, up to a byte budget);
+- sorts the other rows, coalesces neighbouring pages into ranges, and asks the kernel for all of
+  them at once (``madvise(MADV_WILLNEED)``: the reads go out together, at a deep queue), then copies;
+- marks the mapping ``MADV_RANDOM`` so a fault reads its page, not the pages around it.
+
+Pages already in the page cache cost only the ``madvise`` walk, so what the kernel does well (rows
+that fit in memory) it keeps doing. Counters say how many rows came from the cache, how many bytes
+this process read from disk (``/proc/thread-self/io``) and the seconds spent gathering.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from numba import njit
+
+from graphstore.storage.mapped import _load_libc
+
+_MADV_RANDOM, _MADV_WILLNEED = 1, 3
+GAP_PAGES = 2  # pages between two wanted ranges that are read with them (one larger read beats two)
+
+
+def thread_read_bytes() -> int | None:
+    """Bytes this thread has caused to be read from storage (Linux), or ``None``."""
+    try:
+        with open("/proc/thread-self/io", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _madvise() -> Any:
+    libc = _load_libc()
+    if libc is None or not hasattr(libc, "madvise"):
+        return None
+    fn = libc.madvise
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+def page_ranges(rows: np.ndarray, row_bytes: int, gap: int = GAP_PAGES) -> tuple[np.ndarray, np.ndarray]:
+    """The page ranges ``[first, last]`` (inclusive) holding ``rows`` (sorted, unique) of an array at
+    a page-aligned address, merged where at most ``gap`` pages lie between two of them.
+
+    >>> page_ranges(np.array([0, 1, 5, 40]), 4096, gap=2)
+    (array([ 0,  5, 40]), array([ 1,  5, 40]))
+    >>> page_ranges(np.array([0, 2, 40]), 4096, gap=2)
+    (array([ 0, 40]), array([ 2, 40]))
+    """
+    if not len(rows):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first = rows * row_bytes // mmap.PAGESIZE
+    last = ((rows + 1) * row_bytes - 1) // mmap.PAGESIZE
+    new = np.empty(len(rows), bool)
+    new[0] = True
+    new[1:] = first[1:] > last[:-1] + gap + 1
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:] - 1, len(rows) - 1)
+    return first[starts], last[ends]
+
+
+class DiskRows:
+    """``rows`` (a mapped 2-D+ array) read as a batch needs them: ``hot`` rows (local row numbers)
+    copied once into RAM and served from there, the others read from disk by coalesced, parallel
+    reads. Indexing with an integer array (``disk_rows[ids]``) returns the same values as ``rows[ids]``.
+
+    Examples
+    --------
+    >>> rows = np.arange(40, dtype=np.float32).reshape(10, 4)
+    >>> d = DiskRows(rows, hot=np.array([2, 7]))
+    >>> bool((d[np.array([7, 1, 2])] == rows[[7, 1, 2]]).all()), d.snapshot()["hits"]
+    (True, 2)
+    """
+
+    def __init__(self, rows: np.ndarray, hot: np.ndarray | None = None, where: str = "") -> None:
+        self.rows, self.where = rows, where
+        self.shape, self.dtype = rows.shape, rows.dtype
+        self.row_bytes = rows.dtype.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
+        self._rows_t = _as_tensor(rows)
+        self._madvise = _madvise() if _is_page_aligned(rows) else None
+        self._lock = threading.Lock()
+        self._counts = dict(rows=0, hits=0, disk_bytes=0, read_seconds=0.0)
+        if self._madvise is not None and rows.nbytes:
+            self._madvise(rows.ctypes.data, rows.nbytes, _MADV_RANDOM)  # a fault reads its page, no neighbours
+        hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
+        self.slot_of = np.full(len(rows), -1, np.int32) if len(hot) else None
+        self.cache = self._read(hot) if len(hot) else None
+        if self.slot_of is not None:
+            self.slot_of[hot] = np.arange(len(hot), dtype=np.int32)
+            self._words, self._cache_words = _word_view(np.asarray(rows)), _word_view(self.cache.numpy())
+        self.snapshot(reset=True)  # filling the cache is no batch's
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.rows, dtype)
+
+    @property
+    def cached_rows(self) -> int:
+        return 0 if self.cache is None else len(self.cache)
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.cached_rows * self.row_bytes
+
+    def __getitem__(self, ids: Any) -> np.ndarray:
+        ids = np.asarray(ids)
+        if ids.dtype.kind not in "iu" or ids.ndim != 1:
+            return self.rows[ids]
+        return self.gather(ids.astype(np.int64, copy=False)).numpy()
+
+    def gather(self, ids: np.ndarray) -> torch.Tensor:
+        """Rows ``ids`` (local row numbers, in range) as a tensor, in order."""
+        started, read0 = time.perf_counter(), thread_read_bytes()
+        if self.slot_of is None or not len(ids):
+            out, hits = self._read(ids), 0
+        else:
+            slots = self.slot_of[ids]
+            hit = slots >= 0
+            hits = int(hit.sum())
+            if hits < len(ids):
+                self._prefetch(ids[~hit])
+            out = torch.empty((len(ids), *self.shape[1:]), dtype=self._rows_t.dtype)
+            _copy_rows(self._words, self._cache_words, slots, ids, _word_view(out.numpy()))
+        read1 = thread_read_bytes()
+        with self._lock:
+            c = self._counts
+            c["rows"] += len(ids)
+            c["hits"] += hits
+            c["disk_bytes"] += (read1 - read0) if read0 is not None and read1 is not None else 0
+            c["read_seconds"] += time.perf_counter() - started
+        return out
+
+    def _read(self, ids: np.ndarray) -> torch.Tensor:
+        """Rows ``ids`` from the mapping: their pages asked for together, then copied."""
+        self._prefetch(ids)
+        return self._rows_t.index_select(0, torch.from_numpy(ids))
+
+    def _prefetch(self, ids: np.ndarray) -> None:
+        """Ask the kernel for the pages of rows ``ids`` at once: sorted, neighbours coalesced."""
+        if self._madvise is not None and len(ids) > 1:
+            first, last = page_ranges(np.unique(ids), self.row_bytes)
+            base, page = self.rows.ctypes.data, mmap.PAGESIZE
+            advise = self._madvise
+            for a, b in zip((first * page).tolist(), ((last - first + 1) * page).tolist()):
+                advise(base + a, b, _MADV_WILLNEED)
+
+    def snapshot(self, reset: bool = False) -> dict[str, Any]:
+        """``rows`` gathered, ``hits`` (from the RAM cache), ``disk_bytes`` read from storage and
+        ``read_seconds`` spent gathering, since the last reset."""
+        with self._lock:
+            out = dict(self._counts)
+            if reset:
+                self._counts = dict(rows=0, hits=0, disk_bytes=0, read_seconds=0.0)
+        out["read_seconds"] = round(out["read_seconds"], 3)
+        return out
+
+
+def _word_view(a: np.ndarray) -> np.ndarray:
+    """``a`` as ``[rows, words]`` of the widest word dividing a row (a contiguous array)."""
+    row_bytes = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+    word = next(w for w in (np.uint64, np.uint32, np.uint16, np.uint8) if row_bytes % np.dtype(w).itemsize == 0)
+    return np.ascontiguousarray(a).reshape(len(a), -1).view(word)
+
+
+@njit(cache=True, nogil=True)
+def _copy_rows(rows, cache, slots, ids, out):  # pragma: no cover - compiled
+    """``out[i]`` = ``cache[slots[i]]`` when ``slots[i] >= 0``, else ``rows[ids[i]]``: one pass, no temporaries."""
+    for i in range(len(ids)):
+        if slots[i] >= 0:
+            out[i, :] = cache[slots[i], :]
+        else:
+            out[i, :] = rows[ids[i], :]
+
+
+def _as_tensor(rows: np.ndarray) -> torch.Tensor:
+    import warnings
+
+    with warnings.catch_warnings():  # read-only mappings: torch warns, and we never write through it
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.asarray(rows))
+
+
+def _is_page_aligned(rows: np.ndarray) -> bool:
+    return os.name == "posix" and isinstance(rows, np.ndarray) and rows.ctypes.data % mmap.PAGESIZE == 0 \
+        and rows.flags.c_contiguous

@@ -1,0 +1,86 @@
+"""Features larger than memory: --feature-cache trains the same model, counts what it read, and a rank in
+a cgroup memory limit smaller than its features trains instead of being killed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.training.conftest import ROOT, metrics, run_train, train_cmd
+
+sys.path.insert(0, str(ROOT / "tools"))
+import memcgroup  # noqa: E402
+
+FLAGS = ("--nproc", 1, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64, "--seed", 5)
+
+
+def _epoch(path: Path) -> dict:
+    return metrics(path)["epochs"][0]
+
+
+def test_the_feature_cache_trains_the_same_model_and_counts_its_hits(synthetic1, tmp_path):
+    plain = run_train(synthetic1, *FLAGS, "--feature-cache", "off", "--metrics-out", tmp_path / "a.json")
+    assert plain.returncode == 0, plain.stderr
+    cached = run_train(synthetic1, *FLAGS, "--feature-cache", "8KB", "--metrics-out", tmp_path / "b.json")
+    assert cached.returncode == 0, cached.stderr
+    a, b = _epoch(tmp_path / "a.json"), _epoch(tmp_path / "b.json")
+    assert (a["loss"], a["train_acc"], a["val_acc"]) == (b["loss"], b["train_acc"], b["val_acc"])
+    assert "features" not in a
+    got = b["features"]
+    assert got["cache_bytes"] > 0 and 0 < got["hits"] < got["rows"]
+    assert "features: " in cached.stdout and "RAM cache hits" in cached.stdout
+
+
+def test_a_bad_feature_cache_size_is_refused_in_one_line(synthetic1):
+    done = run_train(synthetic1, "--feature-cache", "lots")
+    assert done.returncode == 2
+    assert "--feature-cache" in done.stderr and len(done.stderr.strip().splitlines()) <= 3
+
+
+def _big_source(folder: Path, n: int = 150_000, width: int = 1024):
+    """``n`` nodes with ``width`` float32 features (600 MB, written through a file: the test holds none of
+    it), 5 random in-edges each, 1% train / 0.5% val / 0.5% test."""
+    import numpy as np
+
+    from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
+
+    rng = np.random.default_rng(2)
+    x = np.memmap(folder / "x.f32", dtype=np.float32, mode="w+", shape=(n, width))
+    for lo in range(0, n, 10_000):
+        x[lo:lo + 10_000] = rng.standard_normal((min(10_000, n - lo), width), dtype=np.float32)
+    x.flush()
+    y = rng.integers(0, 4, n)
+    slot = np.arange(n) % 200
+    masks = {"train_mask": slot < 2, "val_mask": slot == 2, "test_mask": slot == 3}
+    attrs = {"x": ArrayRows(x), "y": ArrayRows(y), **{k: ArrayRows(v) for k, v in masks.items()}}
+    dst = np.repeat(np.arange(n), 5)
+    return GraphSource({None: NodeTable(n, attrs)}, {None: EdgeTable(rng.integers(0, n, len(dst)), dst)})
+
+
+@pytest.mark.skipif(memcgroup.available() is not None, reason=str(memcgroup.available()))
+def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk(tmp_path):
+    """600 MB of features, the job (launcher and rank) limited to 1.1 GB, page cache included (torch
+    alone takes ~0.3 GB a process): the rank reads rows from disk by itself (automatic), is not killed,
+    and trains the same model as without the limit."""
+    import graphstore
+
+    data = tmp_path / "big"
+    graphstore.ingest(_big_source(tmp_path), data, num_parts=1)
+    (tmp_path / "x.f32").unlink()
+    free = run_train(data, *FLAGS, "--feature-cache", "off", "--metrics-out", tmp_path / "free.json")
+    assert free.returncode == 0, free.stderr
+    memcgroup.drop_from_page_cache(data)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with memcgroup.MemoryCgroup(1_100_000_000) as group:
+        done = subprocess.run(train_cmd(data, *FLAGS, "--metrics-out", tmp_path / "limited.json"), env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=600, preexec_fn=group.join)
+        kills = group.oom_kills()
+    assert done.returncode == 0 and kills == 0, done.stderr
+    assert "exceeds half of its memory" in done.stderr
+    a, b = _epoch(tmp_path / "free.json"), _epoch(tmp_path / "limited.json")
+    assert (a["loss"], a["train_acc"], a["val_acc"]) == (b["loss"], b["train_acc"], b["val_acc"])
+    assert b["features"]["disk_bytes"] > 0 and b["features"]["cache_bytes"] == 0

@@ -1,0 +1,170 @@
+"""Benchmark training with features larger than memory: one rank in a cgroup memory limit vs the page cache.
+
+Usage::
+
+    python tools/bench_beyond_ram.py [--dataset DIR] [--spec SPEC] [--limit 1.5GB] [--feature-cache 256MB]
+                                     [--fanout 10,5] [--batch-size 512] [--repeats 1] [--json]
+
+One rank (``graphstore-train`` started as torchrun starts a rank: no launcher process beside it) trains one epoch on ``--dataset`` (ingested from ``--spec`` on
+first use: 1M nodes, 1024 float32 features = 4 GB, power-law degrees, 5% train) as the first of two epochs
+with ``--eval-every 2``, and the tool stops it once that epoch's metrics are written (no evaluation is
+measured).
+Cases, interleaved ``--repeats`` times, each on the same seed (the same batches):
+
+- ``page cache``: no limit, the dataset read into the page cache and locked there (``mlock``: this
+  machine's host evicts pages idle for a minute, DAMON ``pageout``);
+- ``cgroup, plain reads``: a cgroup v1 limit of ``--limit`` (it charges page cache, so rows really come
+  from disk), the dataset evicted from the page cache first, ``--feature-cache off`` (page faults);
+- ``cgroup, --feature-cache SIZE``: the same limit and eviction, rows read through the disk path with a
+  RAM cache of the hottest rows.
+
+Per case: training seconds of the epoch, steps/s, the rate as a ratio to the page-cache case, data wait,
+GB read from disk and RAM cache hits (the epoch's own counts; none for plain reads), the cgroup's peak
+(page cache included) and OOM kills. Needs root and the cgroup v1 memory controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import benchinfo  # noqa: E402
+import memcgroup  # noqa: E402
+
+SPEC = "synthetic:nodes=1000000,avg_degree=10,features=1024,classes=8,seed=1,train=0.05,val=0.01"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _train(dataset: Path, args: argparse.Namespace, cache: str, group: memcgroup.MemoryCgroup | None,
+           out: Path) -> dict:
+    metrics = out / "metrics.json"
+    metrics.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", "--epochs", "2", "--eval-every", "2", "--fanout",
+           args.fanout, "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--no-progress",
+           "--feature-cache", cache, "--metrics-out", str(metrics), "--timeout", "600"]
+    from training import allocator
+
+    # the rank alone, as torchrun starts it (no launcher process in the cgroup), under the launcher's allocator
+    env = allocator.preload_env({**os.environ, "PYTHONPATH": str(ROOT), "RANK": "0", "WORLD_SIZE": "1",
+                                 "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                                 "MASTER_PORT": str(_free_port())})
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, preexec_fn=group.join if group else None)
+    epoch, deadline = None, time.monotonic() + args.max_seconds
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                got = json.loads(metrics.read_text())["epochs"]
+            except (OSError, ValueError, KeyError):
+                continue
+            if got:
+                epoch = got[0]
+                break
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log = proc.communicate()[0]
+    if epoch is None:
+        tail = "\n".join(log.strip().splitlines()[-5:])
+        return {"failed": f"exit {proc.returncode}, no epoch recorded: {tail}"}
+    return epoch
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _row(case: str, epoch: dict, group: memcgroup.MemoryCgroup | None) -> dict:
+    row = {"case": case}
+    if "failed" in epoch:
+        row["failed"] = epoch["failed"]
+    else:
+        feats = epoch.get("features") or {}
+        row.update(train_seconds=epoch["train_seconds"], steps=epoch["steps"],
+                   steps_per_s=round(epoch["steps"] / epoch["train_seconds"], 3),
+                   data_wait=round(epoch["timing"].get("data_wait", 0.0), 1),
+                   disk_gb=round(feats["disk_bytes"] / 1e9, 2) if feats else None,
+                   cache_hits=round(feats["hits"] / max(feats["rows"], 1), 3) if feats.get("cache_bytes") else None,
+                   loss=epoch["loss"])
+    if group is not None:
+        row.update(cgroup_peak_gb=round(group.peak_bytes() / 1e9, 2), oom_kills=group.oom_kills())
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dataset", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "beyond-ram")
+    parser.add_argument("--spec", default=SPEC)
+    parser.add_argument("--limit", default="1.5GB", help="the cgroup's memory limit, page cache included")
+    parser.add_argument("--feature-cache", default="256MB")
+    parser.add_argument("--fanout", default="10,5")
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--cases", default="page,plain,cache", help="comma-separated: page, plain, cache")
+    parser.add_argument("--max-seconds", type=float, default=900,
+                        help="give up on a run after this long (reported as not finishing an epoch in it)")
+    parser.add_argument("--json", action="store_true")
+    benchinfo.add_seed_argument(parser)
+    benchinfo.add_record_arguments(parser)
+    args = parser.parse_args()
+    why = memcgroup.available()
+    if why:
+        print(f"bench_beyond_ram: {why}; run it as root on Linux with cgroup v1", file=sys.stderr)
+        return 2
+    from graphstore.storage.cache import parse_size
+
+    out = benchinfo.start(args, args.json)
+    dataset = benchinfo.ingested(args.dataset, args.spec, 1)
+    limit = parse_size(args.limit, "--limit")
+    names = {"page": "page cache", "plain": "cgroup, plain reads", "cache": f"cgroup, --feature-cache {args.feature_cache}"}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(args.repeats):
+            for case in args.cases.split(","):
+                if case == "page":
+                    with memcgroup.PinnedInPageCache(dataset):
+                        epoch, group = _train(dataset, args, "off", None, Path(tmp)), None
+                else:
+                    memcgroup.drop_from_page_cache(dataset)
+                    with memcgroup.MemoryCgroup(limit) as group:
+                        epoch = _train(dataset, args, "off" if case == "plain" else args.feature_cache, group, Path(tmp))
+                        row = _row(names[case], epoch, group)
+                rows.append(row if case != "page" else _row(names[case], epoch, None))
+                rows[-1]["repeat"] = repeat + 1
+                if not args.json:
+                    print(rows[-1], flush=True)
+    base = [r["steps_per_s"] for r in rows if r["case"] == "page cache" and "steps_per_s" in r]
+    for r in rows:
+        if base and "steps_per_s" in r:
+            r["ratio_to_page_cache"] = round(r["steps_per_s"] / (sum(base) / len(base)), 3)
+    out.update(rows=rows, dataset=str(dataset), spec=args.spec)
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        cols = ["case", "repeat", "train_seconds", "steps_per_s", "ratio_to_page_cache", "data_wait", "disk_gb",
+                "cache_hits", "cgroup_peak_gb", "oom_kills"]
+        print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+        for r in rows:
+            print("| " + " | ".join(str(r.get(c, r.get("failed", ""))) if c != "case" else r[c] for c in cols) + " |")
+    benchinfo.record("bench_beyond_ram", args, out, {"spec": args.spec, "limit": args.limit,
+                                                     "feature_cache": args.feature_cache})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
