@@ -194,3 +194,27 @@ def test_a_rank_asked_for_jemalloc_without_it_stops_with_the_fix(monkeypatch):
         allocator.check_rank()  # this test process runs under glibc
     monkeypatch.setenv("GRAPHSTORE_MALLOC", "auto")
     assert f"LD_PRELOAD={path}" in allocator.check_rank()
+
+
+PROMPT_PROBE = """
+import json
+import numpy as np
+from graphstore import heap
+a = np.ones(64 << 17); del a  # 64 MB freed: kept
+kept = heap.heap_stats().free
+ok = heap.return_freed_promptly()
+a = np.ones(64 << 17); del a  # freed again: handed back at once
+print(json.dumps({"kept": kept, "ok": ok, "after": heap.heap_stats().free}))
+"""
+
+
+def test_a_rank_short_of_memory_hands_freed_memory_back_at_once():
+    """Features larger than memory (training.featurecache): jemalloc's decay goes to 0 in every arena."""
+    from training import allocator
+
+    _jemalloc()
+    env = allocator.preload_env({k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+                                | {"PYTHONPATH": str(ROOT)})
+    got = json.loads(subprocess.run([sys.executable, "-c", PROMPT_PROBE], capture_output=True, text=True, env=env,
+                                    timeout=120, check=True).stdout)
+    assert got["ok"] and got["kept"] > 32 * 2**20 and got["after"] < 8 * 2**20, got
