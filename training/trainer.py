@@ -165,8 +165,6 @@ class Trainer:
         if isinstance(exc, (GraphstoreError, PeerFailure)):
             return exc  # names its problem already (bad input, a damaged dataset, a peer's error)
         dead = self.watchdog.stalled_ranks() if self.watchdog else []
-        for rank in dead:  # hung rather than dead: the watchdog names it, as the cause
-            self.watchdog.let_it_judge(rank)
         who = f"lost {process.describe(dead)}" if dead else "a peer or collective failed"
         where = f"the {process.stage()} all-reduce" if _is_collective(exc) else process.stage()
         return PeerFailure(f"{me}: {who} during {where}: {type(exc).__name__}: {exc}")
