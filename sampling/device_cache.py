@@ -21,6 +21,19 @@ from graphstore.errors import InvalidInputError
 SLOTS = "_device_cache_slots"  # the batch attribute holding each row's slot (-1: a miss, sent from the host)
 
 
+def edge_source_counts(dataset: Any, parts: Any, info: Any) -> np.ndarray:
+    """Per node of type ``info`` (global IDs), how many edges into ``parts`` it is the source of: how often
+    the seeds of those partitions draw it (hubs first)."""
+    counts = np.zeros(info.num_nodes, np.int64)
+    for etype in dataset.manifest.edge_types:
+        if etype.src != info.key:
+            continue
+        for part in parts:
+            _, indices, _ = dataset.partition(part)[1].csc_arrays(etype.name)
+            counts += np.bincount(np.asarray(indices), minlength=info.num_nodes)[: info.num_nodes]
+    return counts
+
+
 class DeviceRowCache:
     """Rows ``attr`` of node type ``node_type`` for the IDs ``ids`` (sorted, unique), on ``device``.
 
@@ -53,13 +66,7 @@ class DeviceRowCache:
         schema = info.attrs[attr]
         row_bytes = int(np.dtype(schema.dtype).itemsize * int(np.prod(schema.shape or (1,))))
         capacity = min(int(size_bytes) // max(row_bytes, 1), info.num_nodes)
-        counts = np.zeros(info.num_nodes, np.int64)
-        for etype in dataset.manifest.edge_types:
-            if etype.src != info.key:
-                continue
-            for part in parts:
-                _, indices, _ = dataset.partition(part)[1].csc_arrays(etype.name)
-                counts += np.bincount(np.asarray(indices), minlength=info.num_nodes)[: info.num_nodes]
+        counts = edge_source_counts(dataset, parts, info)
         order = np.argsort(-counts, kind="stable")[:capacity]
         ids = np.sort(order[counts[order] > 0]) if capacity else np.zeros(0, np.int64)
         rows = store.get_tensor(info.name, attr, torch.from_numpy(ids)) if len(ids) else \

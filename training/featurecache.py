@@ -61,18 +61,13 @@ def _cgroup_limit_files() -> list[str]:
 def hottest(dataset: Any, part: int, node_type: Any, capacity: int) -> np.ndarray:
     """Up to ``capacity`` own rows (local row numbers) of ``part`` most often the source of an edge into
     it: the neighbours its seeds draw first."""
+    from sampling.device_cache import edge_source_counts
+
     info = dataset.manifest.node_type(node_type) if node_type is not None else dataset.manifest.node_types[0]
     lo, hi = int(info.offsets[part]), int(info.offsets[part + 1])
-    counts = np.zeros(hi - lo, np.int64)
-    for etype in dataset.manifest.edge_types:
-        if etype.src != info.key:
-            continue
-        _, indices, _ = dataset.partition(part)[1].csc_arrays(etype.name)
-        own = np.asarray(indices)
-        own = own[(own >= lo) & (own < hi)] - lo
-        counts += np.bincount(own, minlength=hi - lo)
     if capacity <= 0:
         return np.zeros(0, np.int64)
+    counts = edge_source_counts(dataset, (part,), info)[lo:hi]
     order = np.argsort(-counts, kind="stable")[:capacity]
     return np.sort(order[counts[order] > 0])
 

@@ -3,30 +3,17 @@ bytes and training traffic from records written to a temporary folder, and bad i
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.tools.conftest import load_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tool(name: str):
-    """A module of tools/ (not a package: loaded from its file, as the scripts load benchinfo)."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-
-
-plan = _tool("plan")
-benchinfo = _tool("benchinfo")
+plan = load_tool("plan")
+benchinfo = load_tool("benchinfo")
 F = 16  # features of the synthetic records
 
 

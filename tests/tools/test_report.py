@@ -4,7 +4,6 @@ committed docs/performance.md is current with the committed benchmarks/ records.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,23 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools.conftest import load_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tool(name: str):
-    """A module of tools/ (not a package: loaded from its file, as the scripts load benchinfo)."""
-    sys.path.insert(0, str(ROOT / "tools"))
-    try:
-        spec = importlib.util.spec_from_file_location(f"tools_{name}", ROOT / "tools" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(ROOT / "tools"))
-
-
-report = _tool("report")
-benchinfo = _tool("benchinfo")
+report = load_tool("report")
+benchinfo = load_tool("benchinfo")
 
 
 def _record(root: Path, date: str, figures: dict, *, bench: str = "bench_x", config: dict | None = None,
