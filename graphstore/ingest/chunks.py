@@ -19,6 +19,22 @@ import numpy as np
 
 from graphstore.dataset.types import EdgeType, NodeType
 
+_PROCESS_CACHES: list[Callable[[], None]] = []
+
+
+def process_cache(cached: Callable) -> Callable:
+    """Register an ``functools.lru_cache``-wrapped function whose tables a source's chunks share within one
+    process (a synthetic graph's community tables): the engines clear them after every stage, so a worker
+    does not carry them into stages that never read the source's edges."""
+    _PROCESS_CACHES.append(cached.cache_clear)
+    return cached
+
+
+def forget_process_caches() -> None:
+    """Clear every cache registered by :func:`process_cache` (the next read rebuilds what it needs)."""
+    for clear in _PROCESS_CACHES:
+        clear()
+
 
 @dataclass(frozen=True)
 class ColumnSchema:

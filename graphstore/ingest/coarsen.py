@@ -6,9 +6,9 @@ every vertex starts as its own cluster; in each round each bucket's vertices joi
 most of their edge weight leads to, unless it would outgrow ``cap``. Then ``contract`` maps every
 edge to its pair of clusters, routing the pairs to cluster-range buckets, and ``reduce`` sums them
 into the next level's pieces (edge weight: how many fine edges join two clusters). Levels repeat
-until the graph has about the number of clusters METIS may see. The client holds one label and one
-weight per vertex; tasks hold one bucket. After METIS, :func:`refine_parts` moves fine nodes
-towards the part most of their neighbours are in.
+until the graph has about the number of clusters METIS may see. The client holds one label per
+vertex; tasks hold one bucket and read the per-vertex arrays from files. After METIS,
+``refine.py`` moves fine nodes towards the part most of their neighbours are in.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from numba import njit
 
 from graphstore.ingest.adjacency import Level
 from graphstore.ingest.engine import Engine, Progress
-from graphstore.ingest.scratch import Scratch
+from graphstore.ingest.scratch import Scratch, StoredArray
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,6 @@ STREAMS = 2  # label-propagation tasks per round, each walking its run of bucket
 # fewer of each other's moves and cluster worse; a fixed count keeps the result the same on every engine)
 MAX_LEVELS = 8
 GROWTH = 4  # a cluster grows at most this many times over in one round
-REFINE_ROUNDS = 20  # refinement rounds per level at most
 SETTLED = 0.02  # a level stops once fewer than this fraction of its vertices changed cluster in a round
 
 
@@ -85,15 +84,17 @@ def _streams(level: Level) -> list[range]:
     return [range(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-def propagate_stream(buckets: range, *, scratch: Scratch, level: Level, labels: np.ndarray, room: np.ndarray,
-                     weight: np.ndarray, degree: np.ndarray, dsum: np.ndarray, two_m: float) -> np.ndarray:
+def propagate_stream(buckets: range, *, scratch: Scratch, level: Level, labels: StoredArray, room: StoredArray,
+                     weight: StoredArray, degree: StoredArray, dsum: StoredArray, two_m: float) -> np.ndarray:
     """Stage ``cluster``: one round of label propagation over a run of buckets, one bucket in memory at a
     time, every move seen at once by the vertices after it; the run's new labels.
 
     ``room`` is this stream's share of every cluster's headroom, so streams moving at once cannot
-    overfill a cluster; ``dsum`` is every cluster's total degree.
+    overfill a cluster; ``dsum`` is every cluster's total degree. The per-vertex arrays are files: the
+    task copies the three it changes and maps the two it reads (only its own vertices' pages of those).
     """
-    labels, room, dsum, out = labels.copy(), room.copy(), dsum.copy(), []
+    labels, room, dsum, out = labels.load(), room.load(), dsum.load(), []
+    weight, degree = weight.mapped(), degree.mapped()
     for bucket in buckets:
         indptr, adjncy, adjwgt = level.piece(scratch, bucket)
         out.append(np.empty(len(indptr) - 1, labels.dtype))
@@ -102,32 +103,94 @@ def propagate_stream(buckets: range, *, scratch: Scratch, level: Level, labels: 
     return np.concatenate(out) if out else np.zeros(0, labels.dtype)
 
 
-def cluster_level(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, degree: np.ndarray,
-                  cap: float, progress: Progress | None = None) -> tuple[np.ndarray, int]:
+@njit(cache=True)
+def _sums(labels, values, count):  # pragma: no cover - numba
+    """``np.bincount(labels, weights=values, minlength=count)`` without a float64 copy of ``values``."""
+    out = np.zeros(count, np.float64)
+    for i in range(len(labels)):
+        out[labels[i]] += values[i]
+    return out
+
+
+@njit(cache=True)
+def _headroom(labels, weight, cap, floor, growth, streams):  # pragma: no cover - numba
+    """Each stream's share of every cluster's headroom, as float32: ``cap`` less the cluster's weight, but at
+    most ``growth`` times that weight (or ``floor``, the mean vertex, if more)."""
+    sizes = _sums(labels, weight, len(labels))
+    room = np.empty(len(labels), np.float32)
+    for c in range(len(labels)):
+        room[c] = min(cap - sizes[c], growth * max(sizes[c], floor)) / streams
+    return room
+
+
+def _room(labels: np.ndarray, weight: np.ndarray, cap: float, streams: int) -> np.ndarray:
+    """Each stream's share of every cluster's headroom (float32): a cluster grows at most GROWTH-fold (from at
+    least the mean vertex) in a round, so clusters grow by majority, not by who moved first."""
+    return _headroom(labels, weight, float(cap), float(weight.mean()), float(GROWTH), float(streams))
+
+
+@njit(cache=True)
+def _degree_sums(labels, degree):  # pragma: no cover - numba
+    """Every cluster's total degree (float32; summed in float64)."""
+    return _sums(labels, degree, len(labels)).astype(np.float32)
+
+
+def _ranks(labels: np.ndarray) -> tuple[np.ndarray, int]:
+    """``np.unique(labels, return_inverse=True)``'s inverse (labels renumbered ``0..C-1`` in order) and ``C``,
+    without sorting: 1 byte a possible label and the result."""
+    present = np.zeros(len(labels), bool)
+    present[labels] = True
+    rank = np.cumsum(present, dtype=labels.dtype)
+    count = int(rank[-1]) if len(rank) else 0
+    del present
+    rank -= 1
+    return rank[labels], count
+
+
+def _array(values: np.ndarray | StoredArray, dtype: type) -> np.ndarray:
+    """An array argument that may be a file (level 0's are), as ``dtype``."""
+    return values.load().astype(dtype, copy=False) if isinstance(values, StoredArray) else \
+        np.asarray(values).astype(dtype, copy=False)
+
+
+def _as_file(scratch: Scratch, values: np.ndarray | StoredArray, key: str) -> StoredArray:
+    """Per-vertex ``values`` as a float32 file tasks read (a file is one already)."""
+    return values if isinstance(values, StoredArray) else scratch.put_array(key, np.asarray(values, np.float32))
+
+
+def cluster_level(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray | StoredArray,
+                  degree: np.ndarray | StoredArray, cap: float, progress: Progress | None = None
+                  ) -> tuple[np.ndarray, int]:
     """Size-constrained label propagation by modularity gain on one level, until settled: each vertex's
-    cluster (``0..C-1``) and ``C``. ``degree``: each vertex's total degree in the fine graph."""
+    cluster (``0..C-1``) and ``C``. ``degree``: each vertex's total degree in the fine graph.
+
+    ``weight`` and ``degree`` may be (float32) files. The client holds one label per vertex; each round it
+    loads the weights, then the degrees, for a moment to sum them per cluster (the headroom and degree sum
+    of every cluster, which tasks read from files with the rest).
+    """
     labels = np.arange(level.size, dtype=np.int32 if level.size < 2**31 else np.int64)
-    weight, degree = weight.astype(np.float32), degree.astype(np.float32)  # 4 bytes a vertex on the wire
     streams = _streams(level)
+    files = {"weight": _as_file(scratch, weight, f"{level.prefix}.lp/weight.npy"),
+             "degree": _as_file(scratch, degree, f"{level.prefix}.lp/degree.npy")}
+    two_m = max(float(files["degree"].load().sum()), 1.0)
     for _ in range(MAX_ROUNDS):
-        sizes = np.bincount(labels, weights=weight, minlength=level.size)
-        # a cluster grows at most GROWTH-fold (from at least the mean vertex) in a round: clusters grow by
-        # majority, not by who moved first
-        room = np.minimum(cap - sizes, GROWTH * np.maximum(sizes, weight.mean()))
-        room = (room / len(streams)).astype(np.float32)
-        dsum = np.bincount(labels, weights=degree, minlength=level.size).astype(np.float32)
+        files["labels"] = scratch.put_array(f"{level.prefix}.lp/labels.npy", labels)
+        files["room"] = scratch.put_array(f"{level.prefix}.lp/room.npy",
+                                          _room(labels, files["weight"].load(), cap, len(streams)))
+        files["dsum"] = scratch.put_array(f"{level.prefix}.lp/dsum.npy", _degree_sums(labels, files["degree"].load()))
         pieces = engine.map("cluster", propagate_stream, streams, progress, None, scratch=scratch, level=level,
-                            labels=labels, room=room, weight=weight, degree=degree, dsum=dsum,
-                            two_m=max(float(degree.sum()), 1.0))
-        del room, dsum
-        new = np.concatenate(pieces)
-        changed = int(np.count_nonzero(new != labels))
+                            two_m=two_m, **files)
+        changed = 0
+        for run, piece in zip(streams, pieces):
+            lo, hi = int(level.bounds[run.start]), int(level.bounds[run.stop])
+            changed += int(np.count_nonzero(piece != labels[lo:hi]))
+            labels[lo:hi] = piece
+        del pieces
         logger.debug("label propagation on %d vertices: %d moved", level.size, changed)
-        labels = new
         if changed < SETTLED * level.size:
             break
-    _, cluster = np.unique(labels, return_inverse=True)
-    return cluster.astype(labels.dtype), int(cluster.max()) + 1 if len(cluster) else 0
+    scratch.remove(f"{level.prefix}.lp")
+    return _ranks(labels)
 
 
 def _split(count: int, buckets: int) -> np.ndarray:
@@ -135,12 +198,13 @@ def _split(count: int, buckets: int) -> np.ndarray:
     return (np.arange(buckets + 1, dtype=np.int64) * count) // buckets
 
 
-def contract_bucket(bucket: int, *, scratch: Scratch, level: Level, cluster: np.ndarray, nxt: Level) -> int:
+def contract_bucket(bucket: int, *, scratch: Scratch, level: Level, cluster: StoredArray, nxt: Level) -> int:
     """Stage ``contract``: one bucket's edges as (cluster, cluster, weight), routed by the first cluster."""
     indptr, adjncy, adjwgt = level.piece(scratch, bucket)
     lo, count = int(level.bounds[bucket]), nxt.size
-    a = np.repeat(cluster[lo: lo + len(indptr) - 1], np.diff(indptr))
-    c = cluster[adjncy]
+    cluster = cluster.mapped()
+    a = np.repeat(cluster[lo: lo + len(indptr) - 1].astype(np.int64), np.diff(indptr))  # int64: the pair key
+    c = cluster[adjncy].astype(np.int64)  # below reaches count**2, past int32 from 46,341 clusters on
     keep = a != c
     key, inverse = np.unique(a[keep] * count + c[keep], return_inverse=True)
     weight = np.bincount(inverse, weights=None if adjwgt is None else adjwgt[keep], minlength=len(key))
@@ -169,9 +233,10 @@ def reduce_bucket(bucket: int, *, scratch: Scratch, nxt: Level) -> np.ndarray:
     return np.stack([np.bincount(bins, minlength=64), np.bincount(bins, weights=weight, minlength=64)])
 
 
-def contract(engine: Engine, scratch: Scratch, level: Level, cluster: np.ndarray, count: int, prefix: str,
+def contract(engine: Engine, scratch: Scratch, level: Level, cluster: StoredArray, count: int, prefix: str,
              progress: Progress | None = None) -> tuple[Level, np.ndarray]:
-    """The next level (clusters as vertices) on disk, and the histogram of its edge weights."""
+    """The next level (clusters as vertices) on disk, and the histogram of its edge weights. ``cluster``: the
+    file of each vertex's cluster."""
     nxt = Level(prefix, _split(count, level.buckets))
     engine.map("contract", contract_bucket, list(range(level.buckets)), progress, None, scratch=scratch,
                level=level, cluster=cluster, nxt=nxt)
@@ -180,28 +245,31 @@ def contract(engine: Engine, scratch: Scratch, level: Level, cluster: np.ndarray
     return nxt, np.sum(hists, axis=0)
 
 
-def coarsen(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray, degree: np.ndarray,
-            clusters: int, fits: Callable[[int, int], bool], progress: Progress | None = None
-            ) -> tuple[list[tuple[Level, np.ndarray]], Level, np.ndarray]:
+def coarsen(engine: Engine, scratch: Scratch, level: Level, weight: np.ndarray | StoredArray,
+            degree: np.ndarray | StoredArray, clusters: int, fits: Callable[[int, int], bool],
+            progress: Progress | None = None) -> tuple[list[tuple[Level, StoredArray]], Level, np.ndarray]:
     """Contract ``level`` until it has at most ``4 * clusters`` vertices and METIS on it ``fits(vertices,
     edges)`` one task, or until it stops shrinking.
 
-    No cluster outweighs ``weight.sum() / clusters``. Returns the levels contracted, each with the
+    No cluster outweighs ``weight.sum() / clusters``. ``weight`` and ``degree`` (per vertex) may be files,
+    loaded only while their level is clustered. Returns the levels contracted, each with the file of the
     cluster (next level's vertex) of each of its vertices, the last level, and that level's edge-weight
     histogram (see :func:`reduce_bucket`).
     """
-    cap = float(weight.sum()) / clusters
     hist = np.zeros((2, 64))
-    levels: list[tuple[Level, np.ndarray]] = []
+    levels: list[tuple[Level, StoredArray]] = []
+    cap = float(_array(weight, np.float32).sum(dtype=np.float64)) / clusters
     for depth in range(1, MAX_LEVELS + 1):
         cluster, count = cluster_level(engine, scratch, level, weight, degree, cap, progress)
         logger.info("coarsening level %d: %d vertices into %d clusters", depth, level.size, count)
         if count > 0.95 * level.size:
             break
-        levels.append((level, cluster))
-        level, hist = contract(engine, scratch, level, cluster, count, f"level{depth}", progress)
-        weight = np.bincount(cluster, weights=weight, minlength=count)
-        degree = np.bincount(cluster, weights=degree, minlength=count)
+        stored = scratch.put_array(f"level{depth}.cluster.npy", cluster)
+        levels.append((level, stored))
+        weight = _sums(cluster, _array(weight, np.float32), count)
+        degree = _sums(cluster, _array(degree, np.float32), count)
+        del cluster
+        level, hist = contract(engine, scratch, level, stored, count, f"level{depth}", progress)
         if level.size <= 4 * clusters and fits(level.size, int(hist[0].sum())):
             break
     return levels, level, hist
@@ -232,115 +300,3 @@ def load_level(scratch: Scratch, level: Level, floor: int) -> tuple[np.ndarray, 
     xadj = np.zeros(level.size + 1, np.int64)
     np.cumsum(np.concatenate(counts), out=xadj[1:])
     return xadj, np.concatenate(adjncy).astype(np.int64), np.concatenate(adjwgt)
-
-
-@njit(cache=True)
-def _propose(indptr, adjncy, adjwgt, lo, parts, over, target, gain):  # pragma: no cover - numba
-    """For each vertex, the other part most of its edge weight leads to, and the gain of moving there
-    (edge weight there less edge weight at home). Vertices propose a move when it gains, or, in a part
-    that is ``over`` its cap, whatever it costs (-inf: no other part to go to)."""
-    num_parts = len(over)
-    counts = np.zeros(num_parts, np.float64)
-    for i in range(len(indptr) - 1):
-        own = parts[lo + i]
-        counts[:] = 0.0
-        for k in range(indptr[i], indptr[i + 1]):
-            counts[parts[adjncy[k]]] += 1.0 if adjwgt.shape[0] == 0 else adjwgt[k]
-        target[i], gain[i] = own, -np.inf
-        for p in range(num_parts):
-            if p != own and counts[p] - counts[own] > gain[i]:
-                target[i], gain[i] = p, counts[p] - counts[own]
-        if gain[i] <= 0 and not over[own]:
-            target[i], gain[i] = own, -np.inf
-
-
-@njit(cache=True)
-def _accept(movers, target, gain, parts, weight, load, cap, passes):  # pragma: no cover - numba
-    """Apply proposed moves, best gain first (``movers`` in that order), each only while its target part
-    stays within ``cap`` in every constraint; a move that loses edge weight only while its own part is
-    still over ``cap``. Later passes take moves that earlier departures made room for (so parts can
-    trade vertices). Returns how many moved."""
-    done = np.zeros(len(movers), np.bool_)
-    moved = 0
-    for _ in range(passes):
-        before = moved
-        for j in range(len(movers)):
-            if done[j]:
-                continue
-            v, b = movers[j], target[j]
-            a = parts[v]
-            fits, needed = True, gain[j] > 0
-            for c in range(load.shape[1]):
-                if load[b, c] + weight[v, c] > cap[c]:
-                    fits = False
-                if load[a, c] > cap[c] and weight[v, c] > 0:
-                    needed = True
-            if fits and needed:
-                for c in range(load.shape[1]):
-                    load[b, c] += weight[v, c]
-                    load[a, c] -= weight[v, c]
-                parts[v] = b
-                done[j] = True
-                moved += 1
-        if moved == before:
-            break
-    return moved
-
-
-def propose_stream(buckets: range, *, scratch: Scratch, level: Level, parts: np.ndarray,
-                   over: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Stage ``refine``: the moves a run of buckets' vertices propose, as (vertices, target parts, gains)."""
-    found = []
-    for bucket in buckets:
-        indptr, adjncy, adjwgt = level.piece(scratch, bucket)
-        target, gain = np.empty(len(indptr) - 1, parts.dtype), np.empty(len(indptr) - 1, np.float64)
-        _propose(indptr, adjncy, np.zeros(0) if adjwgt is None else adjwgt, int(level.bounds[bucket]), parts, over,
-                 target, gain)
-        keep = np.flatnonzero(gain > -np.inf)
-        found.append(((keep + int(level.bounds[bucket])).astype(parts.dtype), target[keep],
-                      gain[keep].astype(np.float32)))
-    return tuple(np.concatenate([f[k] for f in found]) for k in range(3)) if found else \
-        (np.zeros(0, parts.dtype), np.zeros(0, parts.dtype), np.zeros(0, np.float32))
-
-
-def refine_parts(engine: Engine, scratch: Scratch, level: Level, parts: np.ndarray, weights: np.ndarray,
-                 num_parts: int, target: float, progress: Progress | None = None) -> int:
-    """Balanced label-propagation refinement of ``parts`` (in place) on a graph on disk: in each round every
-    vertex proposes the part most of its edge weight leads to (the streams in parallel), and the client
-    applies the proposals best gain first while no constraint's load passes ``target`` times its mean;
-    vertices of a part over that leave it, least loss first, until it is not. Returns the moves made."""
-    def proposals(over: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        found = engine.map("refine", propose_stream, [range(b, b + 1) for b in range(level.buckets)], progress,
-                           None, scratch=scratch, level=level, parts=parts, over=over)
-        return tuple(np.concatenate([f[k] for f in found]) for k in range(3))
-    return _refine_rounds(proposals, parts, weights, num_parts, target)
-
-
-def refine_graph(xadj: np.ndarray, adjncy: np.ndarray, parts: np.ndarray, weights: np.ndarray, num_parts: int,
-                 target: float, adjwgt: np.ndarray | None = None) -> int:
-    """:func:`refine_parts` on a graph in memory (edge weights ``adjwgt``, or 1); returns the moves made."""
-    def proposals(over: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        node_target, gain = np.empty_like(parts), np.empty(len(parts), np.float64)
-        _propose(xadj, adjncy, np.zeros(0) if adjwgt is None else adjwgt.astype(np.float64), 0, parts, over,
-                 node_target, gain)
-        keep = np.flatnonzero(gain > -np.inf)
-        return keep, node_target[keep], gain[keep]
-    return _refine_rounds(proposals, parts, weights, num_parts, target)
-
-
-def _refine_rounds(proposals: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray]],
-                   parts: np.ndarray, weights: np.ndarray, num_parts: int, target: float) -> int:
-    weight = weights.astype(np.float64)
-    cap = weight.sum(axis=0) / num_parts * (target - 1e-9)  # strictly within target, rounding included
-    moves = 0
-    for _ in range(REFINE_ROUNDS):
-        load = np.stack([np.bincount(parts, weights=weight[:, c], minlength=num_parts)
-                         for c in range(weight.shape[1])], axis=1)
-        movers, to, gain = proposals((load > cap[None, :]).any(axis=1))
-        order = np.argsort(-gain, kind="stable")
-        changed = int(_accept(movers[order], to[order], gain[order], parts, weight, load, cap, 4))
-        moves += changed
-        logger.debug("refinement round: %d of %d vertices moved", changed, len(parts))
-        if changed < SETTLED * len(parts) / 20:
-            break
-    return moves

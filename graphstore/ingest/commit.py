@@ -13,6 +13,7 @@ from graphstore.ingest.edge_stage import EdgeTypeResult
 from graphstore.ingest.link_stage import finish_record
 from graphstore.ingest.node_stage import PartNodes
 from graphstore.ingest.relabel import Relabel
+from graphstore.ingest.scratch import StoredArray
 from graphstore.dataset.manifest import ArrayInfo, AttrSchema, EdgeTypeInfo, Manifest, NodeTypeInfo
 from graphstore.storage.local import redact_url
 from graphstore.dataset.types import EdgeType, NodeType
@@ -24,15 +25,15 @@ def _ends(etype: EdgeType) -> tuple[NodeType, NodeType]:
 
 
 def halos_of(source: ChunkedSource, books: dict[NodeType, Relabel],
-             edges: dict[EdgeType, EdgeTypeResult]) -> dict[NodeType, list[np.ndarray]]:
-    """Per node type and part: the sorted global IDs of the remote sources of the part's edges."""
+             edges: dict[EdgeType, EdgeTypeResult]) -> dict[NodeType, list[list[StoredArray]]]:
+    """Per node type and part: the files holding the remote sources of the part's edges, one per edge type
+    whose sources have that type (their union is the part's halo: ``node_stage.part_halo``)."""
     num_parts = len(next(iter(books.values())).offsets) - 1
-    found: dict[NodeType, list[list[np.ndarray]]] = {t: [[] for _ in range(num_parts)] for t in source.num_nodes}
+    found: dict[NodeType, list[list[StoredArray]]] = {t: [[] for _ in range(num_parts)] for t in source.num_nodes}
     for etype, result in edges.items():
         for part in result.parts:
             found[_ends(etype)[0]][part.part].append(part.halo)
-    return {t: [np.unique(np.concatenate(h)) if h else np.zeros(0, np.int64) for h in per_part]
-            for t, per_part in found.items()}
+    return found
 
 
 def _isolated(source: ChunkedSource, books: dict[NodeType, Relabel], edges: dict[EdgeType, EdgeTypeResult]) -> int:

@@ -18,10 +18,11 @@ import numpy as np
 
 from graphstore.dataset import layout
 from graphstore.errors import InvalidInputError
-from graphstore.ingest.chunks import ChunkedSource, EdgeChunk
+from graphstore.heap import release_freed
+from graphstore.ingest.chunks import ChunkedSource, EdgeBlock, EdgeChunk
 from graphstore.ingest.engine import Engine, Progress
 from graphstore.ingest.relabel import Relabel
-from graphstore.ingest.scratch import Scratch
+from graphstore.ingest.scratch import Scratch, StoredArray
 from graphstore.ingest.validate import read_edge_block
 from graphstore.ingest.writer import ArrayWriter, StreamArray
 from graphstore.dataset.manifest import ArrayInfo
@@ -65,16 +66,29 @@ def block_starts(size: int, blocks: int) -> np.ndarray:
     return -((-np.arange(blocks + 1, dtype=np.int64) * size) // blocks)
 
 
+def _read_chunk(index: int, chunk: EdgeChunk, books: dict[NodeType, Relabel], plan: EdgePlan,
+                saved: Scratch | None) -> EdgeBlock:
+    """One edge chunk: its endpoints as the ``adjacency`` stage saved them (checked there already) when it
+    did and the edge type has no attributes, else read from the source and checked."""
+    found = saved.keys(f"ends/{index:06d}") if saved is not None and not plan.schema[chunk.etype] else []
+    if found:
+        ends = saved.load(found[0])
+        return EdgeBlock(ends["src"], ends["dst"], {}, chunk.start)
+    s_type, d_type = plan.ends(chunk.etype)
+    return read_edge_block(chunk, books[s_type].num_nodes, books[d_type].num_nodes)
+
+
 def route_chunk(item: tuple[int, EdgeChunk], *, scratch: Scratch, books: dict[NodeType, Relabel],
-                plan: EdgePlan) -> list[int]:
+                plan: EdgePlan, saved: Scratch | None = None) -> list[int]:
     """Stage ``route``: check one edge chunk, relabel it and write its edges to their (part, block) files.
 
     Each file holds global-ID ``src``/``dst``, the input edge ID ``eid`` and every edge attribute.
+    ``saved``: the folder where the ``adjacency`` stage left the chunks' endpoints (None: read the source).
     Returns the number of edges routed to each part.
     """
     index, chunk = item
     s_type, d_type = plan.ends(chunk.etype)
-    block = read_edge_block(chunk, books[s_type].num_nodes, books[d_type].num_nodes)
+    block = _read_chunk(index, chunk, books, plan, saved)
     src = books[s_type].new_of_orig[np.asarray(block.src)]
     dst = books[d_type].new_of_orig[np.asarray(block.dst)]
     offsets, blocks = books[d_type].offsets, plan.blocks[chunk.etype]
@@ -83,7 +97,7 @@ def route_chunk(item: tuple[int, EdgeChunk], *, scratch: Scratch, books: dict[No
     group = part * blocks + (local * blocks) // size
     order = np.argsort(group, kind="stable")
     cuts = np.searchsorted(group[order], np.arange((len(offsets) - 1) * blocks + 1))
-    narrow = np.int32 if max(books[s_type].num_nodes, books[d_type].num_nodes) <= _INT32_MAX else np.int64
+    narrow = id_dtype(max(books[s_type].num_nodes, books[d_type].num_nodes))
     for g in range(len(cuts) - 1):
         sel = order[cuts[g]: cuts[g + 1]]
         if len(sel):
@@ -104,7 +118,7 @@ class PartEdges:
     cut: int
     self_loops: int
     duplicates: int
-    halo: np.ndarray  # sorted global IDs of the remote sources of this part's edges
+    halo: StoredArray  # sorted global IDs of the remote sources of this part's edges (a scratch file)
     touched_src: np.ndarray  # packed bits over the source type's global IDs: a source of some edge here
     touched_dst: np.ndarray  # packed bits over this part's own destinations: has an incoming edge
     split_counts: np.ndarray | None = None  # link_split values 0/1/2 counted, when the type has them
@@ -117,7 +131,7 @@ class _Sink:
     """The arrays of one part being appended to, and what has been found so far."""
 
     streams: dict[str, StreamArray]
-    found: dict[str, Any] = field(default_factory=lambda: {"cut": 0, "loops": 0, "dups": 0, "halo": []})
+    found: dict[str, Any] = field(default_factory=lambda: {"cut": 0, "loops": 0, "dups": 0})
     edges: int = 0
 
 
@@ -147,7 +161,7 @@ def write_part_edges(job: tuple[EdgeType, int, int], *, scratch: Scratch, books:
     eids: list[np.ndarray] = [np.zeros(0, np.int64)]
     check = lambda name: _finite_check(where, name, eids, spec.allow_nan)  # noqa: E731
     sink = _open(writer, etype, part, count, hi - lo, plan, books, check)
-    touched = np.zeros(books[s_type].num_nodes, bool)
+    touched = np.zeros(books[s_type].num_nodes, bool)  # the sources seen
     has_dst = np.zeros(hi - lo, bool)
     splits = np.zeros(3, np.int64) if layout.LINK_SPLIT in plan.schema[etype] else None
     starts = block_starts(hi - lo, plan.blocks[etype])
@@ -155,16 +169,16 @@ def write_part_edges(job: tuple[EdgeType, int, int], *, scratch: Scratch, books:
         b_lo, b_hi = lo + int(starts[b]), lo + int(starts[b + 1])
         edges = scratch.concat(f"edges/{plan.keys[etype]}/{part:05d}/{b:05d}",
                                {"src": np.int64, "dst": np.int64, "eid": np.int64})
-        src, dst, eid = (edges[k].astype(np.int64) for k in ("src", "dst", "eid"))
-        perm = np.lexsort((eid, src, dst))
-        src, dst, eid = src[perm], dst[perm], eid[perm]
+        src, eid, degree, perm = _sort_block(edges, b_lo, b_hi - b_lo, len(touched), sink, s_type == d_type)
         eids[0] = eid
-        degree = np.bincount(dst - b_lo, minlength=b_hi - b_lo)
         sink.streams[layout.INDPTR].append(np.cumsum(degree) + sink.edges)
         sink.streams[layout.INDICES].append(src)
         sink.streams[layout.EID].append(eid)
         if layout.PACKED in sink.streams:
-            sink.streams[layout.PACKED].append(np.stack([src, eid], axis=1))
+            packed = np.empty((len(src), 2), np.int32)
+            packed[:, 0], packed[:, 1] = src, eid
+            sink.streams[layout.PACKED].append(packed)
+            del packed
         for name in plan.schema[etype]:
             values = edges.get(_ATTR + name)
             if values is None:
@@ -173,23 +187,61 @@ def write_part_edges(job: tuple[EdgeType, int, int], *, scratch: Scratch, books:
             sink.streams[name].append(values[perm])
             if name == layout.LINK_SPLIT and splits is not None:
                 splits += np.bincount(values.astype(np.int64), minlength=3)[:3]
-        _tally(sink, src, dst, s_lo, s_hi, s_type == d_type)
+        sink.found["cut"] += int(len(src) - np.count_nonzero((src >= s_lo) & (src < s_hi)))
         touched[src] = True
         has_dst[b_lo - lo: b_hi - lo] = degree > 0
         sink.edges += len(src)
+        del edges, src, eid, perm, degree
+        release_freed()  # blocks differ in size: freed heap would otherwise pile up block after block
     arrays = {layout.edge_array(part, plan.keys[etype], n): s.close() for n, s in sink.streams.items()}
-    halo = np.unique(np.concatenate(sink.found["halo"])) if sink.found["halo"] else np.zeros(0, np.int64)
+    touched_src = np.packbits(touched)
+    touched[s_lo:s_hi] = False  # the halo: every source seen outside the part's own range
+    halo = scratch.put_array(f"halos/{plan.keys[etype]}/{part:05d}.npy", _flagged(touched))
     return PartEdges(part, arrays, sink.edges, sink.found["cut"], sink.found["loops"], sink.found["dups"], halo,
-                     np.packbits(touched), np.packbits(has_dst), splits, writer.bytes_written, writer.read_back)
+                     touched_src, np.packbits(has_dst), splits, writer.bytes_written, writer.read_back)
 
 
-def _tally(sink: _Sink, src: np.ndarray, dst: np.ndarray, s_lo: int, s_hi: int, same_type: bool) -> None:
-    """Count one sorted block's cut edges, self-loops and duplicates; keep its remote sources."""
-    remote = src[(src < s_lo) | (src >= s_hi)]
-    sink.found["cut"] += len(remote)
-    sink.found["halo"].append(np.unique(remote))
-    sink.found["loops"] += int(np.count_nonzero(src == dst)) if same_type else 0
-    sink.found["dups"] += int(np.count_nonzero((dst[1:] == dst[:-1]) & (src[1:] == src[:-1])))
+def _flagged(flags: np.ndarray, step: int = 1 << 22) -> np.ndarray:
+    """``np.flatnonzero(flags)`` as int32 IDs where they fit, without an int64 array of them all."""
+    dtype = id_dtype(len(flags))
+    return np.concatenate([np.flatnonzero(flags[a: a + step]).astype(dtype) + dtype(a)
+                           for a in range(0, len(flags), step)] or [np.zeros(0, dtype)])
+
+
+def id_dtype(num_nodes: int) -> type:
+    """The dtype of node IDs below ``num_nodes`` in intermediate files: int32 when they fit."""
+    return np.int32 if num_nodes <= _INT32_MAX else np.int64
+
+
+def _sort_block(edges: dict[str, np.ndarray], b_lo: int, nodes: int, num_src: int, sink: _Sink,
+                same_type: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """One block's edges (destinations ``b_lo ..``, ``nodes`` of them) in CSC order: sorted by (destination,
+    source, edge ID), as one 8-byte key and the edge IDs. Returns the sources and edge IDs (int64) in that
+    order, each destination's in-degree, and the permutation when edge attributes need it (else None);
+    counts the block's self-loops and duplicates into ``sink``. 32 bytes an edge at the peak."""
+    if nodes * num_src >= 2**63:  # the key would overflow: sort by the three columns
+        src, dst, eid = (edges.pop(k).astype(np.int64) for k in ("src", "dst", "eid"))
+        perm = np.lexsort((eid, src, dst))
+        key, local, eid = src[perm], dst[perm] - b_lo, eid[perm]
+    else:
+        key = edges.pop("dst").astype(np.int64)
+        key -= b_lo
+        key *= num_src
+        key += edges.pop("src")
+        eid = edges.pop("eid").astype(np.int64, copy=False)
+        perm = np.lexsort((eid, key))
+        key = key[perm]
+        eid = eid[perm]
+        local = key // num_src  # each edge's destination, from b_lo
+        local *= num_src
+        key -= local  # each edge's source
+        local //= num_src
+    sink.found["dups"] += int(np.count_nonzero((key[1:] == key[:-1]) & (local[1:] == local[:-1])))
+    degree = np.bincount(local, minlength=nodes)
+    if same_type:
+        local += b_lo
+        sink.found["loops"] += int(np.count_nonzero(key == local))
+    return key, eid, degree, perm if any(k.startswith(_ATTR) for k in edges) else None
 
 
 def _finite_check(where: str, name: str, eids: list[np.ndarray], allow_nan: bool) -> Any:
@@ -211,18 +263,19 @@ class EdgeTypeResult:
 
 
 def run_edge_stages(engine: Engine, source: ChunkedSource, *, scratch: Scratch, books: dict[NodeType, Relabel],
-                    keys: dict[Any, str], spec: WriteSpec, block_edges: int,
-                    progress: Progress | None = None) -> dict[EdgeType, EdgeTypeResult]:
+                    keys: dict[Any, str], spec: WriteSpec, block_edges: int, progress: Progress | None = None,
+                    saved: Scratch | None = None) -> dict[EdgeType, EdgeTypeResult]:
     """Route every edge chunk, then write every (edge type, part): the two edge stages of an ingest.
 
     Destinations are cut into blocks of about ``block_edges`` edges (the task budget), evenly per part.
+    ``saved``: where partitioning left the chunks' endpoints (``route`` then reads no source chunk twice).
     """
     num_parts = len(next(iter(books.values())).offsets) - 1
     plan = EdgePlan({t: keys[t] for t in source.num_edges}, dict(source.edge_schema), dict(source.num_edges),
                     {t: max(1, math.ceil(1.5 * n / num_parts / block_edges)) for t, n in source.num_edges.items()})
     chunks = list(enumerate(source.edge_chunks))
     routed = engine.map("route", route_chunk, chunks, progress, [c.stop - c.start for _, c in chunks],
-                        scratch=scratch, books=books, plan=plan)
+                        scratch=scratch, books=books, plan=plan, saved=saved)
     per_part = {(etype, part): 0 for etype in plan.keys for part in range(num_parts)}
     for (_, chunk), counts in zip(chunks, routed):
         for part, count in enumerate(counts):

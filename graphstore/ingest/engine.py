@@ -7,6 +7,7 @@ the Dask engine sends each once, as a task of its own, instead of once per task.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 from graphstore.heap import release_freed
 from graphstore.errors import GraphstoreError, IngestStageError, InvalidInputError, MissingBackendError
 from graphstore.ingest.budget import Budget, dask_budget, local_budget
+from graphstore.ingest.chunks import forget_process_caches
 
 logger = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
@@ -34,6 +36,14 @@ class Engine(Protocol):
     def budget(self) -> Budget: ...
 
 
+def release_stage_memory() -> None:
+    """What every process that ran a stage drops after it: the source's per-process tables (rebuilt by the
+    next stage that reads the source) and the heap freed during the stage, which glibc keeps unless asked.
+    Per-node arrays of one stage (coarsening levels, say) are then gone by the next."""
+    forget_process_caches()
+    release_freed()
+
+
 def _tick(progress: Progress | None, stage: str, index: int, weights: Sequence[int] | None, count: int) -> None:
     """Report item ``index`` done: its weight (edges, rows) of the stage's total, or 1 of ``count``."""
     if progress:
@@ -48,12 +58,11 @@ class LocalEngine:
     def map(self, stage: str, fn: Callable[..., Any], items: Sequence[Any], progress: Progress | None = None,
             weights: Sequence[int] | None = None, **shared: Any) -> list[Any]:
         out, started = [], time.perf_counter()
+        release_freed()  # what this process freed preparing the stage (see release_stage_memory)
         for index, item in enumerate(items):
             out.append(fn(item, **shared))
             _tick(progress, stage, index, weights, len(items))
-        # the freed heap goes back to the system after every stage: the client's per-node arrays of one stage
-        # (coarsening levels, say) are gone by the next, but glibc keeps their pages unless asked
-        release_freed()
+        release_stage_memory()
         logger.debug("ingest stage %s: %d task(s) in %.2f s", stage, len(items), time.perf_counter() - started)
         return out
 
@@ -101,6 +110,7 @@ class DaskEngine:
         from distributed import as_completed
 
         token = uuid.uuid4().hex[:8]
+        release_freed()  # what the client freed preparing the stage: not held while the workers run it
         # one task per shared input (not scatter): a result lost with its worker is recomputed
         scattered = {k: self.client.submit(_Shared, v, key=f"shared-{stage}-{k}-{token}", pure=False)
                      for k, v in shared.items()}
@@ -119,7 +129,9 @@ class DaskEngine:
             return out
         finally:
             self.client.cancel(futures + list(scattered.values()))
-            release_freed()  # what the client freed while the stage ran (see LocalEngine.map)
+            release_stage_memory()  # here, and on every worker (one that died meanwhile is skipped)
+            with contextlib.suppress(Exception):
+                self.client.run(release_stage_memory, on_error="ignore")
 
     def budget(self) -> Budget:
         """From the smallest ``memory_limit`` of the cluster's workers."""

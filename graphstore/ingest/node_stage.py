@@ -20,7 +20,7 @@ from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, NodeChunk
 from graphstore.ingest.edge_stage import WriteSpec
 from graphstore.ingest.engine import Engine, Progress
 from graphstore.ingest.relabel import Relabel
-from graphstore.ingest.scratch import Scratch
+from graphstore.ingest.scratch import Scratch, StoredArray
 from graphstore.ingest.validate import SPLIT_MASKS, check_labels
 from graphstore.ingest.writer import ArrayWriter
 from graphstore.dataset.manifest import ArrayInfo
@@ -62,8 +62,16 @@ def read_node_chunk(chunk: NodeChunk, plan: NodePlan, columns: Any = None) -> di
     return out
 
 
+def part_halo(pieces: list[StoredArray]) -> np.ndarray:
+    """The sorted global IDs of one part's halo of one node type: the union of what each edge type whose
+    sources have that type found (files the ``edges`` stage wrote)."""
+    if len(pieces) <= 1:
+        return pieces[0].mapped() if pieces else np.zeros(0, np.int64)
+    return np.unique(np.concatenate([piece.mapped() for piece in pieces]))
+
+
 def route_nodes(item: tuple[int, NodeChunk], *, scratch: Scratch, books: dict[NodeType, Relabel], plan: NodePlan,
-                halos: dict[NodeType, list[np.ndarray]]) -> int:
+                halos: dict[NodeType, list[list[StoredArray]]]) -> int:
     """Stage ``node-route``: write one chunk's rows to the file of each partition owning some of them,
     and the rows each partition's halo replicates to (partition, owner) files. Returns the rows read."""
     index, chunk = item
@@ -74,7 +82,8 @@ def route_nodes(item: tuple[int, NodeChunk], *, scratch: Scratch, books: dict[No
         sel = np.flatnonzero(part == p)
         scratch.put(f"nodes/{key}/{p:05d}/{index:06d}", {n: v[sel] for n, v in rows.items()})
     replicate = plan.replicate.get(chunk.ntype, ())
-    for p, ids in enumerate(halos.get(chunk.ntype, [])) if replicate else ():
+    for p, pieces in enumerate(halos.get(chunk.ntype, [])) if replicate else ():
+        ids = part_halo(pieces)
         orig = book.order[ids]
         inside = np.flatnonzero((orig >= chunk.start) & (orig < chunk.stop))
         owner = book.owner(ids[inside])
@@ -121,10 +130,11 @@ def _stream_rows(writer: ArrayWriter, scratch: Scratch, prefix: str, path: Any, 
     return {path(n): s.close() for n, s in streams.items()}, trues
 
 
-def write_part_nodes(job: tuple[NodeType, int, np.ndarray], *, scratch: Scratch, books: dict[NodeType, Relabel],
-                     plan: NodePlan, spec: WriteSpec) -> PartNodes:
+def write_part_nodes(job: tuple[NodeType, int, list[StoredArray]], *, scratch: Scratch,
+                     books: dict[NodeType, Relabel], plan: NodePlan, spec: WriteSpec) -> PartNodes:
     """Stage ``nodes``: one partition's ``orig_id``, its rows of every attribute, its halo IDs and replicas."""
-    ntype, part, halo = job
+    ntype, part, pieces = job
+    halo = part_halo(pieces)
     book, key, writer = books[ntype], plan.keys[ntype], spec.writer()
     ids = book.order[book.offsets[part]: book.offsets[part + 1]]
     arrays = {layout.node_array(part, key, layout.ORIG_ID):
@@ -143,9 +153,10 @@ def write_part_nodes(job: tuple[NodeType, int, np.ndarray], *, scratch: Scratch,
 
 
 def run_node_stages(engine: Engine, source: ChunkedSource, *, scratch: Scratch, books: dict[NodeType, Relabel],
-                    plan: NodePlan, halos: dict[NodeType, list[np.ndarray]], spec: WriteSpec,
+                    plan: NodePlan, halos: dict[NodeType, list[list[StoredArray]]], spec: WriteSpec,
                     progress: Progress | None = None) -> dict[tuple[NodeType, int], PartNodes]:
-    """Route every node chunk, then write every (node type, part)."""
+    """Route every node chunk, then write every (node type, part). ``halos``: per node type and part, the
+    halo files of the edge types whose sources have that type."""
     order = {t: i for i, t in enumerate(source.num_nodes)}
     chunks = sorted(source.node_chunks, key=lambda c: (order[c.ntype], c.start))
     _check_cover(source, chunks)
@@ -160,6 +171,7 @@ def run_node_stages(engine: Engine, source: ChunkedSource, *, scratch: Scratch, 
                       books=books, plan=plan, spec=spec)
     scratch.remove("nodes")
     scratch.remove("halo")
+    scratch.remove("halos")
     return {(t, p): result for (t, p, _), result in zip(jobs, done)}
 
 

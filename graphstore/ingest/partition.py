@@ -10,13 +10,14 @@ from typing import Any
 import numpy as np
 
 from graphstore.errors import InvalidInputError
-from graphstore.ingest.adjacency import NodeSpace, bucket_degrees, bucket_edges, load_adjacency
+from graphstore.ingest.adjacency import Constraints, Level, NodeSpace, bucket_degrees, bucket_edges, load_adjacency
 from graphstore.ingest.budget import Budget, local_budget
 from graphstore.ingest.chunks import ChunkedSource
-from graphstore.ingest.coarsen import coarsen, load_level, refine_graph, refine_parts, weight_floor
+from graphstore.ingest.coarsen import coarsen, load_level, weight_floor
 from graphstore.ingest.engine import Engine, LocalEngine
 from graphstore.ingest.rebalance import TARGET, edge_cut, imbalance, part_loads, rebalance
-from graphstore.ingest.scratch import Scratch
+from graphstore.ingest.refine import refine_graph, refine_parts
+from graphstore.ingest.scratch import Scratch, StoredArray
 from graphstore.ingest.source import GraphSource, NodeType
 
 logger = logging.getLogger(__name__)
@@ -31,8 +32,8 @@ METIS_MAX_EDGES = 1 << 25  # undirected edges METIS sees at most (about 2.7 GB o
 
 def partition_graph(source: ChunkedSource, num_parts: int, method: str, seed: int = 0, *, engine: Engine,
                     scratch: Scratch, budget: Budget, train: dict[NodeType, np.ndarray] | None = None,
-                    progress: Progress | None = None, metis_max_edges: int | None = METIS_MAX_EDGES
-                    ) -> tuple[dict[NodeType, np.ndarray], dict[str, Any]]:
+                    progress: Progress | None = None, metis_max_edges: int | None = METIS_MAX_EDGES,
+                    keep_ends: bool = False) -> tuple[dict[NodeType, np.ndarray], dict[str, Any]]:
     """Return, per node type, the partition (int32) of every input node, and partitioner details.
 
     Heterogeneous graphs are partitioned on their homogeneous view; each type keeps its own IDs.
@@ -40,6 +41,8 @@ def partition_graph(source: ChunkedSource, num_parts: int, method: str, seed: in
     is built from the edge chunks in buckets on ``engine``; when the graph (or its uniform sample of
     ``metis_max_edges`` undirected edges) does not fit one task of ``budget``, METIS partitions a
     coarsened graph of clusters instead (``coarsen.py``) and the clusters' parts are projected back.
+    With ``keep_ends``, METIS leaves each edge chunk's endpoints in ``scratch`` (``ends/<chunk>``, chunks
+    without edge attributes) for the ``route`` stage; the other methods read no edge.
     """
     if method not in METHODS:
         raise InvalidInputError(f"partition method {method!r} is not one of {METHODS}; pass --method metis|random|range")
@@ -50,7 +53,8 @@ def partition_graph(source: ChunkedSource, num_parts: int, method: str, seed: in
     if method == "random":
         rng = np.random.default_rng(seed)
         return {t: _range_parts(n, num_parts)[rng.permutation(n)] for t, n in source.num_nodes.items()}, {}
-    return _metis(source, num_parts, seed, engine, scratch, budget, train or {}, progress, metis_max_edges)
+    return _metis(source, num_parts, seed, engine, scratch, budget, train or {}, progress, metis_max_edges,
+                  keep_ends)
 
 
 def partition_nodes(source: GraphSource, num_parts: int, method: str, seed: int = 0,
@@ -108,41 +112,49 @@ def _range_parts(num_nodes: int, num_parts: int) -> np.ndarray:
     return (np.arange(num_nodes, dtype=np.int64) * num_parts // max(num_nodes, 1)).astype(np.int32)
 
 
-def _adjacency(source: ChunkedSource, space: NodeSpace, engine: Engine, scratch: Scratch,
-               progress: Progress | None) -> tuple[np.ndarray, int, np.ndarray]:
-    """Stages ``adjacency`` and ``degrees``: the CSR pieces on disk; the stored in-degree of every
-    node (homogeneous IDs), the count of distinct symmetric entries, and every node's degree there."""
+def _adjacency(source: ChunkedSource, space: NodeSpace, engine: Engine, scratch: Scratch, progress: Progress | None,
+               constraints: Constraints | None = None, keep_ends: bool = False) -> tuple[np.ndarray, int, np.ndarray]:
+    """Stages ``adjacency`` and ``degrees``: the CSR pieces and the METIS weights on disk; every node's
+    combined weight (float32, homogeneous IDs), the count of distinct symmetric entries, and every node's
+    degree there (int32)."""
+    if constraints is None:
+        constraints = Constraints.build(space, {}, sum(source.num_edges.values()))
     chunks = list(enumerate(source.edge_chunks))
     engine.map("adjacency", bucket_edges, chunks, progress, [c.stop - c.start for _, c in chunks],
-               scratch=scratch, space=space)
+               scratch=scratch, space=space, keep_ends=keep_ends)
     found = engine.map("degrees", bucket_degrees, list(range(space.buckets)), progress, None, scratch=scratch,
-                       space=space)
+                       space=space, constraints=constraints)
     scratch.remove("adj")
-    in_degree = np.concatenate([f.in_degree for f in found]) if found else np.zeros(space.total, np.int64)
-    degree = np.concatenate([f.degree for f in found]) if found else np.zeros(space.total, np.int32)
-    return in_degree, sum(f.entries for f in found), degree
+    share, degree = np.empty(space.total, np.float32), np.empty(space.total, np.int32)
+    for bucket, piece in enumerate(found):
+        share[space.bounds[bucket]: space.bounds[bucket + 1]] = piece.share
+        degree[space.bounds[bucket]: space.bounds[bucket + 1]] = piece.degree
+    return share, sum(f.entries for f in found), degree
 
 
 def _metis(source: ChunkedSource, num_parts: int, seed: int, engine: Engine, scratch: Scratch, budget: Budget,
-           train: dict[NodeType, np.ndarray], progress: Progress | None,
-           max_edges: int | None) -> tuple[dict[NodeType, np.ndarray], dict[str, Any]]:
+           train: dict[NodeType, np.ndarray], progress: Progress | None, max_edges: int | None,
+           keep_ends: bool = False) -> tuple[dict[NodeType, np.ndarray], dict[str, Any]]:
     total_edges = sum(source.num_edges.values())
     buckets = math.ceil(2 * total_edges * _BUCKET_SLACK / budget.bucket_entries)
     space = NodeSpace.build(source.num_nodes, buckets)
+    constraints = Constraints.build(space, train, total_edges)
     if progress:
         progress("partition", 0, 3)
-    in_degree, entries, degree = _adjacency(source, space, engine, scratch, progress)
-    weights, names = vertex_weights(space, train, in_degree)
-    del in_degree
+    share, entries, degree = _adjacency(source, space, engine, scratch, progress, constraints, keep_ends)
+    names = list(constraints.names)
     if progress:
         progress("partition", 1, 3)
     seen = entries if max_edges is None else min(entries, 2 * max_edges)
     if budget.metis_fits(space.total, seen):
+        del share, degree
         parts, details = engine.map("metis", _whole_metis, [num_parts], None, None, scratch=scratch, space=space,
-                                    entries=entries, max_edges=max_edges, seed=seed, vweights=weights,
-                                    names=names)[0]
-    else:
-        parts, details = _coarse_metis(engine, scratch, space, budget, weights, degree, names, num_parts, seed,
+                                    entries=entries, max_edges=max_edges, seed=seed, names=names)[0]
+    else:  # the client keeps no node-sized array through the coarsening: level 0's are files tasks read
+        weight = scratch.put_array("level0/weight.npy", share)
+        degree = scratch.put_array("level0/degree.npy", degree.astype(np.float32))
+        del share
+        parts, details = _coarse_metis(engine, scratch, space, budget, weight, degree, names, num_parts, seed,
                                        progress)
     if progress:
         progress("partition", 3, 3)
@@ -151,9 +163,9 @@ def _metis(source: ChunkedSource, num_parts: int, seed: int, engine: Engine, scr
 
 
 def _whole_metis(num_parts: int, *, scratch: Scratch, space: NodeSpace, entries: int, max_edges: int | None,
-                 seed: int, vweights: np.ndarray, names: list[str]) -> tuple[np.ndarray, dict[str, Any]]:
+                 seed: int, names: list[str]) -> tuple[np.ndarray, dict[str, Any]]:
     """Stage ``metis`` on the whole graph (or its edge sample): parts per homogeneous node, and details."""
-    weights = vweights
+    weights = np.concatenate([space.level.vertex_weights(scratch, b) for b in range(space.buckets)])
     xadj, adjncy, fraction = load_adjacency(scratch, space, entries, max_edges, seed)
     if fraction < 1.0:
         logger.info("METIS sees a uniform %.1f%% sample of the edges (metis_max_edges=%d)", 100 * fraction, max_edges)
@@ -164,35 +176,50 @@ def _whole_metis(num_parts: int, *, scratch: Scratch, space: NodeSpace, entries:
                    "refined_nodes": refined}
 
 
-def _coarse_metis(engine: Engine, scratch: Scratch, space: NodeSpace, budget: Budget, weights: np.ndarray,
-                  degree: np.ndarray, names: list[str], num_parts: int, seed: int,
+def _coarse_metis(engine: Engine, scratch: Scratch, space: NodeSpace, budget: Budget, weight: StoredArray,
+                  degree: StoredArray, names: list[str], num_parts: int, seed: int,
                   progress: Progress | None) -> tuple[np.ndarray, dict[str, Any]]:
     """A multilevel partition: coarsen (label propagation) until METIS fits one task, partition the top
     level with METIS (edges weighted by the fine edges they stand for), then on the way back down
-    project the parts to each level and refine them there, down to the nodes."""
-    share = (weights / np.maximum(weights.mean(axis=0), 1e-12)).sum(axis=1)  # every constraint an equal say
+    project the parts to each level and refine them there, down to the nodes. ``weight``: every node's
+    constraints combined, ``degree`` its degree (files: the client loads them only while it clusters level 0)."""
     clusters = min(budget.coarse_vertices, num_parts * CLUSTERS_PER_PART)
-    levels, top, hist = coarsen(engine, scratch, space.level, share, degree, clusters, budget.metis_fits, progress)
+    levels, top, hist = coarsen(engine, scratch, space.level, weight, degree, clusters, budget.metis_fits, progress)
     floor = weight_floor(hist[0], budget.metis_entries(top.size)) if levels else 1
     kept = float(hist[1][int(math.log2(floor)):].sum() / max(hist[1].sum(), 1)) if levels else 1.0
-    level_weights = [weights]
-    for _, cluster in levels:
-        level_weights.append(np.stack([np.bincount(cluster, weights=level_weights[-1][:, c]).astype(np.int64)
-                                       for c in range(weights.shape[1])], axis=1))
+    level_weights: list[np.ndarray | None] = [None]  # level 0's are in the level's vertex files
+    for depth, (level, cluster) in enumerate(levels):
+        count = top.size if depth + 1 == len(levels) else levels[depth + 1][0].size
+        level_weights.append(_cluster_weights(scratch, level, cluster, level_weights[-1], count, len(names)))
     logger.info("METIS partitions %d clusters of %d nodes (their edges of weight >= %d: %.1f%% of the weight)",
                 top.size, space.total, floor, 100 * kept)
     parts = engine.map("metis", _clusters_metis, [num_parts], None, None, scratch=scratch, level=top, floor=floor,
                        vweights=level_weights[-1], names=names, seed=seed)[0]
+    load = part_loads(parts, level_weights[-1], num_parts)  # the same at every level: weights are sums
     refined = 0
     for (level, cluster), level_weight in zip(reversed(levels), reversed(level_weights[:-1])):
-        parts = parts[cluster]
-        refined = refine_parts(engine, scratch, level, parts, level_weight, num_parts, TARGET, progress)
-    balance = imbalance(part_loads(parts, weights, num_parts))
+        parts = parts[np.asarray(cluster[:])]
+        refined = refine_parts(engine, scratch, level, parts, level_weight, load, num_parts, TARGET, progress)
+    balance = imbalance(load)
     logger.info("refinement moved %d nodes; balance now %s", refined, _describe(names, balance))
     if balance.max() > TARGET:
         logger.warning("partition unbalanced after refinement: %s", _describe(names, balance))
     return parts.astype(np.int32), {"metis_scheme": "kway", "metis_edge_fraction": round(kept, 6),
                                     "metis_coarse_vertices": top.size, "refined_nodes": refined}
+
+
+def _cluster_weights(scratch: Scratch, level: Level, cluster: Any, weights: np.ndarray | None, count: int,
+                     constraints: int) -> np.ndarray:
+    """The (count, constraints) weights of the next level: each cluster's vertices' weights summed (level 0's
+    read bucket by bucket from its vertex files, when ``weights`` is None)."""
+    out = np.zeros((count, constraints), np.int64)
+    for bucket in range(level.buckets):
+        lo, hi = int(level.bounds[bucket]), int(level.bounds[bucket + 1])
+        rows = level.vertex_weights(scratch, bucket) if weights is None else weights[lo:hi]
+        owner = np.asarray(cluster[lo:hi])
+        for c in range(constraints):
+            out[:, c] += np.bincount(owner, weights=rows[:, c], minlength=count).astype(np.int64)
+    return out
 
 
 def _clusters_metis(num_parts: int, *, scratch: Scratch, level: Any, floor: int, vweights: np.ndarray,
@@ -332,24 +359,11 @@ def _describe(names: list[str], values: np.ndarray) -> str:
 
 def vertex_weights(space: NodeSpace, train: dict[NodeType, np.ndarray],
                    in_degree: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """The (total, constraints) METIS weights and their names: nodes of each type, train nodes, edges.
+    """The (total, constraints) METIS weights and their names: nodes of each type, train nodes, edges
+    (:class:`~graphstore.ingest.adjacency.Constraints`, for a graph held in memory).
 
     The edge weight of a node is its in-degree in the stored edge lists (all of them, not METIS's
     sample, duplicates included), so balancing it balances the edges each partition stores.
     """
-    columns, names = [], []
-    for ntype, count in space.num_nodes.items():
-        col = np.zeros(space.total, np.int64)
-        col[space.offsets[ntype]: space.offsets[ntype] + count] = 1
-        columns.append(col)
-        names.append("nodes" if ntype is None else f"nodes[{ntype}]")
-    flags = np.zeros(space.total, np.int64)
-    for ntype, mask in train.items():
-        flags[space.offsets[ntype]: space.offsets[ntype] + space.num_nodes[ntype]] = mask
-    if flags.any():
-        columns.append(flags)
-        names.append("train_nodes")
-    if in_degree.any():
-        columns.append(in_degree)
-        names.append("edges")
-    return np.stack(columns, axis=1), names
+    constraints = Constraints.build(space, train, int(np.sum(in_degree)))
+    return constraints.rows(0, space.total, in_degree), list(constraints.names)

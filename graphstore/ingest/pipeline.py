@@ -300,25 +300,35 @@ def _write_dataset(source: ChunkedSource, staged: Location, *, num_parts: int, m
     keys = _type_keys(source)
     logger.info("partitioning %s into %d parts by %s on the %s engine", source.name, num_parts, method, engine.name)
     train = _train_flags(engine, source, progress) if method == "metis" and num_parts > 1 else {}
-    with scratch_dir(staged) as scratch:
-        assign, details = partition_graph(source, num_parts, method, seed, engine=engine, scratch=scratch,
+    reuse = method == "metis" and num_parts > 1 and prepare is None  # in place, DEST is cleared before writing
+    # creating the root group clears the folder: before the first scratch file when staged, after prepare in place
+    writer = ArrayWriter(staged, compression=compression, chunk_bytes=chunk_bytes) if prepare is None else None
+    with scratch_dir(staged) as first:
+        assign, details = partition_graph(source, num_parts, method, seed, engine=engine, scratch=first,
                                           budget=budget, train=train, progress=progress,
-                                          metis_max_edges=metis_max_edges)
-    books = {ntype: relabel(a, num_parts) for ntype, a in assign.items()}
-    del assign, train
-    logger.info("partitioned after %.1f s; writing into %s", time.perf_counter() - started, staged.url)
-    if prepare is not None:
-        prepare()
-    writer = ArrayWriter(staged, compression=compression, chunk_bytes=chunk_bytes)
-    spec = WriteSpec(staged, compression, chunk_bytes, allow_nan)
-    with scratch_dir(staged) as scratch:
-        edges = run_edge_stages(engine, source, scratch=scratch, books=books, keys=keys, spec=spec,
-                                block_edges=budget.route_block_edges, progress=progress)
-        logger.info("wrote edges after %.1f s", time.perf_counter() - started)
-        plan = NodePlan({t: keys[t] for t in source.num_nodes}, dict(source.node_schema), replicate)
-        nodes = run_node_stages(engine, source, scratch=scratch, books=books, plan=plan,
-                                halos=halos_of(source, books, edges), spec=spec, progress=progress)
-        logger.info("wrote node attributes after %.1f s", time.perf_counter() - started)
+                                          metis_max_edges=metis_max_edges, keep_ends=reuse)
+        if reuse:
+            first.keep_only("ends")  # the edge chunks' endpoints, read again by the route stage
+        else:
+            first.clear()  # in place, DEST must hold nothing of this ingest's at its last check (prepare)
+        del train
+        logger.info("partitioned after %.1f s; writing into %s", time.perf_counter() - started, staged.url)
+        if prepare is not None:
+            prepare()
+            writer = ArrayWriter(staged, compression=compression, chunk_bytes=chunk_bytes)
+        spec = WriteSpec(staged, compression, chunk_bytes, allow_nan)
+        with scratch_dir(staged) as scratch:
+            # the books' per-node maps go to files the tasks read; the client keeps each type's offsets only
+            books = {t: relabel(assign.pop(t), num_parts).stored(scratch, keys[t]) for t in list(assign)}
+            edges = run_edge_stages(engine, source, scratch=scratch, books=books, keys=keys, spec=spec,
+                                    block_edges=budget.route_block_edges, progress=progress,
+                                    saved=first if reuse else None)
+            first.remove("ends")
+            logger.info("wrote edges after %.1f s", time.perf_counter() - started)
+            plan = NodePlan({t: keys[t] for t in source.num_nodes}, dict(source.node_schema), replicate)
+            nodes = run_node_stages(engine, source, scratch=scratch, books=books, plan=plan,
+                                    halos=halos_of(source, books, edges), spec=spec, progress=progress)
+            logger.info("wrote node attributes after %.1f s", time.perf_counter() - started)
     manifest, written = build_manifest(source, books, keys, edges, nodes, replicate, dict(
         method=method, seed=seed, num_parts=num_parts, compression=compression, chunk_bytes=chunk_bytes,
         started=started, details=details, link_splits=link_splits))

@@ -308,8 +308,8 @@ def _search_sorted(cumw: np.ndarray, keys: np.ndarray) -> np.ndarray:
 class _Communities:
     """Nodes grouped by community with cumulative degree weights, for weighted sampling."""
 
-    community: np.ndarray  # community of each node
-    order: np.ndarray  # node IDs sorted by community
+    community: np.ndarray | None  # community of each node (None: not kept, sampling needs only the rest)
+    order: np.ndarray  # node IDs sorted by community (int32 below 2**31 nodes)
     cumw: np.ndarray  # cumulative weight along ``order``
     start: np.ndarray  # first position of each community in ``order``
     end: np.ndarray  # one past its last position
@@ -317,24 +317,32 @@ class _Communities:
     mass: np.ndarray  # total weight of each community
 
     @classmethod
-    def build(cls, community: np.ndarray, weights: np.ndarray, count: int) -> _Communities:
+    def build(cls, community: np.ndarray, weights: np.ndarray, count: int, keep_community: bool = True
+              ) -> _Communities:
+        """The tables of nodes in ``community`` (``0..count-1``) with degree ``weights``.
+
+        Holds 12 bytes a node (``order``, ``cumw``), and ``community`` when kept.
+        """
         order = np.argsort(community, kind="stable")
-        cumw = np.cumsum(weights[order])
-        bounds = np.searchsorted(community[order], np.arange(count + 1))
-        before = np.concatenate(([0.0], cumw))
-        base = before[bounds[:-1]]
-        return cls(community, order, cumw, bounds[:-1], bounds[1:], base, before[bounds[1:]] - base)
+        order = order.astype(np.int32) if len(order) < 2**31 else order
+        cumw = weights[order]
+        np.cumsum(cumw, out=cumw)
+        bounds = np.zeros(count + 1, np.int64)
+        np.cumsum(np.bincount(community, minlength=count)[:count], out=bounds[1:])
+        before = np.where(bounds > 0, cumw[np.maximum(bounds - 1, 0)], 0.0)  # cumw just before each bound
+        return cls(community if keep_community else None, order, cumw, bounds[:-1], bounds[1:], before[:-1],
+                   before[1:] - before[:-1])
 
     def sample_pairs(self, rng: np.random.Generator, count: int, homophily: float) -> tuple[np.ndarray, np.ndarray]:
         """``count`` undirected edges: a weighted node, then a weighted partner (own community w.p. ``homophily``)."""
         total, last = self.cumw[-1], len(self.order) - 1
-        first = _search_sorted(self.cumw, rng.random(count) * total)
-        u = self.order[np.minimum(first, last)]
-        cu = self.community[u]
+        first = np.minimum(_search_sorted(self.cumw, rng.random(count) * total), last)
+        u = self.order[first].astype(np.int64)
+        cu = np.searchsorted(self.end, first, side="right")  # the community of position ``first`` of ``order``
         inside = rng.random(count) < homophily
         r = rng.random(count)
         target = np.where(inside, self.base[cu] + r * self.mass[cu], r * total)
         pos = _search_sorted(self.cumw, target)
         # float rounding at a community's upper edge must not leak into the next community
         pos = np.clip(pos, np.where(inside, self.start[cu], 0), np.where(inside, self.end[cu] - 1, last))
-        return u, self.order[pos]
+        return u, self.order[pos].astype(np.int64)

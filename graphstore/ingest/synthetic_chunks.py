@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock
+from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock, process_cache
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
 from graphstore.ingest.synthetic import (_CENTROID_SCALE, _COMMUNITIES_PER_CLASS, _GOLDEN, _PARETO_SHAPE,
                                          SyntheticFeatures, SyntheticSpec, _Communities, _mix64, feature_rows)
@@ -37,25 +37,39 @@ def _stream(spec: SyntheticSpec, tag: int, number: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([spec.seed, tag, number]))
 
 
+def _node_block(spec: SyntheticSpec, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(community, degree weight)`` of the nodes of random block ``block``."""
+    rng = _stream(spec, _NODES, block)
+    size = min(NODE_BLOCK, spec.nodes - block * NODE_BLOCK)
+    community = rng.integers(0, spec.classes * _COMMUNITIES_PER_CLASS, size, dtype=np.int64)
+    return community, np.minimum(rng.pareto(_PARETO_SHAPE, size) + 1.0, math.sqrt(spec.nodes))  # tame a freak hub
+
+
 def synthetic_nodes(spec: SyntheticSpec, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """``(community, degree weight)`` of nodes ``lo..hi-1``, drawn block by block."""
-    count, cap = spec.classes * _COMMUNITIES_PER_CLASS, math.sqrt(spec.nodes)
     first, last = lo // NODE_BLOCK, (hi - 1) // NODE_BLOCK if hi > lo else lo // NODE_BLOCK - 1
     community, weights = [np.empty(0, np.int64)], [np.empty(0)]
     for block in range(first, last + 1):
-        rng = _stream(spec, _NODES, block)
-        size = min(NODE_BLOCK, spec.nodes - block * NODE_BLOCK)
-        community.append(rng.integers(0, count, size, dtype=np.int64))
-        weights.append(np.minimum(rng.pareto(_PARETO_SHAPE, size) + 1.0, cap))  # tame a freak hub
+        c, w = _node_block(spec, block)
+        community.append(c)
+        weights.append(w)
     offset = lo - first * NODE_BLOCK
     return np.concatenate(community)[offset:offset + hi - lo], np.concatenate(weights)[offset:offset + hi - lo]
 
 
+@process_cache
 @functools.lru_cache(maxsize=2)
 def _groups(spec: SyntheticSpec) -> _Communities:
-    """Every node's community and weight, for weighted sampling (``~24 B`` per node, once per process)."""
-    community, weights = synthetic_nodes(spec, 0, spec.nodes)
-    return _Communities.build(community, weights, spec.classes * _COMMUNITIES_PER_CLASS)
+    """The community tables edges are drawn from (12 bytes a node, once per process; the engines clear them
+    after every stage). Filled block by block: no node-sized temporary beyond the weights and the sort."""
+    count = spec.classes * _COMMUNITIES_PER_CLASS
+    community = np.empty(spec.nodes, np.min_scalar_type(count))
+    weights = np.empty(spec.nodes, np.float64)
+    for block in range(-(-spec.nodes // NODE_BLOCK)):
+        lo = block * NODE_BLOCK
+        c, w = _node_block(spec, block)
+        community[lo: lo + len(c)], weights[lo: lo + len(w)] = c, w
+    return _Communities.build(community, weights, count, keep_community=False)
 
 
 def _feistel(x: np.ndarray, keys: np.ndarray, half: int) -> np.ndarray:

@@ -108,6 +108,7 @@ class ArrayWriter:
             self._store, name=path, shape=shape, chunks=(rows, *shape[1:]), dtype=dtype,
             compressors=None if self.compression == "none" else zarr.codecs.ZstdCodec(level=3),
             fill_value=0, config={"write_empty_chunks": True},
+            overwrite=True,  # a task retried after its worker died rewrites the arrays it had begun
         ))
         return StreamArray(self, path, array, tuple(int(s) for s in shape), dtype, rows, check)
 
@@ -145,7 +146,8 @@ class ArrayWriter:
 
 class StreamArray:
     """One array being written in row order from pieces of any length; whole chunks are stored as
-    they fill, so a writer holds at most one chunk of it (plus the piece being appended)."""
+    they fill, so a writer holds at most one chunk of it (the piece being appended is the caller's:
+    its whole chunks are stored straight from it, only a partial chunk is copied and kept)."""
 
     def __init__(self, writer: ArrayWriter, path: str, array: Any, shape: tuple[int, ...], dtype: np.dtype,
                  chunk_rows: int, check: Callable[[np.ndarray, int], None] | None) -> None:
@@ -165,15 +167,24 @@ class StreamArray:
         if self.check is not None and len(piece):
             self.check(piece, self.rows)
         self.rows += len(piece)
-        self._pending.append(piece)
-        self._pending_rows += len(piece)
-        while self._pending_rows >= self.chunk_rows:
-            self._flush(self.chunk_rows)
+        while len(piece):
+            if not self._pending_rows and len(piece) >= self.chunk_rows:  # a whole chunk: stored from the piece
+                self._write(piece[: self.chunk_rows])
+                piece = piece[self.chunk_rows:]
+                continue
+            take = min(self.chunk_rows - self._pending_rows, len(piece))
+            self._pending.append(piece[:take].copy())  # a copy: the caller's piece is not kept alive
+            self._pending_rows += take
+            piece = piece[take:]
+            if self._pending_rows == self.chunk_rows:
+                self._flush()
 
-    def _flush(self, rows: int) -> None:
-        joined = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
-        block, rest = joined[:rows], joined[rows:]
-        self._pending, self._pending_rows = ([rest] if len(rest) else []), len(rest)
+    def _flush(self) -> None:
+        block = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        self._pending, self._pending_rows = [], 0
+        self._write(block)
+
+    def _write(self, block: np.ndarray) -> None:
         start = len(self._checksums) * self.chunk_rows
         self._checksums.append(self.writer._write_chunk(self.array, self.path, len(self._checksums), start, block))
 
@@ -182,6 +193,6 @@ class StreamArray:
         if self.rows != self.shape[0]:
             raise InvalidInputError(f"{self.path}: {self.rows} rows were written of {self.shape[0]}")
         if self._pending_rows:
-            self._flush(self._pending_rows)
+            self._flush()
         return ArrayInfo(self.shape, self.dtype.name, self.chunk_rows, self.writer.compression,
                          tuple(self._checksums))

@@ -93,3 +93,27 @@ def test_the_coarse_path_on_dask_gives_the_local_partition():
     here, here_details = _coarse(LocalEngine(), spec)
     np.testing.assert_array_equal(on_dask[None], here[None])
     assert details == here_details
+
+
+def test_contracting_into_more_clusters_than_an_int32_pair_key_holds_keeps_every_edge():
+    """60,000 clusters: a (cluster, cluster) key of 32-bit labels would wrap (60,000**2 > 2**31)."""
+    from graphstore.ingest.adjacency import Level
+    from graphstore.ingest.coarsen import contract
+
+    n, count = 120_000, 60_000
+    rng = np.random.default_rng(2)
+    u, v = rng.integers(0, n, 200_000), rng.integers(0, n, 200_000)
+    u, v = np.concatenate([u, v]), np.concatenate([v, u])
+    key = np.unique(u[u != v] * n + v[u != v])
+    cluster = (np.arange(n) % count).astype(np.int32)
+    with _temp_scratch() as scratch:
+        scratch.put("fine/00000", {"counts": np.bincount(key // n, minlength=n), "adjncy": (key % n).astype(np.int32)})
+        stored = scratch.put_array("fine.cluster.npy", cluster)
+        top, _ = contract(LocalEngine(), scratch, Level("fine", np.array([0, n])), stored, count, "coarse")
+        xadj, adjncy, adjwgt = load_level(scratch, top, 1)
+    a, c = cluster[key // n].astype(np.int64), cluster[key % n].astype(np.int64)
+    pairs, weights = np.unique((a * count + c)[a != c], return_counts=True)
+    got = np.repeat(np.arange(count, dtype=np.int64), np.diff(xadj)) * count + adjncy
+    assert top.size == count and adjwgt.sum() == int(np.count_nonzero(a != c))
+    np.testing.assert_array_equal(got, pairs)
+    np.testing.assert_array_equal(adjwgt, weights)
