@@ -15,6 +15,10 @@ from numba import njit
 from sampling.prefetch import prefetch_write
 
 DENSE_MAX_NODES = 1 << 24  # up to this many nodes the de-duplication map is a dense int32 array (64 MiB)
+# the per-hop driver (a rank's share of a partitioned graph, heterogeneous graphs): a dense map is sized by the
+# whole graph in every sampling thread, so above this many nodes its hash table (sized by the batch) is used:
+# measured at 12M nodes, 0.18 ms more de-duplication a 1024-seed batch, 42 MB less per thread
+PERHOP_DENSE_MAX_NODES = 1 << 21
 _ONE = np.uint64(1)
 _AHEAD = 32  # de-duplication looks this many edges ahead to start fetching their map entries
 _AHEAD_NODES = 8  # disjoint de-duplication: frontier nodes ahead whose edges it starts fetching

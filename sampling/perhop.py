@@ -15,7 +15,8 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from graphstore.errors import CorruptDatasetError
 from sampling import variants
 from sampling.engine import BlockArgs, Variants
-from sampling.idmap import DENSE_MAX_NODES
+from sampling.idmap import PERHOP_DENSE_MAX_NODES
+from sampling.multihop import _by_id as by_id
 from sampling.picks import STRATEGY_LAST, STRATEGY_UNIFORM
 
 _EMPTY_I = np.zeros(0, np.int64)
@@ -96,7 +97,7 @@ def node_maps(local: Any, counts: dict[Any, int], disjoint: bool) -> dict[Any, l
     if maps is None:
         maps = local.hop_maps = {}
         for t, n in counts.items():
-            dense = n <= DENSE_MAX_NODES and not disjoint
+            dense = n <= PERHOP_DENSE_MAX_NODES and not disjoint
             maps[t] = [np.zeros(-(-n // 64) if dense else 0, np.uint64), np.empty(n if dense else 0, np.int32),
                        np.full(0 if dense else 1 << 12, -1, np.int64)]
     return maps
@@ -111,7 +112,7 @@ def sample(sampler: HopSource, local: Any, seeds: dict[Any, Any], times: dict[An
     types = {t: _Nodes(n, sampler.disjoint, maps[t]) for t, n in counts.items()}
     try:
         seed_times = _seed(types, seeds, times, strict)
-        edges = {et: [] for et in sampler.edge_types}
+        edges = {et: _Edges() for et in sampler.edge_types}
         per_hop: dict[Any, list[int]] = {et: [] for et in sampler.edge_types}
         for fanouts in sampler._fanouts:
             for etype, k in fanouts.items():
@@ -141,8 +142,8 @@ def _seed(types: dict[Any, _Nodes], seeds: dict[Any, Any], times: dict[Any, Any]
 
 
 def _hop(sampler: HopSource, local: Any, types: dict[Any, _Nodes], etype: Any, k: int, seed_times: Any,
-         exclusion: tuple | None, edges: list) -> int:
-    """Sample edge type ``etype`` from its destination type's frontier; returns the edges sampled."""
+         exclusion: tuple | None, edges: _Edges) -> int:
+    """Sample edge type ``etype`` from its destination type's frontier into ``edges``; returns the edges sampled."""
     topo = sampler.topology[etype]
     dst, src = types[topo.dst_type], types[topo.src_type]
     lo, hi = dst.front
@@ -152,79 +153,157 @@ def _hop(sampler: HopSource, local: Any, types: dict[Any, _Nodes], etype: Any, k
     limits = None
     if seed_times is not None and (topo.has_time or topo.src_type in sampler.node_time):
         limits = seed_times[dst.batch_of[lo:hi]]
-    row, col, eid, part, pos = _edge_type(sampler, local, etype, topo, ids, k, limits, exclusion)
+    start = edges.end
+    _edge_type(sampler, local, etype, topo, ids, k, limits, exclusion, edges)
+    row, col = edges.row[start:edges.end], edges.col[start:edges.end]
     col += lo
     src.relabel(row, col, dst.batch_of)
-    edges.append((row, col, eid, part, pos))
-    return len(row)
+    return edges.end - start
+
+
+class _Edges:
+    """One edge type's picks in a batch, hop after hop, in arrays that grow (the kernel writes into them):
+    global sources (relabelled in place), frontier positions, edge IDs, partitions and CSC positions."""
+
+    def __init__(self) -> None:
+        self.row = self.col = self.eid = self.pos = _EMPTY_I
+        self.part = np.zeros(0, np.int32)
+        self.end = 0
+
+    def room(self, extra: int) -> None:
+        """Make room for ``extra`` more edges."""
+        need = self.end + extra
+        if need > len(self.row):
+            size = max(need, 2 * len(self.row), 1024)
+            self.row, self.col, self.eid, self.pos = (_grown(a, size, self.end) for a in
+                                                      (self.row, self.col, self.eid, self.pos))
+        self.sync()
+
+    def sync(self) -> None:
+        """Grow ``part`` to the others' length (the kernel grows those)."""
+        if len(self.part) < len(self.row):
+            self.part = _grown(self.part, len(self.row), self.end)
+
+    def put(self, row: np.ndarray, col: np.ndarray, eid: np.ndarray, part: int, pos: np.ndarray) -> None:
+        """Append a remote partition's answer."""
+        n = len(row)
+        self.room(n)
+        e, self.end = self.end, self.end + n
+        self.row[e:self.end], self.col[e:self.end], self.eid[e:self.end] = row, col, eid
+        self.part[e:self.end], self.pos[e:self.end] = part, pos
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        e = self.end
+        return self.row[:e], self.col[:e], self.eid[:e], self.part[:e], self.pos[:e]
+
+
+def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:
+    out = np.empty(size, a.dtype)
+    out[:keep] = a[:keep]
+    return out
 
 
 def _edge_type(sampler: HopSource, local: Any, etype: Any, topo: Any, ids: np.ndarray, k: int, limits: Any,
-               exclusion: tuple | None) -> tuple[np.ndarray, ...]:
-    """``(sources, frontier positions, edge IDs, partitions, CSC positions)`` of ``ids``' picks: the
-    remote blocks' nodes requested first, then the local runs sampled here, then the answers read."""
+               exclusion: tuple | None, edges: _Edges) -> None:
+    """The picks of frontier ``ids`` appended to ``edges`` (positions in ``ids``): the remote blocks' nodes
+    requested first, then the local runs sampled here, then the answers read.
+
+    The frontier is sorted by ID once (a radix sort): each block's nodes are then one slice of it, in
+    ID order, so an owner reads its CSC in one forward sweep and the local kernel need not sort again."""
     runs = sampler.engine_runs(etype)
-    which = topo.block_of(ids)  # raises for nodes no block owns
     c = sampler.config
-    strategy = STRATEGY_LAST if c.temporal_strategy == "last" else STRATEGY_UNIFORM
+    if k > 0:
+        edges.room(len(ids) * k)  # at most k picks a node: no growing within the hop
+    last = c.temporal_strategy == "last"
+    strategy = STRATEGY_LAST if last else STRATEGY_UNIFORM
+    if len(runs) == 1 and not getattr(runs[0][0], "is_remote", False):  # every block here: one kernel call
+        if len(ids) and (ids.min() < topo.offsets[0] or ids.max() >= topo.offsets[-1]):
+            topo.block_of(ids)  # raises, naming the nodes no block owns
+        _kernel_into(edges, runs[0][0], local.rng, ids, None, k, c.replace, last, limits, exclusion, in_order=False)
+        return
+    order, bounds, ordered = _by_id_order(topo, ids)
     pending = []
     for block, (b,) in ((r, i) for r, i in runs if getattr(r, "is_remote", False)):
-        sel = np.flatnonzero(which == b)
-        if len(sel):
-            sel = sel[np.argsort(ids[sel], kind="stable")]  # the owner reads its CSC in one forward sweep
-            sent = limits[sel] if limits is not None else _EMPTY_I
+        s, e = int(bounds[b]), int(bounds[b + 1])
+        if e > s:
+            sent = limits[order[s:e]] if limits is not None else _EMPTY_I
             seed = int(variants.draw_seed(local.rng))
-            pending.append((sel, block.part, block.start(ids[sel], k, c.replace, sent, strategy, exclusion, seed)))
-    pieces = []
+            pending.append((s, e, block.part, block.start(ordered[s:e], k, c.replace, sent, strategy, exclusion, seed)))
     for args, members in ((r, i) for r, i in runs if not getattr(r, "is_remote", False)):
-        sel = np.flatnonzero((which >= members[0]) & (which <= members[-1])) if len(runs) > 1 else None
-        pieces.append(_local(args, local, ids if sel is None else ids[sel], sel, k, c.replace, c.temporal_strategy,
-                             limits, exclusion))
-    for sel, part, result in pending:
+        s, e = int(bounds[members[0]]), int(bounds[members[-1] + 1])
+        if e > s:
+            _kernel_into(edges, args, local.rng, ordered[s:e], order[s:e], k, c.replace, last,
+                         limits[order[s:e]] if limits is not None else None, exclusion, in_order=True)
+    for s, e, part, result in pending:
         counts, nbrs, eids, pos = result()
-        pieces.append((nbrs, np.repeat(sel, counts), eids, np.full(len(nbrs), part, np.int32), pos))
-    if len(pieces) == 1:
-        return pieces[0]
-    return tuple(np.concatenate(col) for col in zip(*pieces))
+        edges.put(nbrs, np.repeat(order[s:e], counts), eids, part, pos)
 
 
-def _local(args: BlockArgs, local: Any, ids: np.ndarray, sel: np.ndarray | None, k: int, replace: bool,
-           strategy: str, limits: Any, exclusion: tuple | None) -> tuple[np.ndarray, ...]:
-    if sel is not None and limits is not None:
-        limits = limits[sel]
-    row, col, eid, pos, block_edges = run_kernel(args, local.rng, ids, k, replace, strategy == "last", limits,
-                                                 exclusion, in_order=False)
-    part = np.repeat(args.parts, np.diff(block_edges))
-    return row, (col if sel is None else sel[col]), eid, part, pos
+def _by_id_order(topo: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(order, bounds, ids[order])``: the frontier by ID, block ``b``'s nodes at ``bounds[b]:bounds[b+1]``;
+    raises for nodes no block owns."""
+    offsets = topo.offsets
+    if len(ids) and (ids.min() < offsets[0] or ids.max() >= offsets[-1]):
+        topo.block_of(ids)  # raises, naming them
+    if offsets[-1] - offsets[0] < (1 << 31) and len(ids) < (1 << 31):
+        return by_id(offsets, np.ascontiguousarray(ids, np.int64), 0, len(ids))
+    order = np.argsort(ids, kind="stable")
+    ordered = ids[order]
+    return order, np.searchsorted(ordered, offsets), ordered
+
+
+def _kernel_into(edges: _Edges, args: BlockArgs, rng: np.ndarray, ids: np.ndarray, positions: np.ndarray | None,
+                 k: int, replace: bool, last: bool, limits: Any, exclusion: tuple | None, in_order: bool) -> None:
+    """One kernel call for ``ids`` (owned by ``args``' blocks), its picks appended to ``edges``; their
+    frontier positions are ``positions[i]`` for the i-th of ``ids`` (``i`` itself when ``None``)."""
+    start = edges.end
+    block_edges = np.zeros(len(args.offsets), np.int64)
+    e, out = _picks(args, rng, ids, k, replace, last, limits, exclusion, in_order,
+                    (edges.row, edges.col, edges.eid, edges.pos), start, block_edges)
+    edges.row, edges.col, edges.eid, edges.pos = out
+    edges.sync()
+    edges.end = e
+    if positions is not None:
+        col = edges.col[start:e]
+        col[:] = positions[col]
+    part = edges.part[start:e]
+    for b in range(len(args.parts)):
+        part[block_edges[b] - start:block_edges[b + 1] - start] = args.parts[b]
 
 
 def run_kernel(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: bool, last: bool, limits: Any,
                exclusion: tuple | None, in_order: bool) -> tuple[np.ndarray, ...]:
     """One hop of ``ids`` (owned by ``args``' blocks): ``(sources, positions in ids, edge IDs, CSC
     positions, each block's first edge)``."""
+    block_edges = np.zeros(len(args.offsets), np.int64)
+    e, (row, col, eid, pos) = _picks(args, rng, ids, k, replace, last, limits, exclusion, in_order,
+                                     (_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_I), 0, block_edges)
+    return row[:e], col[:e], eid[:e], pos[:e], block_edges
+
+
+def _picks(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: bool, last: bool, limits: Any,
+           exclusion: tuple | None, in_order: bool, out: tuple, start: int, block_edges: np.ndarray
+           ) -> tuple[int, tuple]:
+    """The kernel call: picks written into ``out`` from ``start`` (grown as needed), CSC positions."""
     ids = np.ascontiguousarray(ids, np.int64)
     if limits is not None and args.timed:
         limits = np.ascontiguousarray(limits, np.int64)
     else:
         limits = None
     var = args.var(last, limits is not None, exclusion)
-    block_edges = np.zeros(len(args.offsets), np.int64)
     bufs = (_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F)
-    out = (_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_I)
-    e, (row, col, eid, pos), _ = variants.hop_picks(args.topo, ids, 0, len(ids), int(k), bool(replace), rng,
-                                                    in_order, out, 0, block_edges, bufs, var, limits)
-    pos = pos[:e]
+    e, out, _ = variants.hop_picks(args.topo, ids, 0, len(ids), int(k), bool(replace), rng, in_order, out,
+                                   np.int64(start), block_edges, bufs, var, limits)
     if var[6] is not None:  # picks in time order: their CSC positions
-        args.csc_positions(pos, block_edges)
-    return row[:e], col[:e], eid[:e], pos, block_edges
+        args.csc_positions(out[3][start:e], block_edges - start)
+    return e, out
 
 
-def _output(types: dict[Any, _Nodes], edges: dict[Any, list], per_hop: dict[Any, list[int]], disjoint: bool,
+def _output(types: dict[Any, _Nodes], edges: dict[Any, _Edges], per_hop: dict[Any, list[int]], disjoint: bool,
             hetero: bool) -> SamplerOutput | HeteroSamplerOutput:
     node = {t: torch.from_numpy(n.nodes[: n.count].copy()) for t, n in types.items()}
     batch = {t: torch.from_numpy(n.batch_of[: n.count].copy()) for t, n in types.items()} if disjoint else None
-    cols = {et: tuple(_cat([p[i] for p in pieces], np.int32 if i == 3 else np.int64) for i in range(5))
-            for et, pieces in edges.items()}
+    cols = {et: acc.columns() for et, acc in edges.items()}
     nodes_per_hop = {t: n.per_hop for t, n in types.items()}
     if not hetero:
         row, col, eid, part, pos = cols[None]
@@ -250,10 +329,6 @@ def _numpy(value: Any) -> np.ndarray:
     if isinstance(value, torch.Tensor):
         return np.ascontiguousarray(value.detach().cpu().numpy(), np.int64)
     return np.ascontiguousarray(value, np.int64)
-
-
-def _cat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
 
 
 def _t(values: np.ndarray) -> torch.Tensor:

@@ -80,7 +80,7 @@ class PartitionServer:
         rng = rng_state(seed) if seed is not None else self._rng()
         row, col, eid, pos, _ = run_kernel(args, rng, nodes, fanout, replace, strategy == STRATEGY_LAST, limits,
                                            exclusion, in_order=True)
-        if len(col) > 1 and (col[1:] < col[:-1]).any():  # in request order (one block: it already is)
+        if len(args.blocks) > 1 and len(col) > 1 and (col[1:] < col[:-1]).any():  # in request order (one block: it is)
             order = np.argsort(col, kind="stable")
             row, col, eid, pos = row[order], col[order], eid[order], pos[order]
         counts = np.bincount(col, minlength=len(nodes)).astype(np.int64)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numba import njit
 
 # handler name -> the kind of traffic it carries (the names users read in the epoch breakdown)
 KINDS = {"sample": "neighbours", "gather": "rows", "edge_attr": "edge_attrs"}  # last part of the name
@@ -73,18 +74,52 @@ def pack(values: Any) -> Any:
         return values
     if not array.size:
         return Packed(0, array.astype(np.uint8), array.dtype.str, is_tensor)
-    base, top = int(array.min()), int(array.max())
+    flat = array.ndim == 1 and array.flags.c_contiguous  # a kernel's pass (else numpy's, several)
+    base, top = (int(v) for v in _span(array)) if flat else (int(array.min()), int(array.max()))
     width = next(w for w in _WIDTHS if top - base <= np.iinfo(w).max)
-    with np.errstate(over="ignore"):  # a range wider than int64 wraps, and unwraps exactly in unpack
-        offsets = (array.astype(np.int64, copy=False) - np.int64(base)).astype(width)
+    if flat:
+        offsets = np.empty(len(array), width)
+        _narrow(array, np.int64(base), offsets)
+    else:
+        with np.errstate(over="ignore"):  # a range wider than int64 wraps, and unwraps exactly in unpack
+            offsets = (array.astype(np.int64, copy=False) - np.int64(base)).astype(width)
     return Packed(base, offsets, array.dtype.str, is_tensor)
+
+
+@njit(cache=True, nogil=True)
+def _span(a):
+    """``(min, max)`` of a non-empty array in one pass."""
+    lo = hi = a[0]
+    for v in a:
+        lo = min(lo, v)
+        hi = max(hi, v)
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def _narrow(a, base, out):
+    """``out[i] = a[i] - base`` in ``out``'s unsigned dtype (wrapping, as unpack unwraps)."""
+    for i in range(len(a)):
+        out[i] = np.int64(a[i]) - base
+
+
+@njit(cache=True, nogil=True)
+def _widen(values, base, out):
+    """``out[i] = values[i] + base`` in ``out``'s dtype (wrapping as the sender's array did)."""
+    for i in range(len(values)):
+        out[i] = np.int64(values[i]) + base
 
 
 def unpack(value: Any) -> Any:
     """The array or tensor :func:`pack` was given (exact dtype and shape); any other value unchanged."""
     if not isinstance(value, Packed):
         return value
-    out = value.values.astype(np.dtype(value.dtype))
+    values = value.values
+    if values.ndim == 1 and values.dtype != np.uint64 and len(values):  # one pass, no temporary
+        out = np.empty(len(values), np.dtype(value.dtype))
+        _widen(values, np.int64(value.base), out)
+        return torch.from_numpy(out) if value.tensor else out
+    out = values.astype(np.dtype(value.dtype))
     if value.base:
         with np.errstate(over="ignore"):
             out += np.asarray(value.base).astype(out.dtype)

@@ -29,9 +29,12 @@ def _group(ds):
     return transports
 
 
-def test_loopback_full_fanout_is_the_raw_neighbourhood(ds, graphs):
+@pytest.mark.parametrize("dense", [True, False], ids=["dense map", "hash map"])
+def test_loopback_full_fanout_is_the_raw_neighbourhood(ds, graphs, dense, monkeypatch):
     from tests.sampling.test_exact import oracle_hops
 
+    if not dense:  # as on a graph above PERHOP_DENSE_MAX_NODES: the de-duplication map is the hash table
+        monkeypatch.setattr("sampling.perhop.PERHOP_DENSE_MAX_NODES", 0)
     g = graphs["dataset3"]
     transports = _group(ds)
     layout = RankLayout(3, 3)

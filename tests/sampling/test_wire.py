@@ -28,6 +28,8 @@ def test_payload_bytes_counts_arrays_tensors_strings_and_scalars():
     (np.array([-5, 60_000]), np.uint16),
     (np.array([-2**63, 2**63 - 1]), np.uint64),  # the full int64 range wraps and unwraps exactly
     (np.arange(6, dtype=np.int32).reshape(2, 3), np.uint8),
+    (np.array([7, -3, 2**31 - 1], np.int32), np.uint32),  # int32 through the kernels' pass, negative base
+    (np.arange(40)[::2] - 4, np.uint8),  # not contiguous: numpy's passes
     (np.zeros(0, np.int64), np.uint8),
 ])
 def test_pack_is_lossless_and_narrow(values, width):
