@@ -17,6 +17,7 @@ from graphstore.errors import InvalidInputError
 from sampling import compat
 from sampling.device import pin
 from sampling.edgemask import MessageEdges
+from sampling.order import compact_shuffle
 from sampling.pipeline import LoaderThreads, Prefetcher
 from sampling.sampler import NeighborSampler
 
@@ -175,6 +176,7 @@ class NeighborLoader(_Threaded, _NewStreamEachPass, _EdgeAttrs, NodeLoader):
         super().__init__(_as_pyg_data(data), sampler, input_nodes=_default_input_nodes(data, input_nodes),
                          input_time=input_time, transform=transform, transform_sampler_output=transform_sampler_output,
                          filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
+        compact_shuffle(self)  # shuffle=True: torch's order, 4 bytes per seed instead of a Python int each
         if time_attr is not None and input_time is None:
             self.input_data.time = _seed_times(sampler, self.input_data, type(self).__name__)
 
@@ -229,6 +231,7 @@ class LinkNeighborLoader(_Threaded, _NewStreamEachPass, _EdgeAttrs, LinkLoader):
                          neg_sampling_ratio=neg_sampling_ratio, transform=transform,
                          transform_sampler_output=transform_sampler_output,
                          filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
+        compact_shuffle(self)
         if self.neg_sampling is not None:
             self.neg_sampling = BatchNegatives(self.neg_sampling)
 
