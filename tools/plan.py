@@ -36,7 +36,9 @@ _BYTES = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K
 # the train/val/test masks (bool): the records all have degree 20, so their disk bytes cannot split nodes from edges
 FORMAT_NODE_BYTES = 8 + 8 + 8 + 3
 DENSE_MAX_NODES = 1 << 24  # sampling/idmap.py: up to this many nodes the de-dup map is dense, 4.125 B per node
-SEED_BYTES = 16  # int64 seed list and its per-epoch permutation, per training seed of a rank (training/)
+PERHOP_DENSE_MAX_NODES = 1 << 21  # sampling/idmap.py: the per-hop driver's (several partitions) dense map limit
+SYNTHETIC_TRAIN_FRACTION = 0.6  # synthetic:'s default: the bench_rank_memory datasets' training nodes
+SEED_BYTES = 12  # int64 seed list and its int32 shuffled order, per training seed of a rank (sampling/order.py)
 
 
 class PlanInputError(ValueError):
@@ -309,6 +311,38 @@ def rank_memory_base(root: Path, fanout: str) -> tuple[float, list[str]] | None:
     return (best, sources) if sources else None
 
 
+@dataclass(frozen=True)
+class RankFit:
+    """A rank's private memory (peak ``RssAnon``, the larger rank) against the nodes it holds, fitted to the
+    newest ``bench_rank_memory`` record with the plan's fanout: ``intercept_gb + per_node_b * nodes / 1e9``."""
+
+    source: str
+    intercept_gb: float
+    per_node_b: float
+    points: tuple[tuple[int, float], ...]  # (nodes per rank, private peak GB) as measured
+    batch_size: int  # the measured runs' (a step's activations scale with it; the plan does not rescale)
+
+
+def rank_memory_fit(root: Path, fanout: str) -> RankFit | None:
+    """The fit of :class:`RankFit`, or None without a record of two sizes or more at this fanout."""
+    found = None
+    for name, rec in load_records(root, "bench_rank_memory"):  # oldest first: the last match is the newest
+        params = rec.get("parameters") or {}
+        if str(params.get("fanout", "10,5")) != fanout:
+            continue
+        ranks = int(params.get("ranks", 2))
+        points = [(round(row["nodes"] / ranks), max(row["private_peak_mb"]) / 1e3)
+                  for row in (rec.get("figures") or {}).get("rows", [])
+                  if row.get("private_peak_mb") and row.get("nodes") and "failed" not in row]
+        if len({n for n, _ in points}) >= 2:
+            found = (name, points, int(params.get("batch_size", 1024)))
+    if found is None:
+        return None
+    name, points, batch = found
+    slope, intercept = np.polyfit([n for n, _ in points], [g for _, g in points], 1)
+    return RankFit(name, float(intercept), float(slope) * 1e9, tuple(points), batch)
+
+
 def id_bytes(nodes: int) -> int:
     """Whole bytes that name any node (the wire's narrowest IDs): 2 below 65,536 nodes, 3 below 16.7M."""
     return max(1, -(-(nodes - 1).bit_length() // 8))
@@ -354,7 +388,7 @@ def wire_basis(root: Path) -> WireBasis | None:
         params = rec.get("parameters") or {}
         fanout = tuple(int(k) for k in str(params.get("fanout", "10,5")).split(","))
         nodes, feats = int(spec.get("nodes", 0)), int(spec.get("features", 64))
-        seeds = spec.get("train", 0.6) * nodes  # synthetic's default train fraction
+        seeds = spec.get("train", SYNTHETIC_TRAIN_FRACTION) * nodes
         for m in (rec.get("figures") or {}).get("minimum", []):
             hosts, counted = int(_number(m.get("hosts")) or 0), _number(m.get("counted MB"))
             if nodes and hosts > 1 and counted:
@@ -377,9 +411,16 @@ def predict_training(args: argparse.Namespace, dataset: dict[str, float] | None,
     """A rank's memory and an epoch's bytes on the wire on ``args.machines`` machines, one rank each."""
     seeds = args.train_fraction * args.nodes
     out: dict[str, Any] = {"seeds": seeds}
+    fit = rank_memory_fit(root, ",".join(map(str, args.fanout)))
     base = rank_memory_base(root, ",".join(map(str, args.fanout)))
-    dense = 4.125 * args.nodes * args.loader_threads if args.nodes <= DENSE_MAX_NODES else 0.0
-    if base is not None:
+    dense_max = DENSE_MAX_NODES if args.machines == 1 else PERHOP_DENSE_MAX_NODES
+    dense = 4.125 * args.nodes * args.loader_threads if args.nodes <= dense_max else 0.0
+    if fit is not None:  # measured as the graph grew: seed lists, maps and the heap's spread are in the fit
+        per_rank = args.nodes / args.machines  # the seed lists of the fit's 0.6 train fraction, then of this one
+        rest = fit.per_node_b - SEED_BYTES * SYNTHETIC_TRAIN_FRACTION
+        out["rank_private_gb"] = fit.intercept_gb + (rest + SEED_BYTES * args.train_fraction) * per_rank / 1e9
+        out["rank_fit"] = fit
+    elif base is not None:
         out["rank_private_gb"] = base[0] + (dense + SEED_BYTES * seeds / args.machines) / 1e9
         out["rank_sources"] = base[1]
     if dataset is not None:
@@ -438,10 +479,20 @@ def ingest_lines(args: argparse.Namespace, model: IngestModel) -> list[tuple[str
 
 def training_lines(args: argparse.Namespace, train: dict[str, Any]) -> list[tuple[str, str, str]]:
     lines = []
-    if "rank_private_gb" in train:
+    if "rank_fit" in train:
+        fit = train["rank_fit"]
+        measured = ", ".join(f"{g:.2f} GB at {n / 1e6:g}M" for n, g in fit.points)
+        lines.append(("rank memory, private", f"{train['rank_private_gb']:.2f} GB",
+                      f"measured ({fit.source}, batch {fit.batch_size}): peak private memory per rank against its "
+                      f"nodes, {measured}; fitted {fit.intercept_gb:.2f} GB + {fit.per_node_b:.1f} B per node of the "
+                      f"rank, of which {SEED_BYTES} B per training node (seed lists) at the measured train fraction "
+                      f"{SYNTHETIC_TRAIN_FRACTION:g}, here {args.train_fraction:g}; assumed: the step's memory "
+                      "does not change with features, classes or batch size"))
+    elif "rank_private_gb" in train:
+        dense_max = DENSE_MAX_NODES if args.machines == 1 else PERHOP_DENSE_MAX_NODES
         lines.append(("rank memory, private", f"{train['rank_private_gb']:.2f} GB",
                       f"measured: the largest per-rank peak RSS ({', '.join(train['rank_sources'])}); plus, from "
-                      f"the code: {SEED_BYTES} B per training seed and, up to {DENSE_MAX_NODES:,} nodes, a 4.125 B per "
+                      f"the code: {SEED_BYTES} B per training seed and, up to {dense_max:,} nodes, a 4.125 B per "
                       "node de-dup map per loader thread"))
     if "rank_mapped_gb" in train:
         lines.append(("rank memory, its partition mapped", f"{train['rank_mapped_gb']:.2f} GB",
@@ -552,7 +603,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], str, int]:
              f"train fraction {args.train_fraction:g}")
     figures = {"ingest": predict_ingest(model, args.nodes, args.edges, args.features, args.workers) if model else None,
                "dataset_bytes": data,
-               "training": {k: (asdict(v) if k == "wire_basis" else v) for k, v in train.items()},
+               "training": {k: (asdict(v) if k in ("wire_basis", "rank_fit") else v) for k, v in train.items()},
                "lines": [dict(zip(("figure", "prediction", "basis"), line)) for line in lines]}
     return figures, table(title, lines), 0
 

@@ -171,7 +171,7 @@ class Dataset:
             src = next(t for t in self.manifest.node_types if t.key == info.src)
             # Mapped arrays are checked through mappings of their own, unmapped after. The check reads every
             # page once; through the served arrays those pages would stay in this process's resident set for
-            # good, though a sampler over the packed pairs never reads indices and eid again (2.0 of a rank's
+            # good, though a sampler over the packed pairs never reads indices and eid again (1.8 of a rank's
             # 3.3 GB of mapped pages at 12M nodes). What the check read stays in the page cache, the kernel's.
             own = {name: np.asarray(open_array(self.location, path, self.manifest.arrays[path]))
                    if self.location.is_local and self.manifest.arrays[path].compression == "none" else arrays[name]

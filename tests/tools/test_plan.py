@@ -123,7 +123,7 @@ def test_the_plan_adds_up_from_the_records(tmp_path):
     assert disk["total"] == pytest.approx((4 * 16 + plan.FORMAT_NODE_BYTES) * 10e6 + 24 * 200e6)
     train = figures["training"]
     seeds = 0.6 * 10e6
-    assert train["rank_private_gb"] == pytest.approx(1.29 + (4.125 * 10e6 + 16 * seeds / 4) / 1e9)
+    assert train["rank_private_gb"] == pytest.approx(1.29 + plan.SEED_BYTES * seeds / 4 / 1e9)  # 10M nodes: hash maps
     assert train["rank_mapped_gb"] == pytest.approx(disk["total"] / 4 / 1e9)
     # 600 MB over 600,000 seeds x (1 - 1/2) = 2,000 B per seed; rows of 4 x 32 + 3 x (1 + 5) = 146 B
     rows_per_seed = 2000 / 146
@@ -163,3 +163,35 @@ def test_a_memory_never_shrinks_with_size_a_cost_line_may_start_anywhere():
     assert (shrinking.slope, shrinking(240e6)) == (0.0, 0.512)  # flat at the largest measured peak
     assert plan.fit_line([1.0, 2.0], [5.0, 3.0])(3.0) == pytest.approx(1.0)  # not a memory: the line as fitted
     assert plan.fit_line([10.0], [4.0])(20.0) == 8.0 and plan.fit_line([10.0], [4.0], memory=True)(20.0) == 4.0
+
+
+def test_a_rank_s_memory_is_fitted_to_the_newest_bench_rank_memory_record(tmp_path):
+    _ingest_records(tmp_path)
+    _write(tmp_path, "bench_train", "2026-01-01T00:00:00+00:00",
+           {"rows": [{"ranks": "2", "RSS/rank": "1.26–1.29 GB"}]}, {"fanout": "10,5"})
+
+    def rows(small: float, large: float) -> dict:
+        return {"rows": [{"nodes": 1_000_000, "private_peak_mb": [small - 5, small]},
+                         {"nodes": 9_000_000, "private_peak_mb": [large, large - 3]},
+                         {"nodes": 20_000_000, "failed": "exit 1"}]}
+
+    _write(tmp_path, "bench_rank_memory", "2026-01-01T00:00:00+00:00", rows(900.0, 1700.0),
+           {"fanout": "10,5", "ranks": 2})
+    _write(tmp_path, "bench_rank_memory", "2026-01-02T00:00:00+00:00", rows(500.0, 580.0),
+           {"fanout": "10,5", "ranks": 2})
+    _write(tmp_path, "bench_rank_memory", "2026-01-03T00:00:00+00:00", rows(100.0, 200.0),
+           {"fanout": "15,10", "ranks": 2})
+    args = plan.parse_args(["--nodes", "100M", "--edges", "1B", "--features", "16", "--machines", "10", "--records",
+                            str(tmp_path)])
+    figures, text, _ = plan.run(args)
+    train = figures["training"]
+    # the newest record at this fanout: 0.5 GB at 0.5M nodes a rank, 0.58 GB at 4.5M: 20 B a node
+    assert train["rank_fit"]["source"].startswith("bench_rank_memory/2026-01-02")
+    assert train["rank_fit"]["per_node_b"] == pytest.approx(20.0)
+    assert train["rank_private_gb"] == pytest.approx(0.49 + 20.0 * 10e6 / 1e9)
+    assert "20.0 B per node of the rank" in text
+    # the seed lists (12 B a training node) follow the plan's train fraction; the rest of the slope stays
+    args = plan.parse_args(["--nodes", "100M", "--edges", "1B", "--features", "16", "--machines", "10", "--records",
+                            str(tmp_path), "--train-fraction", "0.1"])
+    train = plan.run(args)[0]["training"]
+    assert train["rank_private_gb"] == pytest.approx(0.49 + (20.0 - 12 * 0.6 + 12 * 0.1) * 10e6 / 1e9)
