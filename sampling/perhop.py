@@ -217,8 +217,7 @@ def _edge_type(sampler: HopSource, local: Any, etype: Any, topo: Any, ids: np.nd
     last = c.temporal_strategy == "last"
     strategy = STRATEGY_LAST if last else STRATEGY_UNIFORM
     if len(runs) == 1 and not getattr(runs[0][0], "is_remote", False):  # every block here: one kernel call
-        if len(ids) and (ids.min() < topo.offsets[0] or ids.max() >= topo.offsets[-1]):
-            topo.block_of(ids)  # raises, naming the nodes no block owns
+        _check_owned(topo, ids)
         _kernel_into(edges, runs[0][0], local.rng, ids, None, k, c.replace, last, limits, exclusion, in_order=False)
         return
     order, bounds, ordered = _by_id_order(topo, ids)
@@ -243,13 +242,18 @@ def _by_id_order(topo: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
     """``(order, bounds, ids[order])``: the frontier by ID, block ``b``'s nodes at ``bounds[b]:bounds[b+1]``;
     raises for nodes no block owns."""
     offsets = topo.offsets
-    if len(ids) and (ids.min() < offsets[0] or ids.max() >= offsets[-1]):
-        topo.block_of(ids)  # raises, naming them
+    _check_owned(topo, ids)
     if offsets[-1] - offsets[0] < (1 << 31) and len(ids) < (1 << 31):
         return by_id(offsets, np.ascontiguousarray(ids, np.int64), 0, len(ids))
     order = np.argsort(ids, kind="stable")
     ordered = ids[order]
     return order, np.searchsorted(ordered, offsets), ordered
+
+
+def _check_owned(topo: Any, ids: np.ndarray) -> None:
+    """Raise, naming them, when nodes of ``ids`` lie outside every block of ``topo`` (blocks are contiguous)."""
+    if len(ids) and (ids.min() < topo.offsets[0] or ids.max() >= topo.offsets[-1]):
+        topo.block_of(ids)
 
 
 def _kernel_into(edges: _Edges, args: BlockArgs, rng: np.ndarray, ids: np.ndarray, positions: np.ndarray | None,

@@ -412,7 +412,7 @@ def predict_training(args: argparse.Namespace, dataset: dict[str, float] | None,
     seeds = args.train_fraction * args.nodes
     out: dict[str, Any] = {"seeds": seeds}
     fit = rank_memory_fit(root, ",".join(map(str, args.fanout)))
-    base = rank_memory_base(root, ",".join(map(str, args.fanout)))
+    base = rank_memory_base(root, ",".join(map(str, args.fanout))) if fit is None else None
     dense_max = DENSE_MAX_NODES if args.machines == 1 else PERHOP_DENSE_MAX_NODES
     dense = 4.125 * args.nodes * args.loader_threads if args.nodes <= dense_max else 0.0
     if fit is not None:  # measured as the graph grew: seed lists, maps and the heap's spread are in the fit
