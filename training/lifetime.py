@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import threading
 import time
 
@@ -36,7 +37,40 @@ def watch_launcher(rank: int, interval: float = 0.5) -> bool:
                 _orphaned(rank, pid, job_dir)
 
     threading.Thread(target=run, daemon=True, name="graphstore-launcher-watch").start()
+    _backstop(rank, pid, job_dir)
     return True
+
+
+# The backstop: a shell that needs no GIL. While this rank's parent is the launcher it sleeps; when the rank is
+# gone it ends; when the launcher is gone and the rank still runs BACKSTOP_SECONDS later (the watch thread
+# above could not get the GIL: a long compile or C call, a loaded machine), it kills the rank and removes the
+# launcher's directory. $1 rank PID, $2 launcher PID, $3 job directory (may be empty), $4 rank number.
+BACKSTOP_SECONDS = 2
+_BACKSTOP = r"""
+parent() { line=; read -r line 2>/dev/null < "/proc/$1/stat"; set -- ${line##*") "}; ppid=${2:-}; }
+while parent "$1"; [ "$ppid" = "$2" ]; do sleep 0.5; done
+[ -d "/proc/$1" ] || exit 0
+sleep %d
+[ -d "/proc/$1" ] || exit 0
+echo "graphstore-train rank $4: the launcher (pid $2) is gone and the rank did not stop; killing it" >&2
+kill -KILL "$1"
+case "$(basename "$3")" in graphstore-train-*) rm -rf "$3" ;; esac
+""" % BACKSTOP_SECONDS
+
+
+def _backstop(rank: int, launcher: int, job_dir: str | None) -> None:
+    """Start the shell of :data:`_BACKSTOP` beside this rank (Linux: it reads ``/proc``); best effort."""
+    if not os.path.isdir(f"/proc/{os.getpid()}") or shutil.which("sh") is None:
+        return
+    try:
+        _BACKSTOPS.append(subprocess.Popen(
+            ["sh", "-c", _BACKSTOP, "graphstore-backstop", str(os.getpid()), str(launcher), job_dir or "", str(rank)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True))
+    except OSError:
+        pass
+
+
+_BACKSTOPS: list[subprocess.Popen] = []  # held: it ends after this rank does, never to be waited for here
 
 
 def _orphaned(rank: int, pid: int, job_dir: str | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -126,3 +127,47 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(synthetic2):
     assert took < 10 + 15, f"the job took {took:.0f} s to end"
     line = err.strip().splitlines()[-1]
     assert "lost rank 1" in line and "no heartbeat for 10 s" in line, err
+
+
+_STUCK_RANK = """
+import ctypes, os, sys
+from training import lifetime
+lifetime.watch_launcher(0)
+print("ready", flush=True)
+ctypes.PyDLL(None).sleep(60)  # a C call that keeps the GIL: the watch thread cannot run
+"""
+_LAUNCHER = """
+import os, subprocess, sys, time
+env = {**os.environ, "GRAPHSTORE_LAUNCHER_PID": str(os.getpid()), "GRAPHSTORE_JOB_DIR": sys.argv[1]}
+rank = subprocess.Popen([sys.executable, "-c", sys.argv[2]], env=env, stdout=subprocess.PIPE, text=True)
+print(rank.pid, rank.stdout.readline().strip(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_rank_that_holds_the_gil_still_ends_with_its_launcher(tmp_path):
+    """The watch thread needs the GIL; the backstop beside the rank (a shell) does not, so a rank stuck in a C
+    call is killed about lifetime.BACKSTOP_SECONDS after its launcher dies, and the job directory goes."""
+    from training import lifetime
+
+    job = tmp_path / "graphstore-train-x"
+    job.mkdir()
+    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(job), _STUCK_RANK], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    rank = None
+    try:
+        pid, ready = launcher.stdout.readline().split()
+        assert ready == "ready"
+        rank = psutil.Process(int(pid))
+        launcher.kill()
+        launcher.wait(timeout=10)
+        killed = time.monotonic()
+        while _alive([rank]) and time.monotonic() - killed < lifetime.BACKSTOP_SECONDS + 10:
+            time.sleep(0.1)
+        assert not _alive([rank]), f"the rank is alive {time.monotonic() - killed:.0f} s after its launcher died"
+        assert not job.exists()
+    finally:
+        if rank is not None and _alive([rank]):
+            rank.kill()
+        if launcher.poll() is None:
+            launcher.kill()
