@@ -162,10 +162,11 @@ def test_a_rank_that_holds_the_gil_still_ends_with_its_launcher(tmp_path):
         launcher.kill()
         launcher.wait(timeout=10)
         killed = time.monotonic()
-        while _alive([rank]) and time.monotonic() - killed < lifetime.BACKSTOP_SECONDS + 10:
+        # the shell kills the rank, then removes the directory: wait (bounded) for both
+        while (_alive([rank]) or job.exists()) and time.monotonic() - killed < lifetime.BACKSTOP_SECONDS + 10:
             time.sleep(0.1)
         assert not _alive([rank]), f"the rank is alive {time.monotonic() - killed:.0f} s after its launcher died"
-        assert not job.exists()
+        assert not job.exists(), "the rank is gone but its job directory is still there"
     finally:
         if rank is not None and _alive([rank]):
             rank.kill()
