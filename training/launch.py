@@ -185,7 +185,7 @@ def _wire_text(r: dict[str, Any]) -> str:
 def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
     """Start ``nproc`` ranks on this machine (file rendezvous: no ports guessed), watch them, and stop
     all of them when one fails. Returns the job's exit code."""
-    with tempfile.TemporaryDirectory(prefix="graphstore-train-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=lifetime.JOB_DIR_PREFIX) as tmp:
         config_file = os.path.join(tmp, "config.json")  # private to this user (mkdtemp is 0700)
         with open(config_file, "w") as fh:
             json.dump(asdict(config), fh)

@@ -12,6 +12,7 @@ import time
 
 LAUNCHER_PID_ENV = "GRAPHSTORE_LAUNCHER_PID"  # set by graphstore-train for the ranks it starts
 JOB_DIR_ENV = "GRAPHSTORE_JOB_DIR"  # the launcher's temporary directory (rendezvous, config, rank output)
+JOB_DIR_PREFIX = "graphstore-train-"  # the launcher's job directory; only such a directory is ever removed
 ERROR_FILE_ENV = "GRAPHSTORE_ERROR_FILE"  # where a rank started by the local launcher records its error
 EXIT_ORPHANED = 4
 
@@ -54,8 +55,8 @@ sleep %d
 [ -d "/proc/$1" ] || exit 0
 echo "graphstore-train rank $4: the launcher (pid $2) is gone and the rank did not stop; killing it" >&2
 kill -KILL "$1"
-case "$(basename "$3")" in graphstore-train-*) rm -rf "$3" ;; esac
-""" % BACKSTOP_SECONDS
+case "$(basename "$3")" in %s*) rm -rf "$3" ;; esac
+""" % (BACKSTOP_SECONDS, JOB_DIR_PREFIX)
 
 
 def _backstop(rank: int, launcher: int, job_dir: str | None) -> None:
@@ -75,7 +76,7 @@ _BACKSTOPS: list[subprocess.Popen] = []  # held: it ends after this rank does, n
 
 def _orphaned(rank: int, pid: int, job_dir: str | None) -> None:
     os.write(2, f"graphstore-train rank {rank}: the launcher (pid {pid}) is gone; stopping this rank\n".encode())
-    if job_dir and os.path.basename(job_dir).startswith("graphstore-train-"):
+    if job_dir and os.path.basename(job_dir).startswith(JOB_DIR_PREFIX):
         shutil.rmtree(job_dir, ignore_errors=True)
     os._exit(EXIT_ORPHANED)
 
