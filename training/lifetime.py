@@ -45,16 +45,18 @@ def watch_launcher(rank: int, interval: float = 0.5) -> bool:
 # The backstop: a shell that needs no GIL. While this rank's parent is the launcher it sleeps; when the rank is
 # gone it ends; when the launcher is gone and the rank still runs BACKSTOP_SECONDS later (the watch thread
 # above could not get the GIL: a long compile or C call, a loaded machine), it kills the rank and removes the
-# launcher's directory. $1 rank PID, $2 launcher PID, $3 job directory (may be empty), $4 rank number.
+# launcher's directory. Its stderr is the rank's: for rank 0 a pipe to the dead launcher, so it ignores SIGPIPE
+# and kills before it speaks. $1 rank PID, $2 launcher PID, $3 job directory (may be empty), $4 rank number.
 BACKSTOP_SECONDS = 2
 _BACKSTOP = r"""
+trap '' PIPE
 parent() { line=; read -r line 2>/dev/null < "/proc/$1/stat"; set -- ${line##*") "}; ppid=${2:-}; }
 while parent "$1"; [ "$ppid" = "$2" ]; do sleep 0.5; done
 [ -d "/proc/$1" ] || exit 0
 sleep %d
 [ -d "/proc/$1" ] || exit 0
-echo "graphstore-train rank $4: the launcher (pid $2) is gone and the rank did not stop; killing it" >&2
 kill -KILL "$1"
+echo "graphstore-train rank $4: the launcher (pid $2) is gone and the rank did not stop; killed it" >&2
 case "$(basename "$3")" in %s*) rm -rf "$3" ;; esac
 """ % (BACKSTOP_SECONDS, JOB_DIR_PREFIX)
 
@@ -74,8 +76,18 @@ def _backstop(rank: int, launcher: int, job_dir: str | None) -> None:
 _BACKSTOPS: list[subprocess.Popen] = []  # held: it ends after this rank does, never to be waited for here
 
 
+def say(line: str) -> None:
+    """Write ``line`` straight to stderr (no buffers to flush) on the way to ``os._exit``. Never raises: rank 0's
+    stderr is a pipe to the launcher, broken once the launcher is dead, and saying why a rank stops must not
+    keep it alive (a CI run had rank 0 alive 18 s after kill -9)."""
+    try:
+        os.write(2, (line + "\n").encode())
+    except OSError:
+        pass
+
+
 def _orphaned(rank: int, pid: int, job_dir: str | None) -> None:
-    os.write(2, f"graphstore-train rank {rank}: the launcher (pid {pid}) is gone; stopping this rank\n".encode())
+    say(f"graphstore-train rank {rank}: the launcher (pid {pid}) is gone; stopping this rank")
     if job_dir and os.path.basename(job_dir).startswith(JOB_DIR_PREFIX):
         shutil.rmtree(job_dir, ignore_errors=True)
     os._exit(EXIT_ORPHANED)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from sampling.transport import LoopbackTransport, RpcTransport, Transport
 from training import netif
+from training.lifetime import record_message, say
 from training.world import World, free_port
 
 logger = logging.getLogger(__name__)
@@ -312,9 +313,7 @@ def exit_after(seconds: float, message: str) -> None:
 def _hard_exit(message: str, record: int | None = None) -> None:
     """Write ``message`` straight to stderr (no buffers to flush) and end the process at once; with
     ``record`` (this rank), also as the rank's error for the launcher's one line, unless it has one."""
-    os.write(2, (message + "\n").encode())
+    say(message)
     if record is not None:
-        from training.lifetime import record_message
-
         record_message(record, message)
     os._exit(3)

@@ -129,30 +129,40 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(synthetic2):
     assert "lost rank 1" in line and "no heartbeat for 10 s" in line, err
 
 
-_STUCK_RANK = """
-import ctypes, os, sys
+_RANK = """
+import ctypes, os, sys, time
 from training import lifetime
 lifetime.watch_launcher(0)
 print("ready", flush=True)
-ctypes.PyDLL(None).sleep(60)  # a C call that keeps the GIL: the watch thread cannot run
+if sys.argv[1] == "gil":
+    ctypes.PyDLL(None).sleep(60)  # a C call that keeps the GIL: the watch thread cannot run
+else:
+    time.sleep(60)
 """
 _LAUNCHER = """
 import os, subprocess, sys, time
 env = {**os.environ, "GRAPHSTORE_LAUNCHER_PID": str(os.getpid()), "GRAPHSTORE_JOB_DIR": sys.argv[1]}
-rank = subprocess.Popen([sys.executable, "-c", sys.argv[2]], env=env, stdout=subprocess.PIPE, text=True)
+if sys.argv[3] == "python":
+    env["PATH"] = ""  # no shell to start a backstop with: only the watch thread can end this rank
+# like rank 0's relay: the rank's stderr is a pipe only the launcher reads, broken once the launcher dies
+rank = subprocess.Popen([sys.executable, "-c", sys.argv[2], sys.argv[3]], env=env, stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
 print(rank.pid, rank.stdout.readline().strip(), flush=True)
 time.sleep(60)
 """
 
 
-def test_a_rank_that_holds_the_gil_still_ends_with_its_launcher(tmp_path):
+@pytest.mark.parametrize("stuck", ["gil", "python"])
+def test_a_rank_whose_stderr_was_the_launcher_still_ends_with_it(tmp_path, stuck):
     """The watch thread needs the GIL; the backstop beside the rank (a shell) does not, so a rank stuck in a C
-    call is killed about lifetime.BACKSTOP_SECONDS after its launcher dies, and the job directory goes."""
+    call is killed about lifetime.BACKSTOP_SECONDS after its launcher dies, and the job directory goes. Both
+    must also work when the rank's stderr is a pipe to the dead launcher (rank 0's relay): saying why they
+    stop must not stop them (a CI run had rank 0 alive 18 s after kill -9)."""
     from training import lifetime
 
     job = tmp_path / "graphstore-train-x"
     job.mkdir()
-    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(job), _STUCK_RANK], stdout=subprocess.PIPE,
+    launcher = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(job), _RANK, stuck], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     rank = None
     try:
