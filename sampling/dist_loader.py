@@ -9,8 +9,8 @@ import torch
 
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
-from sampling.distributed import (EDGE_ATTR, DistributedFeatureStore, DistributedSampler, RankLayout, RemoteStats,
-                                  _waited)
+from sampling.dist_features import DistributedFeatureStore
+from sampling.distributed import EDGE_ATTR, DistributedSampler, RankLayout, RemoteStats, _waited
 from sampling.loader import LinkNeighborLoader, NeighborLoader
 from sampling.pipeline import Prefetcher  # noqa: F401  (re-exported: it lived here)
 from sampling.transport import Transport

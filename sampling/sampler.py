@@ -23,7 +23,8 @@ from sampling.edgemask import MessageEdges, exclusion
 from sampling.engine import Variants
 from sampling.fastpath import FastPath
 from sampling.picks import STRATEGY_LAST, STRATEGY_UNIFORM
-from sampling.topology import CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg, is_hetero_pyg
+from sampling.topology import (CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg, is_hetero_pyg,
+                               node_times)
 
 STRATEGIES = {"uniform": STRATEGY_UNIFORM, "last": STRATEGY_LAST}
 
@@ -134,7 +135,7 @@ class NeighborSampler(BaseSampler):
     def node_time(self) -> dict[Any, np.ndarray]:
         """Per node type, the time of every node (global IDs), if ``time_attr`` is a node attribute."""
         if self._node_time is None:
-            self._node_time = _node_times(self._data, self.config.time_attr)
+            self._node_time = node_times(self._data, self.config.time_attr)
         return self._node_time
 
     def _hop_fanouts(self, num_neighbors: Any) -> list[dict[Any, int]]:
@@ -381,28 +382,6 @@ def _is_dataset(data: Any) -> bool:
     from graphstore.dataset.opened import Dataset
 
     return isinstance(data, Dataset)
-
-
-def _node_times(data: Any, time_attr: str | None) -> dict[Any, np.ndarray]:
-    if time_attr is None:
-        return {}
-    if _is_dataset(data):
-        out = {}
-        for info in data.manifest.node_types:
-            if time_attr in info.attrs:
-                parts = [data.partition(p)[0][info.name, time_attr, None].numpy() for p in range(data.num_parts)]
-                out[info.name] = np.concatenate(parts).astype(np.int64)
-        return out
-    if isinstance(data, (tuple, list)) and hasattr(data[1], "dataset_parts"):
-        # one partition's stores: the kernels index node times by global ID, sources of every partition
-        return _node_times(data[1].dataset_parts[0], time_attr)
-    if isinstance(data, (tuple, list)):
-        fs = data[0]
-        return {a.group_name: fs[a.group_name, time_attr, None].numpy().astype(np.int64)
-                for a in fs.get_all_tensor_attrs() if a.attr_name == time_attr}
-    stores = data.node_stores
-    return {getattr(s, "_key", None): s[time_attr].cpu().numpy().astype(np.int64)
-            for s in stores if time_attr in s and s.is_node_attr(time_attr)}
 
 
 def _seed_array(seed: Any) -> np.ndarray:

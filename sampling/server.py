@@ -15,8 +15,7 @@ from sampling.engine import BlockArgs, Variants
 from sampling.multihop import rng_state
 from sampling.perhop import run_kernel
 from sampling.picks import STRATEGY_LAST
-from sampling.sampler import _node_times
-from sampling.topology import from_dataset
+from sampling.topology import from_dataset, node_times
 from sampling.transport import Transport
 from sampling.wire import EDGE_IDS, POSITIONS, pack, pack_sample, unpack
 
@@ -47,7 +46,7 @@ class PartitionServer:
             if key not in self._args:
                 weight_attr, time_attr, mask = options
                 topo = from_dataset(self.dataset, [part], weight_attr, time_attr, mask=mask)[edge_type]
-                node_time = _node_times(self.dataset, time_attr).get(topo.src_type) if time_attr else None
+                node_time = node_times(self.dataset, time_attr).get(topo.src_type) if time_attr else None
                 # an edge type without the weight attribute samples uniformly (as in PyG)
                 weighted = weight_attr is not None and topo.has_weight
                 variants = Variants(weighted=weighted, temporal=time_attr is not None,

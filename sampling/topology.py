@@ -271,3 +271,30 @@ def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str |
                          packed=in_huge_pages(_pack(indices, eid, num_src)))
         out[etype] = EdgeTopology(etype, s_type, d_type, [block], num_src, len(indptr) - 1)
     return out
+
+
+def node_times(data: Any, time_attr: str | None) -> dict[Any, np.ndarray]:
+    """Per node type, the ``time_attr`` of every node by global ID (int64): a temporal sampler's node times, from
+    a dataset (every partition), one partition's store pair, another (FeatureStore, GraphStore) pair or a
+    ``Data``/``HeteroData``."""
+    if time_attr is None:
+        return {}
+    from graphstore.dataset.opened import Dataset
+
+    if isinstance(data, Dataset):
+        out = {}
+        for info in data.manifest.node_types:
+            if time_attr in info.attrs:
+                parts = [data.partition(p)[0][info.name, time_attr, None].numpy() for p in range(data.num_parts)]
+                out[info.name] = np.concatenate(parts).astype(np.int64)
+        return out
+    if isinstance(data, (tuple, list)) and hasattr(data[1], "dataset_parts"):
+        # one partition's stores: the kernels index node times by global ID, sources of every partition
+        return node_times(data[1].dataset_parts[0], time_attr)
+    if isinstance(data, (tuple, list)):
+        fs = data[0]
+        return {a.group_name: fs[a.group_name, time_attr, None].numpy().astype(np.int64)
+                for a in fs.get_all_tensor_attrs() if a.attr_name == time_attr}
+    stores = data.node_stores
+    return {getattr(s, "_key", None): s[time_attr].cpu().numpy().astype(np.int64)
+            for s in stores if time_attr in s and s.is_node_attr(time_attr)}

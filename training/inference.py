@@ -9,7 +9,9 @@ full-graph forward pass.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ from graphstore.errors import InvalidInputError
 from sampling.distributed import RankLayout
 from sampling.transport import Transport
 
+logger = logging.getLogger(__name__)
 LAYER = "graphstore.layer_rows"
 EXACT_MODELS = ("sage", "gin", "gat")
 
@@ -113,3 +116,28 @@ def _rows(i: int, nodes: torch.Tensor, h: torch.Tensor, lo: int, hi: int, datase
     for sel, future in pending:
         out[sel] = future.result()
     return out
+
+
+def write_outputs(trainer: Any, model: torch.nn.Module) -> None:
+    """``--infer-out``: layer-wise inference over full neighbourhoods with the ``trainer``'s model; each
+    partition's outputs written into the dataset by its first rank, committed to the manifest by rank 0
+    once all are written."""
+    from graphstore.outputs.writer import OutputWriter
+
+    config, dataset, parts, layout, world = trainer.config, trainer.dataset, trainer.parts, trainer.layout, trainer.world
+    if config.task != "node" or dataset.is_hetero:
+        raise InvalidInputError("--infer-out supports homogeneous node classification in this version")
+    start_time = time.perf_counter()
+    out = layerwise_inference(model, dataset, parts, trainer.transport, layout, config.model)
+    writer = OutputWriter(dataset, config.infer_out, row_shape=tuple(out.shape[1:]),
+                          description=f"graphstore-train {config.model} outputs")
+    offsets, first = dataset.node_offsets(), int(dataset.node_offsets()[parts[0]])
+    infos = {p: writer.write_part(p, out[int(offsets[p]) - first: int(offsets[p + 1]) - first].numpy())
+             for p in parts if layout.owner_of(p) == world.rank}  # one writer per partition
+    gathered: list[Any] = [None] * world.world_size
+    dist.all_gather_object(gathered, infos)
+    if world.rank == 0:
+        writer.commit({p: i for written in gathered for p, i in written.items()})
+        logger.warning("wrote %s for %d nodes into %s in %.1f s", config.infer_out, dataset.num_nodes(),
+                       dataset.url, time.perf_counter() - start_time)
+    dist.barrier()

@@ -22,7 +22,8 @@ from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from graphstore.storage.cache import parse_size
 from training import checkpoint, evaluation, featurecache, preempt, process, threads
 from training.batches import cycle, first_batch, mix, restart_streams, time_loader
-from training.config import MODELS, TrainConfig
+from training.config import MODELS, TrainConfig  # noqa: F401  (MODELS re-exported)
+from training.inference import write_outputs
 from training.memory import PeakMeter, memory_per_rank
 from training.process import PeerFailure, Watchdog, start, stop
 from training.records import gather_floats, reduce_record, wire_record, write_json
@@ -194,7 +195,7 @@ class Trainer:
                 self.stopped = preempt.Stopped(epoch + 1, 0, self._checkpoint_path(epoch))
                 return history
         if c.infer_out:
-            self._write_inference(model)
+            write_outputs(self, model)
         return history
 
     def _checkpoint_path(self, epoch: int, step: int | None = None) -> str | None:
@@ -260,29 +261,6 @@ class Trainer:
         record["memory_mb"] = memory_per_rank(self.dataset, self.peak)
         record["allocator"] = allocator.name()  # what the memory figures were measured under
         return _per_step(reduce_record(record))
-
-    def _write_inference(self, model: torch.nn.Module) -> None:
-        """Layer-wise inference over full neighbourhoods; each partition's outputs written into the
-        dataset by its first rank, committed to the manifest by rank 0 once all are written."""
-        from graphstore.outputs.writer import OutputWriter
-        from training.inference import layerwise_inference
-
-        if self.config.task != "node" or self.dataset.is_hetero:
-            raise InvalidInputError("--infer-out supports homogeneous node classification in this version")
-        start_time = time.perf_counter()
-        out = layerwise_inference(model, self.dataset, self.parts, self.transport, self.layout, self.config.model)
-        writer = OutputWriter(self.dataset, self.config.infer_out, row_shape=tuple(out.shape[1:]),
-                              description=f"graphstore-train {self.config.model} outputs")
-        offsets, first = self.dataset.node_offsets(), int(self.dataset.node_offsets()[self.parts[0]])
-        infos = {p: writer.write_part(p, out[int(offsets[p]) - first: int(offsets[p + 1]) - first].numpy())
-                 for p in self.parts if self.layout.owner_of(p) == self.world.rank}  # one writer per partition
-        gathered: list[Any] = [None] * self.world.world_size
-        dist.all_gather_object(gathered, infos)
-        if self.world.rank == 0:
-            writer.commit({p: i for written in gathered for p, i in written.items()})
-            logger.warning("wrote %s for %d nodes into %s in %.1f s", self.config.infer_out,
-                           self.dataset.num_nodes(), self.dataset.url, time.perf_counter() - start_time)
-        dist.barrier()
 
     def _epoch(self, ddp: torch.nn.Module, optimizer: Any, loader: Any, steps: int, epoch: int,
                resume: tuple[int, Any], history: list[dict[str, Any]]) -> tuple[float, float]:

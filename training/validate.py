@@ -230,7 +230,7 @@ def _check_time_seeds(c: TrainConfig, ds: Dataset, name: str) -> None:
 
 
 def _check_infer_out(c: TrainConfig, ds: Dataset) -> None:
-    """What writing ``--infer-out NAME`` after training would refuse (training.trainer, graphstore.outputs.writer)."""
+    """What writing ``--infer-out NAME`` after training would refuse (training.inference, graphstore.outputs.writer)."""
     name, m = c.infer_out, ds.manifest
     if not name:
         return

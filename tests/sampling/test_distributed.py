@@ -158,7 +158,7 @@ def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
 def test_any_rank_count_over_three_partitions_is_the_raw_neighbourhood(ds, graphs, world_size):
     """Ranks owning several partitions (1, 2 ranks) or sharing one (4, 5) sample and gather exactly."""
     from graphstore.dataset.whole import DatasetFeatureStore
-    from sampling.distributed import DistributedFeatureStore
+    from sampling.dist_features import DistributedFeatureStore
     from tests.sampling.test_exact import oracle_hops
 
     g, layout = graphs["dataset3"], RankLayout(3, world_size)

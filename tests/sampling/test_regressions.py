@@ -15,7 +15,8 @@ import graphstore
 from graphstore.errors import InvalidInputError, NotOwnedError
 from sampling import NeighborSampler
 from sampling.dist_loader import DistributedNeighborLoader, Prefetcher
-from sampling.distributed import DistributedFeatureStore, PartitionServer, RankLayout, RemoteStats
+from sampling.dist_features import DistributedFeatureStore
+from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from sampling.transport import LoopbackTransport
 
 
