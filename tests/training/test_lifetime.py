@@ -22,9 +22,11 @@ FLAGS = ("--nproc", 2, "--epochs", 3, "--fanout", "5,5", "--batch-size", 16, "--
 
 
 def _start(dataset, *args, env=None) -> subprocess.Popen:
+    """The launcher as a terminal starts it: SIGINT at its default, so Ctrl-C raises KeyboardInterrupt even
+    when this test runs where SIGINT is ignored (a job a shell put in the background inherits that)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen(train_cmd(dataset, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=ROOT)
+                            env=env, cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
