@@ -109,6 +109,38 @@ def weighted_packed(packed, alias):
     return out
 
 
+COMPACT_ALIAS_BITS = 16  # blocks whose degrees fit this many offset bits get 12-byte weighted records
+
+
+@njit(cache=True, nogil=True)
+def max_degree(indptr):
+    """The largest degree of a CSC pointer array (0 when empty)."""
+    out = 0
+    for v in range(len(indptr) - 1):
+        out = max(out, indptr[v + 1] - indptr[v])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def compact_weighted_packed(packed, alias, bits):
+    """The packed (source, edge ID) pairs with each edge's alias-table entry folded into one int32 beside
+    them (3 per edge, against 4 for :func:`weighted_packed`: fewer cache lines per weighted pick). The
+    low ``bits`` hold the alias offset, the rest the threshold with those bits cleared (a kept column
+    keeps at least ``2**bits``), so a column's kept share moves by less than ``2**(bits - 32)``.
+    ``bits`` must exceed every offset: all of them set, with a zero threshold, marks a destination
+    without a positive weight."""
+    mask = np.uint32((1 << bits) - 1)
+    out = np.empty(3 * (len(packed) // 2), np.int32)
+    for p in range(len(packed) // 2):
+        threshold, other = np.uint32(alias[2 * p]), np.uint32(alias[2 * p + 1])
+        kept = threshold & ~mask
+        if threshold != 0 and kept == 0:
+            kept = mask + np.uint32(1)
+        code = mask if other == np.uint32(0xFFFFFFFF) else kept | (other & mask)
+        out[3 * p], out[3 * p + 1], out[3 * p + 2] = packed[2 * p], packed[2 * p + 1], np.int32(code)
+    return out
+
+
 @njit(cache=True, nogil=True)
 def time_records(indptr, key, src, eid, keys, pairs, order):
     """Each destination's edges in time order: ``keys[i]`` the time of the ``i``-th edge in that order

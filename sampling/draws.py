@@ -136,29 +136,40 @@ def _weighted(state, cum, base, count, k, replace, out, e):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _weighted_alias(state, alias, astride, weight, cum, start, count, k, replace, out, e):
+def _weighted_alias(state, alias, astride, amask, weight, cum, start, count, k, replace, out, e):
     """As :func:`_weighted` over a node's whole CSC segment ``[start, start + count)``, a draw being one
     read of its alias table (:func:`sampling.derived.alias_table`: per position a uint32 threshold and
     the offset of its alias, at ``alias[astride * p]`` and the next: a uint32 array, ``astride`` 2, or the
-    weighted packed layout, int32, 4, offset by 2); ``cum`` is scratch. Repeats are found in a bit mask
-    (up to 64 edges)."""
-    if count == 0 or np.int32(alias[astride * start + 1]) < 0:
+    weighted packed layout, int32, 4, offset by 2). With ``amask`` (not 0) both are one word, 3 apart
+    (:func:`sampling.derived.compact_weighted_packed`): the offset in the ``amask`` bits, the threshold in
+    the others. ``cum`` is scratch. Repeats are found in a bit mask (up to 64 edges)."""
+    offset_bits = np.uint32(amask)
+    if count == 0:
+        return 0
+    if amask:  # a destination without a positive weight: a zero threshold, every offset bit set
+        if np.uint32(alias[astride * start]) == offset_bits:
+            return 0
+    elif np.int32(alias[astride * start + 1]) < 0:
         return 0
     m = 0
     if k < 0 or (not replace and count <= k):
         for j in range(count):
-            if alias[astride * (start + j)] != 0:  # a positive weight
+            if (np.uint32(alias[astride * (start + j)]) & ~offset_bits) != 0:  # a positive weight
                 out[e + m] = j
                 m += 1
         return m
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     tries = k if replace else 2 * k + 8
-    mask = np.uint64(0)
+    taken = np.uint64(0)
     while m < k and tries > 0:
         tries -= 1
         j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
         at = astride * (start + j)
-        threshold, other = np.uint32(alias[at]), np.int64(alias[at + 1])  # both read: a load in one arm is a jump
+        if amask:
+            word = np.uint32(alias[at])
+            threshold, other = word & ~offset_bits, np.int64(word & offset_bits)
+        else:
+            threshold, other = np.uint32(alias[at]), np.int64(alias[at + 1])  # both read: no load in one arm
         j = other if low >= threshold else j  # a select: which one is a coin flip, no jump to mispredict
         if replace:
             out[e + m] = j
@@ -166,8 +177,8 @@ def _weighted_alias(state, alias, astride, weight, cum, start, count, k, replace
         elif count <= 64:  # branch-free: always written, kept by advancing the count
             bit = np.uint64(1) << np.uint64(j)
             out[e + m] = j
-            m += 1 if (mask & bit) == 0 else 0
-            mask |= bit
+            m += 1 if (taken & bit) == 0 else 0
+            taken |= bit
         elif not _taken(out, e, m, j):
             out[e + m] = j
             m += 1

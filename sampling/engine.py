@@ -60,14 +60,20 @@ class BlockArgs:
         packed_ = tuple(_ready(b.packed, np.int32) if packs else i32 for b in blocks)
         packed_pairs = packed_
         self.weights = self.aliases = None
-        self.astride = 2
+        self.astride, self.amask = 2, 0
+        self.use_packed = 2 if packs else 0  # int32 per edge in ``packed``
         if variants.weighted:
             self.weights = tuple(_ready(b.weight, np.float64) for b in blocks)
             self.aliases = tuple(_aliases(b, w) for b, w in zip(blocks, self.weights))
             if packs:  # the alias entries beside the packed pairs: a pick and its gather share a line
-                packed_ = tuple(_weighted_packed(b, p, a) for b, p, a in zip(blocks, packed_, self.aliases))
-                self.aliases, self.astride = tuple(p[2:] for p in packed_), 4
-        self.use_packed = (4 if variants.weighted else 2) if packs else 0  # int32 per edge in ``packed``
+                bits = max(1, max(int(derived.max_degree(i)) for i in indptrs).bit_length())
+                if bits <= derived.COMPACT_ALIAS_BITS:  # 12 bytes an edge: threshold and offset in one word
+                    packed_ = tuple(_compact_packed(b, p, a, bits) for b, p, a in zip(blocks, packed_, self.aliases))
+                    self.astride, self.amask = 3, (1 << bits) - 1
+                else:
+                    packed_ = tuple(_weighted_packed(b, p, a) for b, p, a in zip(blocks, packed_, self.aliases))
+                    self.astride = 4
+                self.aliases, self.use_packed = tuple(p[2:] for p in packed_), self.astride
         self.offsets = np.array([b.lo for b in blocks] + [blocks[-1].hi], np.int64)
         self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets)
         self.src, self.stride = (packed_, self.use_packed) if packs else (indices, 1)
@@ -103,12 +109,18 @@ class BlockArgs:
                          pos)
         return pos
 
+    @staticmethod
+    def time_sorted(var: tuple) -> bool:
+        """Whether the variant tuple ``var`` (of :meth:`var`) has time-sorted records: its picks are positions
+        in time order, until :meth:`csc_positions` translates them."""
+        return var[7] is not None
+
     def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> tuple:
         """The variant tuple; ``timed``: limits are given (else times are ignored); ``exclusion`` =
         ``(sorted keys, multiplier, mode)`` of links to drop (:func:`sampling.edgemask.exclusion`)."""
         t = timed and self.timed
         excl, mul, mode = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0))
-        return (self.src, self.stride, self.weights, self.aliases, self.astride, self.times if t else None,
+        return (self.src, self.stride, self.weights, self.aliases, self.astride, self.amask, self.times if t else None,
                 self.tsort if t else None, self.node_time if t else None,
                 bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
 
@@ -122,6 +134,12 @@ def _aliases(block: CSCBlock, weight: np.ndarray) -> np.ndarray:
 def _weighted_packed(block: CSCBlock, packed: np.ndarray, alias: np.ndarray) -> np.ndarray:
     return derived.derived("wpacked", (block.packed, block.weight), lambda: (derived.weighted_packed(packed, alias),),
                            1, *_origin(block, "weight-packed"))[0]
+
+
+def _compact_packed(block: CSCBlock, packed: np.ndarray, alias: np.ndarray, bits: int) -> np.ndarray:
+    return derived.derived(f"wpacked12-{bits}", (block.packed, block.weight),
+                           lambda: (derived.compact_weighted_packed(packed, alias, bits),), 1,
+                           *_origin(block, f"weight-packed12-{bits}"))[0]
 
 
 def _time_records(block: CSCBlock, node_time: np.ndarray | None, pairs: np.ndarray | None, narrow: bool,

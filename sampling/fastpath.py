@@ -91,7 +91,7 @@ class FastPath:
         var = self.blocks.var(self.variants.last, limits is not None, exclusion)
         result = variants.sample_variants(self.blocks.topo, seeds, self.fanouts, self.replace, local.rng, local.seen,
                                           local.dense, local.table, self.num_nodes, self.variants.disjoint, var, limits)
-        return var[6] is not None, *result  # first: whether the picks are positions in time order
+        return BlockArgs.time_sorted(var), *result  # first: whether the picks are positions in time order
 
 
 def _fit(a: np.ndarray, buffer_len: int) -> np.ndarray:

@@ -298,7 +298,7 @@ def _picks(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: b
     bufs = (_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F)
     e, out, _ = variants.hop_picks(args.topo, ids, 0, len(ids), int(k), bool(replace), rng, in_order, out,
                                    np.int64(start), block_edges, bufs, var, limits)
-    if var[6] is not None:  # picks in time order: their CSC positions
+    if BlockArgs.time_sorted(var):  # picks in time order: their CSC positions
         args.csc_positions(out[3][start:e], block_edges - start)
     return e, out
 

@@ -96,9 +96,9 @@ def _fetch_ahead(start, deg, b, weights, aliases, astride, times, splits):
     if deg == 0:
         return
     if aliases is not None:  # draws land anywhere in the segment: fetch its lines (up to 64 entries)
-        per_line = 16 // astride
-        for j in range(start - start % per_line, start + min(deg, 64), per_line):
-            prefetch(aliases[b], astride * j)
+        first, end = astride * start, astride * (start + min(deg, 64))  # 32-bit words, 16 a line
+        for w in range(first - first % 16, end, 16):
+            prefetch(aliases[b], w)
     elif weights is not None:
         prefetch(weights[b], start)
     if times is not None:
@@ -117,22 +117,22 @@ def _at(arrays, b):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight, alias, astride, wkeys, scratch,
-            pos, e):
+def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight, alias, astride, amask, wkeys,
+            scratch, pos, e):
     """Draw among ``count`` candidates (or the whole segment when not ``filtered``) into ``pos[e:]``."""
     if latest and 0 <= k < count:
         return _latest(tkeys_buf, count, k, pos, e)
     if weight is not None:
         if alias is not None:
             if not filtered:
-                return _weighted_alias(state, alias, astride, weight, wkeys, start, count, k, replace, pos, e)
+                return _weighted_alias(state, alias, astride, amask, weight, wkeys, start, count, k, replace, pos, e)
         return _weighted(state, wkeys, 0, count, k, replace, pos, e)
     return _uniform(state, count, k, replace, pos, e, scratch)
 
 
 @njit(cache=True, nogil=True)
 def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
-               weights, aliases, astride, times, tsort, node_time, limits, last, splits, allowed, excl, excl_mul,
+               weights, aliases, astride, amask, times, tsort, node_time, limits, last, splits, allowed, excl, excl_mul,
                excl_mode, gathered, row, eid):
     """The picks of block ``b``'s frontier nodes (``order[t]``, ID ``ids[t]``, for ``t`` in its bounds):
     their CSC positions into ``pos[e:]`` and their frontier positions ``f_lo + order[t]`` into
@@ -167,8 +167,8 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
         if weight_b is not None:
             if filtered or alias_b is None:  # else the alias table draws: no cumulative weights
                 _weights_of(weight_b, filtered, start, cand, count, wkeys)
-        m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, wkeys,
-                    scratch, pos, e)
+        m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, amask,
+                    wkeys, scratch, pos, e)
         for j in range(e, e + m):
             pos[j] = start + (cand[pos[j]] if filtered else pos[j])
             col[j] = f_lo + order[t]

@@ -54,10 +54,10 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     ``use_packed`` of them per edge (source and edge ID first; 0: not used); ``out`` = ``(row, col,
     eid, pos)``, written from ``n_edges`` on (grown as needed): global source IDs, frontier positions,
     edge IDs, CSC positions.
-    ``block_edges[b]`` gets block ``b``'s first edge; with time-sorted edges (``var[6]``) the positions
+    ``block_edges[b]`` gets block ``b``'s first edge; with time-sorted edges (``var[7]``) the positions
     are theirs (:func:`variants_csc` translates them). ``in_order``: visit the frontier in its own
     order within a block (else, for large frontiers, by ID). ``var`` = ``(src, stride, weights,
-    aliases, astride, times, tcuts, node_time, last, splits, allowed, excl, excl_mul, excl_mode)``
+    aliases, astride, amask, times, tcuts, node_time, last, splits, allowed, excl, excl_mul, excl_mode)``
     (:func:`sampling.picks.pick_block`), ``limits`` per frontier node or ``None``. Returns
     ``(end, out, bufs)``.
     """
@@ -76,17 +76,17 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
         total += d if (k < 0 or (not replace and d < k)) else (k if d > 0 else 0)
         max_deg = max(max_deg, d)
     row, col, eid, pos, bufs = _room(row, col, eid, pos, bufs, n_edges + total, max_deg)
-    src, stride, weights, aliases, astride, times, tsort, node_time, last, splits, allowed, excl, mul, mode = var
+    src, stride, weights, aliases, astride, amask, times, tsort, node_time, last, splits, allowed, excl, mul, mode = var
     # weighted picks over the packed layout read their node's lines (alias entries beside the pairs), so
     # they gather at once; the others leave it to phase 3, whose independent reads overlap better than
     # reads inside the branchy picks loop (an ad hoc timing: a time-sorted hop took 1.7x as long fused)
-    gathered = tsort is None and aliases is not None and use_packed == 4
+    gathered = tsort is None and aliases is not None and use_packed >= 3
     e = n_edges
     for b in range(len(offsets) - 1):
         block_edges[b] = e
         e = pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
-                       weights, aliases, astride, times, tsort, node_time, limits, last, splits, allowed, excl, mul,
-                       mode, gathered, row, eid)
+                       weights, aliases, astride, amask, times, tsort, node_time, limits, last, splits, allowed, excl,
+                       mul, mode, gathered, row, eid)
     block_edges[len(offsets) - 1] = e
     if not gathered:
         _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, row, eid)

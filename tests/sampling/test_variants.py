@@ -60,6 +60,52 @@ def test_weighted_without_replacement_never_draws_a_zero_weight_edge():
         assert sorted(_sample(sampler, [0]).edge.tolist()) == [2, 3, 4]
 
 
+def test_compact_weighted_records_keep_every_offset_and_mark_weightless_destinations():
+    """12-byte records: the alias offset in the low bits, the threshold above them (a kept column keeps at
+    least 2**bits), a destination without a positive weight all offset bits set and no threshold."""
+    from sampling import derived
+
+    indptr = np.array([0, 3, 3, 6, 8])
+    weight = np.array([1.0, 2.0, 3.0, 0.0, 1e-12, 5.0, 0.0, np.nan])
+    alias = derived.alias_table(indptr, weight)
+    packed = np.arange(16, dtype=np.int32)
+    bits = 2  # the largest degree, 3, fits: offsets 0..2, and 3 (all set) is the mark
+    code = derived.compact_weighted_packed(packed, alias, bits)[2::3].view(np.uint32)
+    assert derived.compact_weighted_packed(packed, alias, bits)[0::3].tolist() == packed[0::2].tolist()
+    threshold, offset = code & ~np.uint32(3), code & np.uint32(3)
+    drawable = alias[0::2] != 0
+    assert (offset[:6] == alias[1:12:2]).all() and (offset[6:] == 3).all() and (threshold[6:] == 0).all()
+    assert (threshold[drawable] >= 4).all() and (threshold[~drawable] == 0).all()
+    assert drawable[4], "a tiny positive weight stays drawable"
+    assert (np.abs(threshold.astype(np.int64) - alias[0::2].astype(np.int64))[drawable] < 4).all()
+
+
+def test_the_compact_weighted_layout_draws_what_the_full_one_draws(monkeypatch):
+    """Where every degree fits the offset bits the packed weighted layout is 12 bytes an edge, else 16; the
+    same seeds draw the same edges in both, zero weights never, a weightless destination nothing."""
+    from sampling import derived
+
+    rng = np.random.default_rng(12)
+    src, dst = rng.integers(0, 300, 6000), rng.integers(0, 299, 6000)
+    weight = rng.random(6000) * (rng.random(6000) > 0.2)  # a fifth of the edges weigh nothing
+    src, dst = np.append(src, [1, 2, 3]), np.append(dst, [299, 299, 299])
+    weight = np.append(weight, [0.0, 0.0, 0.0])  # node 299: in-edges, none with weight
+    data = Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=300, weight=torch.from_numpy(weight))
+    seeds = np.append(rng.choice(299, 60, replace=False), 299)
+    outs = {}
+    for bits in (derived.COMPACT_ALIAS_BITS, 0):
+        monkeypatch.setattr(derived, "COMPACT_ALIAS_BITS", bits)
+        sampler = _variant(NeighborSampler(data, [6, 4, 3], weight_attr="weight", seed=9))
+        assert sampler.fast_path.blocks.astride == (3 if bits else 4)
+        outs[bits] = [_sample(sampler, seeds) for _ in range(3)]
+    for compact, full in zip(*outs.values()):
+        for name in ("node", "row", "col", "edge"):
+            assert torch.equal(getattr(compact, name), getattr(full, name)), name
+        eid = compact.edge.numpy()
+        assert len(eid) > 500 and (weight[eid] > 0).all()
+        assert not (dst[eid] == 299).any()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_weighted_single_draws_follow_the_weights_without_replacement(graphs, backend):
     g = graphs[backend]
@@ -266,11 +312,11 @@ def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp
 
     first, blocks = sample()
     stored = sorted(p.name.split("-")[0] for p in (tmp_path / "derived").iterdir())
-    assert stored == ["alias"] * 3 + ["tkeys32"] * 3 * 4 + ["wpacked"] * 3, stored
+    assert stored == ["alias"] * 3 + ["tkeys32"] * 3 * 4 + ["wpacked12"] * 3, stored
     monkeypatch.setattr(derived, "_BUILT", type(derived._BUILT)())  # as a new process: nothing built in memory
     monkeypatch.setattr(derived, "alias_table", None)  # would fail if called: the stored tables are read
     monkeypatch.setattr(derived, "time_records", None)
-    monkeypatch.setattr(derived, "weighted_packed", None)
+    monkeypatch.setattr(derived, "compact_weighted_packed", None)
     again, mapped = sample()
     assert all(isinstance(t, np.memmap) for part in mapped.tsort[:3] for t in part)
     assert all(isinstance(p, np.memmap) for p in mapped.topo[3])
