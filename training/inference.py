@@ -124,7 +124,8 @@ def write_outputs(trainer: Any, model: torch.nn.Module) -> None:
     once all are written."""
     from graphstore.outputs.writer import OutputWriter
 
-    config, dataset, parts, layout, world = trainer.config, trainer.dataset, trainer.parts, trainer.layout, trainer.world
+    config, dataset, parts, layout = trainer.config, trainer.dataset, trainer.parts, trainer.layout
+    world = trainer.world
     if config.task != "node" or dataset.is_hetero:
         raise InvalidInputError("--infer-out supports homogeneous node classification in this version")
     start_time = time.perf_counter()
