@@ -25,8 +25,10 @@ Handler = Callable[..., Any]
 _HANDLERS: dict[str, Handler] = {}  # this process's named callees (RpcTransport)
 _LOCK = threading.Lock()
 _CALLS_LOCK = threading.Lock()  # ``calls`` counters: a rank's loader threads call at the same time
+# what the RPC agent says when the peer, not its handler, failed; "no such process": tensorpipe's same-machine
+# channel reading the memory of a peer that has just died (process_vm_readv)
 _LOST_PEER_WORDS = ("timeout", "timed out", "ran for more than", "pipe closed", "eof", "connection",
-                    "reset by peer", "shut down", "shutdown", "unreachable", "broken pipe")
+                    "reset by peer", "shut down", "shutdown", "unreachable", "broken pipe", "no such process")
 
 
 class PeerError(GraphstoreError, ConnectionError):

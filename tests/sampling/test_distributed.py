@@ -176,3 +176,20 @@ def test_any_rank_count_over_three_partitions_is_the_raw_neighbourhood(ds, graph
         assert sorted(b.node.tolist()) == sorted(reached)
         store = DistributedFeatureStore(ds, transport, layout)
         assert torch.equal(store[None, "x", b.node], everyone[None, "x", b.node])
+
+
+@pytest.mark.parametrize("text, lost", [
+    ("process_vm_readv: No such process (this error originated at tensorpipe/channel/cma/context_impl.cc:60)", True),
+    ("pipe closed (this error originated at tensorpipe/core/pipe_impl.cc:356)", True),
+    ("RPC ran for more than set timeout (120000 ms) and will now be marked with an error", True),
+    ("index 7 is out of bounds for dimension 0 with size 3", False),
+])
+def test_a_peer_that_died_is_told_from_a_handler_that_raised(text, lost):
+    """The survivor names a lost peer ("did not answer": the trainer says which rank and host) only for the
+    RPC agent's own errors, whatever channel carried the call: a peer on the same machine killed mid-transfer
+    fails tensorpipe's memory read with ESRCH (a CI run named it a handler error instead)."""
+    from sampling.transport import RpcTransport
+
+    error = RpcTransport(0, 2)._error(1, "graphstore.gather", RuntimeError(text))
+    assert ("did not answer" in str(error)) is lost, str(error)
+    assert error.peer == 1 and error.handler == "graphstore.gather"
