@@ -38,9 +38,7 @@ def alias_table(indptr, weight):
     the offset (within the destination's edges) of its alias, which a column that is always kept
     aliases to itself. A destination without a positive weight has ``out[2 * start + 1] = 2**32 - 1``."""
     out = np.empty(2 * len(weight), np.uint32)
-    max_deg = 0
-    for v in range(len(indptr) - 1):
-        max_deg = max(max_deg, indptr[v + 1] - indptr[v])
+    max_deg = max_degree(indptr)
     q, small, large = np.empty(max_deg, np.float64), np.empty(max_deg, np.int64), np.empty(max_deg, np.int64)
     for v in range(len(indptr) - 1):
         s, n = indptr[v], indptr[v + 1] - indptr[v]
