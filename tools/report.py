@@ -28,7 +28,8 @@ BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
 RECORD_KEYS = ("benchmark", "config", "command", "commit", "date", "machine", "parameters", "figures", "provenance")
 # Page order; a benchmark not listed follows, by name.
 ORDER = ("bench_sampler", "bench_variants", "bench_loader", "bench_train", "bench_cluster", "bench_store",
-         "bench_remote", "bench_beyond_ram", "bench_rank_memory", "bench_ingest", "graphstore_ingest", "bench_partition", "bench_verify",
+         "bench_remote", "bench_beyond_ram", "bench_rank_memory",
+         "bench_unmapped", "bench_ingest", "graphstore_ingest", "bench_partition", "bench_verify",
          "bench_trim",
          "graphstore_warmup")
 TITLES = {"bench_sampler": "Sampling throughput", "bench_variants": "Sampling variants against the plain path",
@@ -37,6 +38,7 @@ TITLES = {"bench_sampler": "Sampling throughput", "bench_variants": "Sampling va
           "bench_remote": "Object storage through the chunk cache",
           "bench_beyond_ram": "Features larger than memory: one rank in a cgroup limit",
           "bench_rank_memory": "A rank's memory as the graph grows",
+          "bench_unmapped": "What unmapping a rank's dataset pages would cost the sampler",
           "bench_ingest": "Ingest: local and Dask engines",
           "graphstore_ingest": "Ingest of a products-shaped graph", "bench_partition": "METIS balance",
           "bench_verify": "What checking costs", "bench_trim": "Trimming layers with trim_to_layer",
