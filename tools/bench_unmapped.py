@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tools/bench_unmapped.py [DATASET] [--every 1,8,64] [--batches 24] [--repeats 3] [--fanout 10,5]
+    python tools/bench_unmapped.py [DATASET] [--every 1,8,32] [--batches 64] [--repeats 3] [--fanout 10,5]
                                    [--batch-size 1024] [--seed S] [--json]
 
 The sampler reads its partitions' topology through memory maps, prefaulted (``sampling.topology.prefault``),
@@ -106,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dataset", nargs="?", help="a local dataset path (default: a synthetic graph, ingested once)")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "unmapped",
                         help="where the default graph is ingested")
-    parser.add_argument("--every", default="1,8,64", help="unmap after every N batches, for each N listed")
-    parser.add_argument("--batches", type=int, default=24)
+    parser.add_argument("--every", default="1,8,32", help="unmap after every N batches, for each N listed")
+    parser.add_argument("--batches", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3, help="interleaved passes over every mode")
     parser.add_argument("--fanout", default="10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -119,9 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         every = [int(n) for n in args.every.split(",")]
         fanout = [int(k) for k in args.fanout.split(",")]
     except ValueError:
-        parser.error(f"--every {args.every!r} / --fanout {args.fanout!r}: give comma-separated integers, e.g. 1,8,64")
+        parser.error(f"--every {args.every!r} / --fanout {args.fanout!r}: give comma-separated integers, e.g. 1,8,32")
     if any(n < 1 for n in every) or args.batches < 1 or args.repeats < 1:
         parser.error("--every, --batches and --repeats take positive integers")
+    if max(every) > args.batches:
+        parser.error(f"--every {max(every)} is more than --batches {args.batches}: a pass would never unmap; "
+                     f"pass --batches {max(every)} or more")
     if not sys.platform.startswith("linux"):
         parser.error("this tool reads /proc/self/smaps and madvise: Linux")
     info = benchinfo.start(args, args.json)

@@ -1,0 +1,20 @@
+"""tools/bench_unmapped.py: arguments that would measure nothing are refused with the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.tools.conftest import load_tool
+
+bench = load_tool("bench_unmapped")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--every", "64", "--batches", "8"], "--every 64 is more than --batches 8: a pass would never unmap"),
+    (["--every", "0"], "--every, --batches and --repeats take positive integers"),
+    (["--every", "1,x"], "give comma-separated integers"),
+])
+def test_arguments_that_would_measure_nothing_are_refused(argv, words, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["unused-dataset", *argv, "--no-record"])
+    assert exc.value.code == 2 and words in capsys.readouterr().err
