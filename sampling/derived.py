@@ -140,14 +140,18 @@ def compact_weighted_packed(packed, alias, bits):
 
 
 @njit(cache=True, nogil=True)
-def time_records(indptr, key, src, eid, keys, pairs, order):
-    """Each destination's edges in time order: ``keys[i]`` the time of the ``i``-th edge in that order
-    (within its destination's range) less the smallest time of ``key``, ``pairs[2i]``/``pairs[2i + 1]``
-    its source and edge ID, ``order[i]`` its CSC position. The time cut reads only ``keys`` (4 bytes an
-    edge where they fit), the gather of what is picked only ``pairs``. The outputs are filled (int32
-    where the values fit: :func:`narrow_times`); returns the time subtracted. Equal times are ordered
-    latest position first, so the last ``k`` of a prefix are the earliest positions among equal times
-    (the rule of the scan over CSC order)."""
+def time_records(indptr, key, src, eid, keys, pairs, order, blocked=False):
+    """Each destination's edges in time order: the ``i``-th edge in that order (within its destination's
+    range) has its time less the smallest time of ``key`` in ``keys``, its source and edge ID in
+    ``pairs`` and its CSC position in ``order[i]``. The time cut reads only the keys, the gather of what
+    is picked only the pairs. The outputs are filled (int32 where the values fit: :func:`narrow_times`);
+    returns the time subtracted. Equal times are ordered latest position first, so the last ``k`` of a
+    prefix are the earliest positions among equal times (the rule of the scan over CSC order).
+
+    Apart (``blocked`` False): ``keys[i]``, ``pairs[2i]``/``pairs[2i + 1]``. Blocked (``keys`` and ``pairs``
+    one array of 3 values an edge): a destination whose edges are positions ``[s, s + d)`` holds its keys
+    at ``[3s, 3s + d)`` and its pairs right after them, position ``i``'s at ``2i + s + d``: the lines the
+    cut reads and those the picks read are neighbours (:func:`key_at`, :func:`pair_at`)."""
     base = np.int64(0)
     if len(key):
         base = key[0]
@@ -157,23 +161,38 @@ def time_records(indptr, key, src, eid, keys, pairs, order):
         s, n = indptr[v], indptr[v + 1] - indptr[v]
         if n == 0:
             continue
+        koff, poff = (2 * s, s + n) if blocked else (np.int64(0), np.int64(0))
         ordered = True
         for j in range(1, n):
             ordered &= key[s + j] > key[s + j - 1]
         if ordered:
             for j in range(n):
-                _record(keys, pairs, order, key, src, eid, base, s + j, s + j)
+                _record(keys, pairs, order, key, src, eid, base, s + j, s + j, koff, poff)
             continue
         perm = np.argsort(key[s: s + n][::-1], kind="mergesort")
         for i in range(n):
-            _record(keys, pairs, order, key, src, eid, base, s + i, s + n - 1 - perm[i])
+            _record(keys, pairs, order, key, src, eid, base, s + i, s + n - 1 - perm[i], koff, poff)
     return base
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _record(keys, pairs, order, key, src, eid, base, at, p):
-    keys[at], pairs[2 * at], pairs[2 * at + 1] = key[p] - base, src[p], eid[p]
+def _record(keys, pairs, order, key, src, eid, base, at, p, koff, poff):
+    keys[at + koff], pairs[2 * at + poff], pairs[2 * at + poff + 1] = key[p] - base, src[p], eid[p]
     order[at] = p
+
+
+@njit(cache=True, nogil=True, inline="always")
+def key_at(start, blocked):
+    """Where the time-sorted keys of a destination whose edges start at ``start`` begin
+    (:func:`time_records`: ``3 * start`` blocked, else ``start``)."""
+    return 3 * start if blocked else start
+
+
+@njit(cache=True, nogil=True, inline="always")
+def pair_at(position, end, blocked):
+    """Where the (source, edge ID) pair of time-sorted ``position`` begins, ``end`` its destination's end
+    (:func:`time_records`)."""
+    return 2 * position + end if blocked else 2 * position
 
 
 def narrow_times(key: np.ndarray) -> bool:

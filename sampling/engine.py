@@ -99,7 +99,7 @@ class BlockArgs:
             built = [_time_records(b, node_time, p, narrow, wide_pos)
                      for b, p in zip(blocks, pairs or [None] * len(blocks))]
             self.tsort = (tuple(r[0] for r in built), tuple(r[1] for r in built), tuple(r[2] for r in built),
-                          np.array([r[3][:2] for r in built], np.int64).reshape(-1, 2))
+                          np.array([[*r[3][:2], r[4]] for r in built], np.int64).reshape(-1, 3))
 
     def csc_positions(self, pos: np.ndarray, block_edges: np.ndarray) -> np.ndarray:
         """``pos`` as CSC positions: a time-sorted pick's position is translated (in place) through its
@@ -143,27 +143,38 @@ def _compact_packed(block: CSCBlock, packed: np.ndarray, alias: np.ndarray, bits
 
 
 def _time_records(block: CSCBlock, node_time: np.ndarray | None, pairs: np.ndarray | None, narrow: bool,
-                  wide_pos: bool) -> tuple[np.ndarray, ...]:
-    """The block's time-sorted keys, (source, edge ID) pairs and CSC positions, and the time subtracted
-    with the largest key (two values). ``narrow``: int32 keys; the pairs are int32 when the block has
-    its packed pairs."""
+                  wide_pos: bool) -> tuple[Any, ...]:
+    """The block's time-sorted records (:func:`sampling.derived.time_records`): keys, (source, edge ID)
+    pairs, CSC positions, the time subtracted with the largest key (two values), and whether blocked.
+    Blocked (keys and pairs one int32 array, each destination's keys beside its pairs) when the keys fit
+    int32 (``narrow``) and the block has its packed pairs; else apart: int32 keys when ``narrow``, int32
+    pairs with the packed pairs."""
     indptr = _ready(block.indptr, np.int64)
+    blocked = narrow and pairs is not None
     key_type, pair_type = (np.int32 if narrow else np.int64), (np.int32 if pairs is not None else np.int64)
     pos_type = np.int64 if wide_pos else np.int32
-    kind = (f"tkeys{32 if narrow else 64}-{32 if pairs is not None else 64}-{64 if wide_pos else 32}"
-            + ("n" if node_time is not None else ""))
+    layout = "tblock32" if blocked else f"tkeys{32 if narrow else 64}-{32 if pairs is not None else 64}"
+    kind = f"{layout}-{64 if wide_pos else 32}" + ("n" if node_time is not None else "")
     sources = (block.indptr, block.time) if node_time is None else (block.indptr, block.indices, node_time)
 
     def build() -> tuple[np.ndarray, ...]:
         key = _ready(block.time, np.int64) if node_time is None else node_time[np.asarray(block.indices)]
         src, eid = (pairs[0::2], pairs[1::2]) if pairs is not None else (_ready(block.indices, np.int64),
                                                                          _ready(block.eid, np.int64))
-        keys, out = np.empty(len(key), key_type), np.empty(2 * len(key), pair_type)
         order = np.empty(len(key), pos_type)
+        if blocked:
+            records = np.empty(3 * len(key), np.int32)
+            base = derived.time_records(indptr, key, src, eid, records, records, order, True)
+            return records, order, np.array([base, int(key.max()) - base if len(key) else 0], np.int64)
+        keys, out = np.empty(len(key), key_type), np.empty(2 * len(key), pair_type)
         base = derived.time_records(indptr, key, src, eid, keys, out, order)
         return keys, out, order, np.array([base, int(keys.max()) if len(keys) else 0], np.int64)
 
-    return derived.derived(kind, sources, build, 4, *_origin(block, "node-time" if node_time is not None else "time"))
+    what = "node-time" if node_time is not None else "time"
+    if blocked:
+        records, order, bounds = derived.derived(kind, sources, build, 3, *_origin(block, what))
+        return records, records, order, bounds, True
+    return (*derived.derived(kind, sources, build, 4, *_origin(block, what)), False)
 
 
 def _origin(block: CSCBlock, what: str) -> tuple[str, str | None]:

@@ -27,6 +27,7 @@ from numba import njit
 
 from sampling.draws import (_latest, _uniform, _weighted, _weighted_alias, cumulative_weights,  # noqa: F401
                             uniform_draws)
+from sampling.derived import key_at, pair_at
 from sampling.prefetch import prefetch
 
 STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1  # temporal strategies (as the remote sampling requests name them)
@@ -144,10 +145,11 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
     if tsort is not None:
         return _pick_sorted(state, starts, degs, order, ids, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
                             bufs, src[b], stride, _at(weights, b), _at(splits, b), allowed, excl, excl_mul, excl_mode,
-                            limits, last, tsort[0][b], tsort[2][b], tsort[3][b, 0], tsort[3][b, 1])
+                            limits, last, tsort[0][b], tsort[2][b], tsort[3][b, 0], tsort[3][b, 1], tsort[3][b, 2] != 0,
+                            row)
     if weights is None and limits is None and splits is None and excl is None:  # every variant off
         return _pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
-                             bufs[0])
+                             bufs[0], row, np.empty(0, np.int64))  # CSC positions: no pair addresses
     scratch, cand, tkeys_buf, wkeys = bufs
     filtered = limits is not None or splits is not None or excl is not None
     latest = last and limits is not None
@@ -179,12 +181,14 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
 
 
 @njit(cache=True, nogil=True)
-def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch):
+def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch, row, ends):
     """:func:`pick_block` with every variant off (the plain path): ``k`` CSC positions of each node's
     edges (:func:`sampling.draws.uniform_draws`: all of them when ``k < 0`` or, without replacement,
     ``deg <= k``; ``scratch`` ≥ the largest degree), the generator state in locals. Arithmetic only:
-    no cache misses."""
+    no cache misses. Over blocked time records (``ends``, each node's end, not empty) each pick's pair
+    address goes to ``row`` too (:func:`sampling.derived.pair_at`), for the gather."""
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+    blocked = len(ends) > 0
     for t in range(t_lo, t_hi):
         deg, start, dst = degs[t], starts[t], f_lo + order[t]
         if deg == 0:
@@ -192,6 +196,10 @@ def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos,
         m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
         for j in range(e, e + m):
             col[j] = dst
+        if blocked:
+            end = ends[t - t_lo]
+            for j in range(e, e + m):
+                row[j] = pair_at(pos[j], end, True)
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
@@ -199,8 +207,9 @@ def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos,
 
 @njit(cache=True, nogil=True, inline="always")
 def _cut(keys, start, deg, key):
-    """How many of the time-sorted ``keys[start:start + deg]`` are at or before ``key``: counted over a
-    short segment (independent compares, no branch to mispredict), else a branch-free halving search."""
+    """How many of the time-sorted ``keys[start:start + deg]`` are at or before ``key`` (``start``: where
+    the node's keys begin, :func:`sampling.derived.key_at`): counted over a short segment (independent
+    compares, no branch to mispredict), else a branch-free halving search."""
     if deg <= 32:
         lo = 0
         for j in range(deg):
@@ -215,20 +224,21 @@ def _cut(keys, start, deg, key):
 
 
 @njit(cache=True, nogil=True)
-def _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi):
+def _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked):
     """Each node's count of edges at or before its limit, over its degree in ``degs``: a loop of its own
     (its reads overlap, as the picks' branches would not let them). A limit at or after the block's
-    ``latest`` key keeps every edge without reading any (sampling at the present time costs no cut)."""
+    ``latest`` key keeps every edge without reading any (sampling at the present time costs no cut).
+    ``blocked``: the keys are laid out blocked (:func:`sampling.derived.time_records`)."""
     words = 64 // keys.itemsize  # keys per cache line
     for t in range(t_lo, t_hi):
         if t + _AHEAD_CUT < t_hi and limits[order[t + _AHEAD_CUT]] - base < latest:  # fetch its keys' lines
-            first = starts[t + _AHEAD_CUT]
+            first = key_at(starts[t + _AHEAD_CUT], blocked)
             end = first + min(degs[t + _AHEAD_CUT], 4 * words)
             for w in range(first - first % words, end, words):
                 prefetch(keys, w)
         key = limits[order[t]] - base
         if key < latest:
-            degs[t] = _cut(keys, starts[t], degs[t], key)
+            degs[t] = _cut(keys, key_at(starts[t], blocked), degs[t], key)
 
 
 @njit(cache=True, nogil=True)
@@ -253,16 +263,20 @@ def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mod
 
 @njit(cache=True, nogil=True)
 def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, pos, col, e, bufs, src, stride, weight,
-                 split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base, latest):
+                 split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base, latest, blocked, row):
     """:func:`pick_block` over time-sorted edges (``keys``: time less ``base`` per position, at most
     ``latest``; ``csc``: each one's CSC position): the cut is a search over the keys, ``last`` takes the
     end of the prefix, and the positions written are the sorted ones (phase 3 reads their sources and
-    edge IDs)."""
+    edge IDs; ``blocked`` records: from the pair address each pick also writes to ``row``)."""
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
-    _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi)
+    ends = np.empty(t_hi - t_lo if blocked else 0, np.int64)  # each node's end: its pairs' place in the block
+    for t in range(t_lo, t_hi if blocked else t_lo):
+        ends[t - t_lo] = starts[t] + degs[t]
+    _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked)
     if not indirect and not last:  # uniform over each node's prefix: the plain picks
-        return _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch)
+        return _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch, row,
+                             ends)
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
         count, start, dst = degs[t], starts[t], f_lo + order[t]
@@ -286,6 +300,8 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
             if indirect:
                 pos[j] = start + cand[pos[j]]
             col[j] = dst
+            if blocked:
+                row[j] = pair_at(pos[j], ends[t - t_lo], True)
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e

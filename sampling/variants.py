@@ -98,7 +98,7 @@ def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, ro
     """Phase 3: from the time-sorted pairs when the picks are theirs, else over the packed pairs when
     they are used, else the separate arrays."""
     if tsort is not None:  # the picks are time-sorted positions: their pairs are in that order
-        _gather_strided(tsort[1], np.int64(2), block_edges, pos, row, eid)  # as the packed pairs' stride
+        _gather_sorted(tsort[1], tsort[3], block_edges, pos, row, eid)
     elif use_packed:
         _gather_strided(packed, int(use_packed), block_edges, pos, row, eid)
     else:
@@ -108,7 +108,7 @@ def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, ro
 @njit(cache=True, nogil=True)
 def _gather_strided(packed, stride, edge_bounds, pos, row, eid):
     """Phase 3 over a layout of ``stride`` values per edge, source and edge ID first (the stored pairs,
-    or the time-sorted ones of :func:`sampling.derived.time_records`: 2)."""
+    or the time-sorted ones of :func:`sampling.derived.time_records` apart: 2)."""
     for b in range(len(edge_bounds) - 1):
         pk = packed[b]
         for x in range(edge_bounds[b], edge_bounds[b + 1]):
@@ -116,6 +116,23 @@ def _gather_strided(packed, stride, edge_bounds, pos, row, eid):
                 prefetch(pk, stride * pos[x + _AHEAD_EDGES])
             row[x] = pk[stride * pos[x]]
             eid[x] = pk[stride * pos[x] + 1]
+
+
+@njit(cache=True, nogil=True)
+def _gather_sorted(pairs, bounds, edge_bounds, pos, row, eid):
+    """Phase 3 over time-sorted records (:func:`sampling.derived.time_records`), block by block: blocked,
+    from the pair address each pick left in ``row``; apart, from the positions (2 values an edge)."""
+    for b in range(len(edge_bounds) - 1):
+        pk, lo, hi = pairs[b], edge_bounds[b], edge_bounds[b + 1]
+        if bounds[b, 2] == 0:
+            _gather_strided((pk,), np.int64(2), edge_bounds[b: b + 2], pos, row, eid)
+            continue
+        for x in range(lo, hi):
+            if x + _AHEAD_EDGES < hi:
+                prefetch(pk, row[x + _AHEAD_EDGES])
+            at = row[x]
+            row[x] = pk[at]
+            eid[x] = pk[at + 1]
 
 
 @njit(cache=True, nogil=True)

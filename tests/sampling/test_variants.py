@@ -243,6 +243,55 @@ def test_time_records_order_each_destination_and_break_ties_by_earlier_position(
     assert sorted(out.edge.tolist()) == [0, 1], "ties at the cut: the earlier edges, as the scan did"
 
 
+def test_blocked_time_records_hold_each_destinations_keys_beside_its_pairs():
+    """The blocked layout holds the same keys and pairs as the apart one, where key_at/pair_at say: a
+    destination's keys at 3 * start, then its pairs."""
+    from sampling.derived import key_at, pair_at, time_records
+
+    indptr = np.array([0, 4, 4, 7, 8])
+    time = np.array([5, 1, 5, 3, 9, 2, 9, 4]) + 10**12
+    src, eid = np.arange(100, 108), np.arange(200, 208)
+    keys, pairs, order = np.empty(8, np.int32), np.empty(16, np.int32), np.empty(8, np.int32)
+    base = time_records(indptr, time, src, eid, keys, pairs, order)
+    records, order2 = np.full(24, -1, np.int32), np.empty(8, np.int32)
+    assert time_records(indptr, time, src, eid, records, records, order2, True) == base
+    assert order2.tolist() == order.tolist() and (records >= 0).all(), "every slot written once"
+    for v in range(len(indptr) - 1):
+        start, end = indptr[v], indptr[v + 1]
+        assert records[key_at(start, True): key_at(start, True) + end - start].tolist() == keys[start:end].tolist()
+        for p in range(start, end):
+            at = pair_at(p, end, True)
+            assert (records[at], records[at + 1]) == (pairs[2 * p], pairs[2 * p + 1])
+            assert key_at(start, True) <= at < 3 * end  # within the destination's own block
+
+
+@pytest.mark.parametrize("options", [{}, {"temporal_strategy": "last"}, {"weight_attr": "weight"}])
+def test_blocked_and_apart_time_records_sample_the_same_edges(graphs, options):
+    """Over the packed pairs the time records are blocked; without them (the int64 arrays) apart. The same
+    seeds draw the same edges, positions and nodes either way."""
+    from sampling.fastpath import FastPath
+
+    g = graphs["data"]
+    seeds, times = np.arange(0, 400, 7), np.arange(0, 400, 7) * 3 + 200
+    outs = []
+    for packed in (True, False):
+        sampler = NeighborSampler(g.data, [4, 3], time_attr="edge_time", seed=5, **options)
+        fast = sampler.fast_path
+        if not packed:
+            sampler._fast_path = FastPath(sampler.topology[None], sampler.num_nodes, sampler._fanouts, False,
+                                          packed=False, variants=fast.variants)
+        assert bool(sampler.fast_path.blocks.tsort[3][0, 2]) == packed, "blocked exactly over the packed pairs"
+        sampler.fast_path.positions = True  # the CSC positions too (a dataset's edge attributes want them)
+        out = sampler.sample_from_nodes(NodeSamplerInput(torch.arange(len(seeds)), torch.as_tensor(seeds),
+                                                         torch.as_tensor(times)))
+        outs.append((out, out.edge_locator[None]()[1]))
+    (a, pos_a), (b, pos_b) = outs
+    assert a.row.numel() > 100
+    for name in ("node", "row", "col", "edge", "batch"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert np.array_equal(pos_a, pos_b)
+
+
 def _hetero_graph(seed: int = 0):
     from torch_geometric.data import HeteroData
 
@@ -312,7 +361,7 @@ def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp
 
     first, blocks = sample()
     stored = sorted(p.name.split("-")[0] for p in (tmp_path / "derived").iterdir())
-    assert stored == ["alias"] * 3 + ["tkeys32"] * 3 * 4 + ["wpacked12"] * 3, stored
+    assert stored == ["alias"] * 3 + ["tblock32"] * 3 * 3 + ["wpacked12"] * 3, stored
     monkeypatch.setattr(derived, "_BUILT", type(derived._BUILT)())  # as a new process: nothing built in memory
     monkeypatch.setattr(derived, "alias_table", None)  # would fail if called: the stored tables are read
     monkeypatch.setattr(derived, "time_records", None)
