@@ -1,11 +1,13 @@
 """Per-block arrays the engine derives from a block's stored ones, built once and then reused:
-alias tables of the edge weights and each destination's edges sorted by time (the times apart from
-the sources and edge IDs).
+alias tables of the edge weights and each destination's edges sorted by time (its times, then its
+sources and edge IDs).
 
 Built at first use (numba, one pass over the block) and kept per process; for dataset blocks of 16 MiB
 of sources or more also written to the dataset's cache directory (``<cache_dir>/derived``, keyed by the stored arrays'
 checksums, atomic rename) and memory-mapped from there, so every process and every later run on the
-machine shares one copy in page cache instead of building its own. Ingest is not involved.
+machine shares one copy in page cache instead of building its own. Ingest is not involved. The stored
+entries are kept within ``$GRAPHSTORE_DERIVED_MAX_BYTES`` (default 16 GiB) per cache directory, the least
+recently used removed first (:func:`trim`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections import OrderedDict
 from typing import Callable
 
@@ -25,6 +28,9 @@ from sampling.topology import in_huge_pages
 logger = logging.getLogger(__name__)
 
 STORE_MIN_BYTES = 1 << 24  # smaller sources are rebuilt by each process (a fraction of a second), never stored
+ENV_MAX_BYTES = "GRAPHSTORE_DERIVED_MAX_BYTES"
+DEFAULT_MAX_BYTES = 16 << 30  # stored derived arrays kept per cache directory; the least recently used go first
+_STALE_SECONDS = 24 * 3600  # a writer's temporary file this old was left by a process that died mid-write
 _BUILT: OrderedDict[tuple, tuple] = OrderedDict()  # (kind, id of each source array) -> (sources, result)
 _KEEP = 64  # derived arrays kept per process (the least recently used go first)
 _LOCK = threading.Lock()
@@ -227,7 +233,9 @@ def _stored(kind: str, origin: str, cache_dir: str, build: Callable[[], tuple[np
     paths = [os.path.join(folder, f"{kind}-{digest}-{i}.npy") for i in range(count)]
     try:
         if os.path.exists(paths[0]):  # written last: the others are complete
-            return tuple(np.load(p, mmap_mode="c") for p in paths)
+            arrays = tuple(np.load(p, mmap_mode="c") for p in paths)
+            _touch(paths[0])
+            return arrays
     except (OSError, ValueError):
         logger.warning("derived %s arrays in %s are unreadable; building them again", kind, folder)
     result = build()
@@ -238,7 +246,85 @@ def _stored(kind: str, origin: str, cache_dir: str, build: Callable[[], tuple[np
             with open(tmp, "wb") as f:
                 np.save(f, array)
             os.replace(tmp, path)
-        return tuple(np.load(p, mmap_mode="c") for p in paths)
+        arrays = tuple(np.load(p, mmap_mode="c") for p in paths)
     except OSError as exc:  # a read-only or full cache: keep the arrays in memory
         logger.warning("cannot store derived %s arrays in %s (%s); keeping them in memory", kind, folder, exc)
         return result
+    trim(folder, keep=f"{kind}-{digest}")
+    return arrays
+
+
+def _touch(path: str) -> None:
+    """Mark a stored entry used now (its first file's modification time: what :func:`trim` orders by)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # a read-only cache: nothing is trimmed there either
+
+
+def max_bytes() -> int:
+    """The stored derived arrays kept per cache directory: ``$GRAPHSTORE_DERIVED_MAX_BYTES`` (e.g. ``50GB``),
+    else 16 GiB."""
+    from graphstore.storage.cache import parse_size
+
+    raw = os.environ.get(ENV_MAX_BYTES)
+    return DEFAULT_MAX_BYTES if not raw else int(parse_size(raw, f"${ENV_MAX_BYTES}") or 0)
+
+
+def trim(folder: str, keep: str = "", limit: int | None = None) -> list[str]:
+    """Remove the least recently used entries of the derived folder ``folder`` until its files take at most
+    ``limit`` bytes (default :func:`max_bytes`); never the entry named ``keep`` (``kind-digest``). Datasets
+    opened once (a temporary copy, a re-ingest to a new path) leave entries nobody reads again: without
+    this the folder only grows. An entry's first file goes first, so a reader sees it as absent, never
+    half. Writers' temporary files over a day old are removed too. Returns the entries removed. Processes
+    that map a removed entry keep reading it (the file lives on until unmapped); one that finds it gone
+    builds it again."""
+    limit = max_bytes() if limit is None else limit
+    entries: dict[str, list] = {}  # name -> [last use, bytes, files]
+    now = time.time()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue  # removed meanwhile
+        if ".npy.tmp-" in name:
+            if now - st.st_mtime > _STALE_SECONDS:
+                _remove(path)
+            continue
+        entry, _, index = name.removesuffix(".npy").rpartition("-")
+        if not entry or not index.isdigit():
+            continue  # not ours
+        record = entries.setdefault(entry, [None, 0, [], 0.0])
+        record[1] += st.st_size
+        record[2].append((int(index), path))
+        record[3] = max(record[3], st.st_mtime)
+        if index == "0":
+            record[0] = st.st_mtime
+    # an entry without its first file is being written (recent files), else a writer died mid-way: first out
+    total = sum(r[1] for r in entries.values())
+    removed = []
+    for entry, (used, size, files, newest) in sorted(entries.items(), key=lambda kv: kv[1][0] or 0.0):
+        if total <= limit:
+            break
+        if entry == keep or (used is None and now - newest < _STALE_SECONDS):
+            continue
+        for _, path in sorted(files):  # the commit file first
+            _remove(path)
+        total -= size
+        removed.append(entry)
+    if removed:
+        logger.info("derived arrays in %s: removed %d least recently used entr%s to stay within %d bytes ($%s)",
+                    folder, len(removed), "y" if len(removed) == 1 else "ies", limit, ENV_MAX_BYTES)
+    return removed
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass  # another process removed it first
