@@ -97,7 +97,7 @@ def hetero_sampler(papers: int, batches: int, batch_size: int, seed: int, tmp: P
     """Sampling over every edge type of a synthetic-mag graph from paper seeds, and its seed batches."""
     dest = tmp / "mag"
     graphstore.ingest(f"synthetic-mag:papers={papers},classes=16,features=8,seed=0", dest)
-    ds = graphstore.open_dataset(dest)
+    ds = graphstore.open_dataset(dest, cache_dir=tmp / "cache")  # derived arrays go with tmp
     sampler = NeighborSampler(ds, FANOUT, seed=0)
     rng = np.random.default_rng(seed)
     n = ds.num_nodes("paper")
@@ -113,7 +113,7 @@ def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path
 
     dest = tmp / "parts2"
     graphstore.ingest(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), dest, num_parts=2, method="random")
-    ds = graphstore.open_dataset(dest)
+    ds = graphstore.open_dataset(dest, cache_dir=tmp / "cache")  # derived arrays go with tmp
     transports = LoopbackTransport.group(2)
     for rank, transport in enumerate(transports):
         PartitionServer(ds, rank).register(transport)
@@ -142,7 +142,7 @@ def as_dataset(data: Data, tmp: Path) -> graphstore.Dataset:
     """``data`` (edges with weight and time) ingested as a one-partition dataset, opened."""
     dest = tmp / "one-part"
     graphstore.ingest(data, dest, num_parts=1, to_undirected=False)
-    return graphstore.open_dataset(dest)
+    return graphstore.open_dataset(dest, cache_dir=tmp / "cache")  # derived arrays go with tmp
 
 
 def pyg_lib_engine() -> tuple[type, dict[str, Any]]:
