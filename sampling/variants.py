@@ -80,7 +80,10 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     # weighted picks over the packed layout read their node's lines (alias entries beside the pairs), so
     # they gather at once; the others leave it to phase 3, whose independent reads overlap better than
     # reads inside the branchy picks loop (an ad hoc timing: a time-sorted hop took 1.7x as long fused)
-    gathered = tsort is None and aliases is not None and use_packed >= 3
+    gathered = (tsort is None and aliases is not None and use_packed >= 3) or _blocked_unfiltered(tsort, weights,
+                                                                                                   splits, excl)
+    if tsort is None and weights is None and limits is None and splits is None and excl is None and use_packed == 2:
+        gathered = True  # plain over the packed pairs: the picks read them (picks._pick_packed)
     e = n_edges
     for b in range(len(offsets) - 1):
         block_edges[b] = e
@@ -91,6 +94,15 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     if not gathered:
         _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, row, eid)
     return e, (row, col, eid, pos), bufs
+
+
+@njit(cache=True, nogil=True)
+def _blocked_unfiltered(tsort, weights, splits, excl):
+    """Whether the picks are over blocked time records without weights or filters: they read their pairs
+    themselves (:func:`sampling.picks._pick_blocked`), no phase 3."""
+    if tsort is None:
+        return False
+    return tsort[3][0, 2] != 0 and weights is None and splits is None and excl is None
 
 
 @njit(cache=True, nogil=True)
