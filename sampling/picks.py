@@ -33,7 +33,8 @@ from sampling.prefetch import prefetch
 STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1  # temporal strategies (as the remote sampling requests name them)
 _AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
 _AHEAD_CUT = 16  # frontier nodes ahead whose time-sorted keys the cut starts fetching
-_AHEAD_BLOCK = 8  # frontier nodes ahead whose blocked time records (keys and pairs) the one-pass picks fetch
+_AHEAD_BLOCK = 8  # frontier nodes ahead whose pairs (or blocked time records) the one-pass picks fetch
+_NO_PAIRS = np.zeros(0, np.int32)  # _pick_uniform without packed pairs: positions only
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -149,11 +150,11 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
                             limits, last, tsort[0][b], tsort[2][b], tsort[3][b, 0], tsort[3][b, 1], tsort[3][b, 2] != 0,
                             row, eid)
     if weights is None and limits is None and splits is None and excl is None:  # every variant off
-        if stride == 2:  # over the packed pairs: the picks read their pairs too
-            return _pick_packed(state, src[b], starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos,
-                                col, row, eid, e, bufs[0])
+        if stride == 2:  # over the packed pairs the picks read them too
+            return _pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
+                                 bufs[0], src[b], row, eid)
         return _pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
-                             bufs[0])
+                             bufs[0], _NO_PAIRS, row, eid)
     scratch, cand, tkeys_buf, wkeys = bufs
     filtered = limits is not None or splits is not None or excl is not None
     latest = last and limits is not None
@@ -185,44 +186,35 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
 
 
 @njit(cache=True, nogil=True)
-def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch):
+def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch, packed, row, eid):
     """:func:`pick_block` with every variant off (the plain path): ``k`` CSC positions of each node's
     edges (:func:`sampling.draws.uniform_draws`: all of them when ``k < 0`` or, without replacement,
-    ``deg <= k``; ``scratch`` ≥ the largest degree), the generator state in locals. Arithmetic only:
-    no cache misses."""
+    ``deg <= k``; ``scratch`` ≥ the largest degree), the generator state in locals. With the ``packed``
+    (source, edge ID) pairs (not empty) each node is one pass: its pairs fetched ahead, the draws, and
+    the picked pairs read into ``row``/``eid`` (no phase 3); else positions only."""
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+    reads = len(packed) > 0
     for t in range(t_lo, t_hi):
+        if reads and t + _AHEAD_BLOCK < t_hi:
+            _fetch_lines(packed, 2 * starts[t + _AHEAD_BLOCK], 2 * degs[t + _AHEAD_BLOCK])  # its pairs
         deg, start, dst = degs[t], starts[t], f_lo + order[t]
         if deg == 0:
             continue
         m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
         for j in range(e, e + m):
             col[j] = dst
+            if reads:
+                row[j], eid[j] = packed[2 * pos[j]], packed[2 * pos[j] + 1]
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
 
 
-@njit(cache=True, nogil=True)
-def _pick_packed(state, packed, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, row, eid, e, scratch):
-    """:func:`_pick_uniform` over the packed (source, edge ID) pairs, each node in one pass: its pairs
-    fetched ahead, the draws, and the picked pairs read into ``row``/``eid`` (no phase 3)."""
-    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
-    for t in range(t_lo, t_hi):
-        if t + _AHEAD_BLOCK < t_hi:
-            first = 2 * starts[t + _AHEAD_BLOCK]
-            for w in range(first - first % 16, first + min(2 * degs[t + _AHEAD_BLOCK], 128), 16):
-                prefetch(packed, w)
-        deg, start, dst = degs[t], starts[t], f_lo + order[t]
-        if deg == 0:
-            continue
-        m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
-        for j in range(e, e + m):
-            col[j] = dst
-            row[j], eid[j] = packed[2 * pos[j]], packed[2 * pos[j] + 1]
-        e += m
-    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
-    return e
+@njit(cache=True, nogil=True, inline="always")
+def _fetch_lines(values, first, count):
+    """Start fetching the cache lines of the int32 ``values[first:first + count]`` (at most 8 lines)."""
+    for w in range(first - first % 16, first + min(count, 128), 16):
+        prefetch(values, w)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -299,7 +291,8 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
         ends[t - t_lo] = starts[t] + degs[t]
     _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked)
     if not indirect and not last:  # uniform over each node's prefix (apart records): the plain picks
-        return _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch)
+        return _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch,
+                             _NO_PAIRS, row, eid)
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
         count, start, dst = degs[t], starts[t], f_lo + order[t]
@@ -334,15 +327,13 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
 def _pick_blocked(state, records, starts, degs, order, limits, base, latest, t_lo, t_hi, k, replace, last, f_lo, pos,
                   col, row, eid, e, scratch):
     """Picks over blocked time records (uniform, or ``last``: the end of the prefix), each node in one pass:
-    its block (keys, then pairs) fetched ahead whole, the cut, the picks, and their pairs read into
-    ``row``/``eid`` (no phase 3). Measured against the cut, picks and gather as three passes over the
-    frontier: temporal ``uniform`` 0.93-0.94x plain against 0.77-0.78x (tools/bench_variants.py)."""
+    its lines fetched ahead, the cut, the picks, and their pairs read into ``row``/``eid`` (no phase 3).
+    Against the cut, picks and gather as three passes over the frontier: temporal ``uniform`` 45.9-48.6 M
+    edges/s against 38.6-40.1 (tools/bench_variants.py, interleaved; README, Sampling against pyg-lib)."""
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
-        if t + _AHEAD_BLOCK < t_hi:
-            first = 3 * starts[t + _AHEAD_BLOCK]
-            for w in range(first - first % 16, first + min(2 * degs[t + _AHEAD_BLOCK], 128), 16):
-                prefetch(records, w)
+        if t + _AHEAD_BLOCK < t_hi:  # its keys and the first half of its pairs, where the earliest edges are
+            _fetch_lines(records, key_at(starts[t + _AHEAD_BLOCK], True), 2 * degs[t + _AHEAD_BLOCK])
         start, deg = starts[t], degs[t]
         key = limits[order[t]] - base
         count = _cut(records, 3 * start, deg, key) if key < latest else deg
