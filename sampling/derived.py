@@ -195,10 +195,10 @@ def key_at(start, blocked):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def pair_at(position, end, blocked):
-    """Where the (source, edge ID) pair of time-sorted ``position`` begins, ``end`` its destination's end
-    (:func:`time_records`)."""
-    return 2 * position + end if blocked else 2 * position
+def pair_at(position, end):
+    """Where the (source, edge ID) pair of time-sorted ``position`` begins in blocked records, ``end`` its
+    destination's end (:func:`time_records`)."""
+    return 2 * position + end
 
 
 def narrow_times(key: np.ndarray) -> bool:
@@ -280,7 +280,7 @@ def trim(folder: str, keep: str = "", limit: int | None = None) -> list[str]:
     that map a removed entry keep reading it (the file lives on until unmapped); one that finds it gone
     builds it again."""
     limit = max_bytes() if limit is None else limit
-    entries: dict[str, list] = {}  # name -> [last use, bytes, files]
+    entries: dict[str, list] = {}  # name -> [last use (None: no first file), bytes, files, newest file's time]
     now = time.time()
     try:
         names = os.listdir(folder)

@@ -278,9 +278,9 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
                  split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base, latest, blocked, row, eid):
     """:func:`pick_block` over time-sorted edges (``keys``: time less ``base`` per position, at most
     ``latest``; ``csc``: each one's CSC position): the cut is a search over the keys, ``last`` takes the
-    end of the prefix, and the positions written are the sorted ones. Over ``blocked`` records without
-    weights or filters, :func:`_pick_blocked` reads each pick's pair too; otherwise phase 3 reads the
-    sources and edge IDs (blocked: from the pair address each pick also writes to ``row``)."""
+    end of the prefix, and the positions written are the sorted ones. Over ``blocked`` records each pick's
+    pair is read here too, into ``row``/``eid`` (without weights or filters in one pass per node:
+    :func:`_pick_blocked`); over records apart phase 3 reads them."""
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
     if blocked and not indirect:  # cut, picks and pairs in one pass over each node's block
@@ -317,7 +317,8 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
                 pos[j] = start + cand[pos[j]]
             col[j] = dst
             if blocked:
-                row[j] = pair_at(pos[j], ends[t - t_lo], True)
+                at = pair_at(pos[j], ends[t - t_lo])
+                row[j], eid[j] = keys[at], keys[at + 1]
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
@@ -336,7 +337,7 @@ def _pick_blocked(state, records, starts, degs, order, limits, base, latest, t_l
             _fetch_lines(records, key_at(starts[t + _AHEAD_BLOCK], True), 2 * degs[t + _AHEAD_BLOCK])
         start, deg = starts[t], degs[t]
         key = limits[order[t]] - base
-        count = _cut(records, 3 * start, deg, key) if key < latest else deg
+        count = _cut(records, key_at(start, True), deg, key) if key < latest else deg
         if count == 0:
             continue
         if last and 0 <= k < count:  # time order: the latest are the last k
@@ -348,7 +349,7 @@ def _pick_blocked(state, records, starts, degs, order, limits, base, latest, t_l
         dst, end = f_lo + order[t], start + deg
         for j in range(e, e + m):
             col[j] = dst
-            at = pair_at(pos[j], end, True)
+            at = pair_at(pos[j], end)
             row[j], eid[j] = records[at], records[at + 1]
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3

@@ -77,13 +77,11 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
         max_deg = max(max_deg, d)
     row, col, eid, pos, bufs = _room(row, col, eid, pos, bufs, n_edges + total, max_deg)
     src, stride, weights, aliases, astride, amask, times, tsort, node_time, last, splits, allowed, excl, mul, mode = var
-    # weighted picks over the packed layout read their node's lines (alias entries beside the pairs), so
-    # they gather at once; the others leave it to phase 3, whose independent reads overlap better than
-    # reads inside the branchy picks loop (an ad hoc timing: a time-sorted hop took 1.7x as long fused)
-    gathered = (tsort is None and aliases is not None and use_packed >= 3) or _blocked_unfiltered(tsort, weights,
-                                                                                                   splits, excl)
-    if tsort is None and weights is None and limits is None and splits is None and excl is None and use_packed == 2:
-        gathered = True  # plain over the packed pairs: the picks read them (picks._pick_packed)
+    # the picks read each picked pair themselves (no phase 3) over the layouts that hold it beside what they
+    # read anyway: the weighted packed records, the plain packed pairs, blocked time records
+    plain = weights is None and limits is None and splits is None and excl is None
+    gathered = (tsort is None and ((aliases is not None and use_packed >= 3) or (plain and use_packed == 2))
+                or _blocked(tsort))
     e = n_edges
     for b in range(len(offsets) - 1):
         block_edges[b] = e
@@ -97,20 +95,20 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
 
 
 @njit(cache=True, nogil=True)
-def _blocked_unfiltered(tsort, weights, splits, excl):
-    """Whether the picks are over blocked time records without weights or filters: they read their pairs
-    themselves (:func:`sampling.picks._pick_blocked`), no phase 3."""
+def _blocked(tsort):
+    """Whether the picks are over blocked time records (:func:`sampling.derived.time_records`), whose
+    pairs they read themselves."""
     if tsort is None:
         return False
-    return tsort[3][0, 2] != 0 and weights is None and splits is None and excl is None
+    return tsort[3][0, 2] != 0
 
 
 @njit(cache=True, nogil=True)
 def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, row, eid):
     """Phase 3: from the time-sorted pairs when the picks are theirs, else over the packed pairs when
     they are used, else the separate arrays."""
-    if tsort is not None:  # the picks are time-sorted positions: their pairs are in that order
-        _gather_sorted(tsort[1], tsort[3], block_edges, pos, row, eid)
+    if tsort is not None:  # the picks are time-sorted positions: their pairs (apart) are in that order
+        _gather_strided(tsort[1], np.int64(2), block_edges, pos, row, eid)  # as the packed pairs' stride
     elif use_packed:
         _gather_strided(packed, int(use_packed), block_edges, pos, row, eid)
     else:
@@ -128,23 +126,6 @@ def _gather_strided(packed, stride, edge_bounds, pos, row, eid):
                 prefetch(pk, stride * pos[x + _AHEAD_EDGES])
             row[x] = pk[stride * pos[x]]
             eid[x] = pk[stride * pos[x] + 1]
-
-
-@njit(cache=True, nogil=True)
-def _gather_sorted(pairs, bounds, edge_bounds, pos, row, eid):
-    """Phase 3 over time-sorted records (:func:`sampling.derived.time_records`), block by block: blocked,
-    from the pair address each pick left in ``row``; apart, from the positions (2 values an edge)."""
-    for b in range(len(edge_bounds) - 1):
-        pk, lo, hi = pairs[b], edge_bounds[b], edge_bounds[b + 1]
-        if bounds[b, 2] == 0:
-            _gather_strided((pk,), np.int64(2), edge_bounds[b: b + 2], pos, row, eid)
-            continue
-        for x in range(lo, hi):
-            if x + _AHEAD_EDGES < hi:
-                prefetch(pk, row[x + _AHEAD_EDGES])
-            at = row[x]
-            row[x] = pk[at]
-            eid[x] = pk[at + 1]
 
 
 @njit(cache=True, nogil=True)

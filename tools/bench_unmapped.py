@@ -14,7 +14,7 @@ DATASET (a local path; default: a synthetic graph ingested once) with the pages 
 unmapped every N batches for each N of ``--every``, passes interleaved, one thread; each batch draws the same
 edges in every mode. Per mode it prints the
 sampling time per batch (the unmapping included), its ratio to kept, and the most of the dataset's pages
-mapped at once (summed from ``/proc/self/smaps``, read outside the timed part).
+mapped at once (summed from ``/proc/self/smaps`` through psutil, read outside the timed part).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import psutil
 import torch
 from torch_geometric.sampler import NodeSamplerInput
 
@@ -42,36 +44,27 @@ SPEC = "nodes=400000,avg_degree=20,features=16,classes=8"
 _MADV_DONTNEED = 4
 
 
+def _maps(root: str) -> list[Any]:
+    """This process's mappings of files under ``root`` (psutil: address range, resident bytes)."""
+    inside = root.rstrip(os.sep) + os.sep
+    return [m for m in psutil.Process().memory_maps(grouped=False) if m.path.startswith(inside)]
+
+
 def mapped_ranges(root: str) -> list[tuple[int, int]]:
     """Address ranges of this process's mappings of files under ``root``."""
-    out = []
-    with open("/proc/self/maps") as fh:
-        for line in fh:
-            fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].strip().startswith(root):
-                lo, hi = (int(x, 16) for x in fields[0].split("-"))
-                out.append((lo, hi))
-    return out
+    return [tuple(int(x, 16) for x in m.addr.split("-")) for m in _maps(root)]
 
 
 def resident_mb(root: str) -> float:
     """Resident pages of this process's mappings of files under ``root`` (MB)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps") as fh:
-        for line in fh:
-            head = line.split(maxsplit=1)[0]
-            if "-" in head and not head.endswith(":"):  # a mapping's first line
-                parts = line.split(maxsplit=5)
-                inside = len(parts) == 6 and parts[5].strip().startswith(root)
-            elif inside and head == "Rss:":
-                total += int(line.split()[1])
-    return total / 1024
+    return sum(m.rss for m in _maps(root)) / 2**20
 
 
-def advise(ranges: list[tuple[int, int]], advice: int) -> None:
+def unmap(ranges: list[tuple[int, int]]) -> None:
+    """Drop these ranges' pages from this process (``madvise(MADV_DONTNEED)``; the page cache keeps them)."""
     libc = ctypes.CDLL(None, use_errno=True)
     for lo, hi in ranges:
-        if libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), advice) != 0 and advice == _MADV_DONTNEED:
+        if libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), _MADV_DONTNEED) != 0:
             raise OSError(ctypes.get_errno(), "madvise(MADV_DONTNEED) failed")
 
 
@@ -81,7 +74,7 @@ def run_mode(sampler: NeighborSampler, batches: list[torch.Tensor], root: str,
     Returns (seconds, most MB mapped at once, MB mapped right after the last unmapping, sampled edges)."""
     ranges = mapped_ranges(root)
     if every:
-        advise(ranges, _MADV_DONTNEED)
+        unmap(ranges)
     else:  # as the sampler leaves them: what it reads, prefaulted
         for block in sampler.fast_path.blocks.blocks:
             for array in (block.indptr, block.packed if block.packed is not None else block.indices):
@@ -95,7 +88,7 @@ def run_mode(sampler: NeighborSampler, batches: list[torch.Tensor], root: str,
         if every and (i + 1) % every == 0:
             most = max(most, resident_mb(root))
             start = time.perf_counter()
-            advise(ranges, _MADV_DONTNEED)
+            unmap(ranges)
             seconds += time.perf_counter() - start
             after = resident_mb(root)
     return seconds, max(most, resident_mb(root)), after, edges

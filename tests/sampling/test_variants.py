@@ -260,7 +260,7 @@ def test_blocked_time_records_hold_each_destinations_keys_beside_its_pairs():
         start, end = indptr[v], indptr[v + 1]
         assert records[key_at(start, True): key_at(start, True) + end - start].tolist() == keys[start:end].tolist()
         for p in range(start, end):
-            at = pair_at(p, end, True)
+            at = pair_at(p, end)
             assert (records[at], records[at + 1]) == (pairs[2 * p], pairs[2 * p + 1])
             assert key_at(start, True) <= at < 3 * end  # within the destination's own block
 
