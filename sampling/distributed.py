@@ -21,7 +21,7 @@ from sampling.sampler import NeighborSampler
 from sampling.server import EDGE_ATTR, GATHER, SAMPLE, PartitionServer  # noqa: F401  (re-exported)
 from sampling.topology import EdgeTopology, from_dataset
 from sampling.transport import Transport
-from sampling.wire import EDGE_IDS, POSITIONS, pack, unpack_sample
+from sampling.wire import EDGE_IDS, POSITIONS, pack
 
 
 @dataclass(frozen=True)
@@ -147,15 +147,16 @@ class RemoteBlock:
     is_remote = True
 
     def start(self, nodes: np.ndarray, fanout: int, replace: bool, limits: np.ndarray, strategy: int,
-              exclusion: tuple | None, seed: int) -> Callable[[], tuple[np.ndarray, ...]]:
+              exclusion: tuple | None, seed: int) -> Callable[[], tuple[Any, ...]]:
         """Send one hop's request for ``nodes`` (their time ``limits``, empty if none; ``seed`` seeds the
-        server's draws, so a seeded sampler samples the same wherever it runs); returns a getter of
-        ``(counts, neighbours, edge IDs, positions)``."""
+        server's draws, so a seeded sampler samples the same wherever it runs); returns a getter of the
+        answer as it came over the wire (:func:`sampling.wire.pack_sample`: counts, neighbours, edge IDs, positions),
+        which the driver reads straight into its arrays."""
         peer = self.layout.server(self.part, self.transport.rank)
         future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, pack(nodes), fanout, replace,
                                      pack(limits), strategy, self.options, exclusion, self.returns, seed)
         self.stats.add(requests=1)
-        return lambda: unpack_sample(_waited(self.stats, future))
+        return lambda: _waited(self.stats, future)
 
 
 class DistributedSampler(NeighborSampler):

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
+from numba import njit
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from graphstore.errors import CorruptDatasetError
@@ -18,6 +19,7 @@ from sampling.engine import BlockArgs, Variants
 from sampling.idmap import PERHOP_DENSE_MAX_NODES
 from sampling.multihop import _by_id as by_id
 from sampling.picks import STRATEGY_LAST, STRATEGY_UNIFORM
+from sampling.wire import answer_edges, unpack, unpack_into
 
 _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
@@ -184,13 +186,21 @@ class _Edges:
         if len(self.part) < len(self.row):
             self.part = _grown(self.part, len(self.row), self.end)
 
-    def put(self, row: np.ndarray, col: np.ndarray, eid: np.ndarray, part: int, pos: np.ndarray) -> None:
-        """Append a remote partition's answer."""
-        n = len(row)
+    def put(self, answer: tuple[Any, ...], positions: np.ndarray, part: int) -> None:
+        """Append a remote partition's answer (as it came over the wire: :func:`sampling.wire.pack_sample`)
+        to the frontier ``positions`` it was asked for, read straight into these arrays."""
+        n = answer_edges(answer)
+        counts = np.asarray(unpack(answer[0]), np.int64)
         self.room(n)
-        e, self.end = self.end, self.end + n
-        self.row[e:self.end], self.col[e:self.end], self.eid[e:self.end] = row, col, eid
-        self.part[e:self.end], self.pos[e:self.end] = part, pos
+        e, end = self.end, self.end + n
+        if len(counts) != len(positions) or not _repeat_into(positions, counts, self.col[e:end]):
+            raise CorruptDatasetError(f"partition {part} answered {n} edges with counts for {len(counts)} nodes "
+                                      f"summing to {int(counts.sum())}, for {len(positions)} nodes asked: its "
+                                      f"rank's code or data is damaged; run `graphstore verify` on the dataset")
+        for value, column in zip(answer[1:], (self.row, self.eid, self.pos)):
+            unpack_into(value, column[e:end])
+        self.part[e:end] = part
+        self.end = end
 
     def columns(self) -> tuple[np.ndarray, ...]:
         e = self.end
@@ -234,8 +244,7 @@ def _edge_type(sampler: HopSource, local: Any, etype: Any, topo: Any, ids: np.nd
             _kernel_into(edges, args, local.rng, ordered[s:e], order[s:e], k, c.replace, last,
                          limits[order[s:e]] if limits is not None else None, exclusion, in_order=True)
     for s, e, part, result in pending:
-        counts, nbrs, eids, pos = result()
-        edges.put(nbrs, np.repeat(order[s:e], counts), eids, part, pos)
+        edges.put(result(), order[s:e], part)
 
 
 def _by_id_order(topo: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -268,11 +277,31 @@ def _kernel_into(edges: _Edges, args: BlockArgs, rng: np.ndarray, ids: np.ndarra
     edges.sync()
     edges.end = e
     if positions is not None:
-        col = edges.col[start:e]
-        col[:] = positions[col]
+        _translate(edges.col[start:e], positions)
     part = edges.part[start:e]
     for b in range(len(args.parts)):
         part[block_edges[b] - start:block_edges[b + 1] - start] = args.parts[b]
+
+
+@njit(cache=True, nogil=True)
+def _translate(col, positions):
+    """``col[i] = positions[col[i]]`` in place."""
+    for i in range(len(col)):
+        col[i] = positions[col[i]]
+
+
+@njit(cache=True, nogil=True)
+def _repeat_into(values, counts, out):
+    """``np.repeat(values, counts)`` written into ``out``; whether the counts (none negative) filled it exactly."""
+    x = 0
+    for i in range(len(values)):
+        c = counts[i]
+        if c < 0 or x + c > len(out):
+            return False
+        for _ in range(c):
+            out[x] = values[i]
+            x += 1
+    return x == len(out)
 
 
 def run_kernel(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: bool, last: bool, limits: Any,

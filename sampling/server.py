@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numba import njit
 
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
@@ -82,7 +83,7 @@ class PartitionServer:
         if len(args.blocks) > 1 and len(col) > 1 and (col[1:] < col[:-1]).any():  # in request order (one block: it is)
             order = np.argsort(col, kind="stable")
             row, col, eid, pos = row[order], col[order], eid[order], pos[order]
-        counts = np.bincount(col, minlength=len(nodes)).astype(np.int64)
+        counts = _counts(col, len(nodes))
         return pack_sample((counts, row, eid, pos), returns)
 
     def gather(self, node_type: Any, names: list[str], ids: Any, leave_out: tuple[str, Any] | None = None) -> list[Any]:
@@ -110,6 +111,15 @@ class PartitionServer:
             raise InvalidInputError(f"rank serving partition(s) {list(self.parts)} was asked for edges of "
                                     f"partition {part}")
         return pack(self.stores[part][1].edge_attr(name, edge_type, unpack(positions)))
+
+
+@njit(cache=True, nogil=True)
+def _counts(col, n):
+    """``np.bincount(col, minlength=n)`` (values in ``[0, n)``), int64."""
+    out = np.zeros(n, np.int64)
+    for c in col:
+        out[c] += 1
+    return out
 
 
 def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np.ndarray) -> None:

@@ -126,18 +126,31 @@ def unpack(value: Any) -> Any:
     return torch.from_numpy(out) if value.tensor else out
 
 
+def unpack_into(value: Any, out: np.ndarray) -> None:
+    """:func:`unpack` of a 1-D integer array (packed or not) written into ``out`` (same length), with no
+    array of its own; ``None`` (a column not sent) writes -1."""
+    if value is None:
+        out[:] = -1
+    elif isinstance(value, Packed) and value.values.ndim == 1 and value.values.dtype != np.uint64:
+        if len(value.values) != len(out):
+            raise ValueError(f"{len(value.values)} values for {len(out)} places")
+        if len(out):
+            _widen(value.values, np.int64(value.base), out)
+    else:
+        out[:] = np.asarray(unpack(value))
+
+
+def answer_edges(answer: tuple[Any, ...]) -> int:
+    """How many edges a sampling answer (:func:`pack_sample`) carries."""
+    nbrs = answer[1]
+    return len(nbrs.values) if isinstance(nbrs, Packed) else len(nbrs)
+
+
 def pack_sample(result: tuple[np.ndarray, ...], returns: int) -> tuple[Any, ...]:
     """A sampling answer on the wire: counts and source IDs always, edge IDs and positions if asked."""
     counts, nbrs, eids, pos = result
     return (pack(counts), pack(nbrs), pack(eids) if returns & EDGE_IDS else None,
             pack(pos) if returns & POSITIONS else None)
-
-
-def unpack_sample(answer: tuple[Any, ...]) -> tuple[np.ndarray, ...]:
-    """``(counts, neighbours, edge IDs, positions)``; what was not sent is -1 (never read: not asked for)."""
-    counts, nbrs = unpack(answer[0]), unpack(answer[1])
-    missing = np.full(len(nbrs), -1, np.int64)
-    return (counts, nbrs, *(missing if a is None else unpack(a) for a in answer[2:]))
 
 
 class WireStats:

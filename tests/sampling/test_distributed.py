@@ -49,6 +49,29 @@ def test_loopback_full_fanout_is_the_raw_neighbourhood(ds, graphs, dense, monkey
         assert b.num_sampled_nodes[0] == len(seeds) and sum(b.num_sampled_nodes) == len(reached)
 
 
+def test_a_damaged_sampling_answer_is_refused_in_one_line(ds):
+    """A peer whose answer's per-node counts do not add up to its edges (a damaged rank) stops the batch
+    with one line naming the partition, instead of merging edges onto the wrong nodes."""
+    from graphstore.errors import CorruptDatasetError
+    from sampling.wire import pack
+
+    transports = _group(ds)
+    answer = transports[1]._table[(1, "graphstore.sample")]
+
+    def short_count(*args):
+        counts, *rest = answer(*args)
+        values = counts.values.copy()
+        values[values.argmax()] += 1  # one more edge counted than sent
+        return (pack(values.astype(np.int64) + counts.base), *rest)
+
+    transports[1].register("graphstore.sample", short_count)
+    lo, hi = ds.node_offsets()[:2]
+    sampler = DistributedSampler(ds, [10, 10], transports[0], RankLayout(3, 3))
+    with pytest.raises(CorruptDatasetError, match=r"^partition 1 answered \d+ edges with counts .* run `graphstore "
+                                                  r"verify`"):
+        sampler.sample_from_nodes(NodeSamplerInput(None, torch.arange(lo, min(hi, lo + 40))))
+
+
 def _recording(transport):
     """Wrap ``transport.call`` to log (peer, handler name) of every call."""
     log, call = [], transport.call

@@ -11,7 +11,7 @@ import graphstore
 from sampling.dist_loader import DistributedNeighborLoader
 from sampling.distributed import PartitionServer
 from sampling.transport import LoopbackTransport
-from sampling.wire import Packed, WireStats, pack, payload_bytes, totals, unpack
+from sampling.wire import Packed, WireStats, answer_edges, pack, pack_sample, payload_bytes, totals, unpack, unpack_into
 
 
 def test_payload_bytes_counts_arrays_tensors_strings_and_scalars():
@@ -39,6 +39,23 @@ def test_pack_is_lossless_and_narrow(values, width):
         back = unpack(packed)
         assert type(back) is type(given) and back.dtype == given.dtype and back.shape == given.shape
         assert (np.asarray(back) == values).all()
+
+
+@pytest.mark.parametrize("values", [np.array([7, 3, 2**40]), np.array([-4, 9], np.int32), np.zeros(0, np.int64),
+                                    np.array([-2**63, 2**63 - 1])])
+def test_unpack_into_writes_what_unpack_returns(values):
+    for given in (pack(values), values, None):
+        out = np.full(len(values) + 2, 99, np.int64)
+        unpack_into(given, out[1:-1])
+        assert out[0] == out[-1] == 99  # nothing outside its place is written
+        assert out[1:-1].tolist() == ([-1] * len(values) if given is None else values.tolist())
+    with pytest.raises(ValueError, match="3 values for 2 places"):
+        unpack_into(pack(np.array([1, 2, 3])), np.empty(2, np.int64))
+
+
+def test_a_sampling_answer_carries_its_edges():
+    answer = pack_sample((np.array([2, 0, 1]), np.array([5, 6, 7]), np.array([1, 2, 3]), np.array([0, 1, 2])), 0)
+    assert answer_edges(answer) == 3 and answer[2] is None and answer[3] is None
 
 
 def test_pack_leaves_floats_bytes_and_uint64_alone():
