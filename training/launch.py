@@ -22,7 +22,7 @@ from graphstore.cli.storage_options import add_storage_arguments, parse_storage_
 from graphstore.errors import GraphstoreError
 from training import failures, featurecache, lifetime, placement, preempt, threads, validate
 from training.timing import describe
-from training.trainer import MODELS, TrainConfig, Trainer
+from training.config import MODELS, TrainConfig
 from training.world import World
 
 
@@ -123,6 +123,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def run_rank(config: TrainConfig, world: World) -> int:
     """Run this process's rank; exit code 0, 2 (bad input), 75 (stopped on SIGTERM, checkpoint written)
     or 1 (failure, named on stderr)."""
+    from training.trainer import Trainer  # PyG and the loaders: ranks only, not the launcher
+
     preempt.install()
     try:
         trainer = Trainer(config, world, on_epoch=print_epoch if world.rank == 0 else None)

@@ -7,7 +7,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,8 +24,10 @@ from graphstore.storage.lazy import LazyRows
 from graphstore.dataset.manifest import Manifest
 from graphstore.storage.retry import RetryPolicy
 from graphstore.storage.local import Location, open_location
-from graphstore.dataset.stores import ZarrFeatureStore, ZarrGraphStore
 from graphstore.dataset.types import EdgeType, NodeType
+
+if TYPE_CHECKING:  # the stores import PyG (seconds): opened when a partition is served, not to read a manifest
+    from graphstore.dataset.stores import ZarrFeatureStore, ZarrGraphStore
 
 Progress = Callable[[int, int], None]
 _TOPOLOGY = layout.TOPOLOGY | {layout.HALO_IDS}
@@ -241,6 +243,8 @@ class Dataset:
         --------
         >>> fs, gs = ds.partition(0, prefetch=["x"])  # doctest: +SKIP
         """
+        from graphstore.dataset.stores import ZarrFeatureStore, ZarrGraphStore
+
         part = self.check_part(part)
         if prefetch is not False and prefetch is not None:
             self.prefetch(part, prefetch, progress)
