@@ -284,9 +284,10 @@ def test_device_feeder_copies_pinned_batches_ahead_on_a_side_stream(graphs):
     g = graphs["dataset3"]
     kw = dict(input_nodes=torch.arange(200), batch_size=25, seed=0)
     want = [_view(b) for b in NeighborLoader(g.data, [3, 3], **kw)]
+    pinned = NeighborLoader(g.data, [3, 3], pin_memory=True, loader_threads=2, prefetch=1, **kw)
+    assert is_pinned(next(iter(pinned))), "the loader threads pin each batch"
+    # a loader of its own: a second pass over the same loader is its next epoch, with other samples
     loader = NeighborLoader(g.data, [3, 3], pin_memory=True, loader_threads=2, prefetch=1, **kw)
-    host = next(iter(loader))
-    assert is_pinned(host), "the loader threads pin each batch"
     device = torch.device("cuda", torch.cuda.current_device())
     got = []
     for batch in DeviceFeeder(iter(loader), device):
