@@ -115,6 +115,8 @@ def sample(sampler: HopSource, local: Any, seeds: dict[Any, Any], times: dict[An
     try:
         seed_times = _seed(types, seeds, times, strict)
         edges = {et: _Edges() for et in sampler.edge_types}
+        if not hetero:  # room for the batch's most picks at once: no hop regrows the arrays, copying the last
+            edges[None].room(_most_picks(sum(len(ids) for ids in seeds.values()), sampler._fanouts))
         per_hop: dict[Any, list[int]] = {et: [] for et in sampler.edge_types}
         for fanouts in sampler._fanouts:
             for etype, k in fanouts.items():
@@ -128,6 +130,21 @@ def sample(sampler: HopSource, local: Any, seeds: dict[Any, Any], times: dict[An
     for nodes in types.values():
         nodes.forget()
     return _output(types, edges, per_hop, sampler.disjoint, hetero)
+
+
+def _most_picks(seeds: int, fanouts: list[dict[Any, int]], cap: int = 1 << 22) -> int:
+    """The most edges a homogeneous batch of ``seeds`` can pick over ``fanouts`` (none when a hop takes
+    every neighbour, or above ``cap``: those arrays grow as needed)."""
+    total, frontier = 0, seeds
+    for hop in fanouts:
+        k = hop.get(None, 0)
+        if k < 0:
+            return 0
+        frontier *= k
+        total += frontier
+        if total > cap:
+            return 0
+    return total
 
 
 def _seed(types: dict[Any, _Nodes], seeds: dict[Any, Any], times: dict[Any, Any] | None, strict: bool

@@ -216,3 +216,11 @@ def test_a_peer_that_died_is_told_from_a_handler_that_raised(text, lost):
     error = RpcTransport(0, 2)._error(1, "graphstore.gather", RuntimeError(text))
     assert ("did not answer" in str(error)) is lost, str(error)
     assert error.peer == 1 and error.handler == "graphstore.gather"
+
+
+def test_a_homogeneous_batch_sizes_its_arrays_once():
+    from sampling.perhop import _most_picks
+
+    assert _most_picks(1024, [{None: 15}, {None: 10}, {None: 5}]) == 1024 * (15 + 150 + 750)
+    assert _most_picks(1024, [{None: 15}, {None: -1}]) == 0  # every neighbour: no bound, the arrays grow
+    assert _most_picks(10**6, [{None: 25}, {None: 20}]) == 0  # above the cap: they grow as needed
