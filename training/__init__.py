@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from graphstore.moved import exports
 
 __all__ = ["TrainConfig", "Trainer", "World"]
 
 # imported on first use: the launcher, which only starts and watches ranks, need not import the trainer (PyG)
-_WHERE = {"TrainConfig": "training.config", "Trainer": "training.trainer", "World": "training.world"}
+_LAZY = {"TrainConfig": "training.config", "Trainer": "training.trainer", "World": "training.world"}
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'training' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = exports(globals(), _LAZY)
