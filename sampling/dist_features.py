@@ -12,8 +12,9 @@ import numpy as np
 import torch
 from torch_geometric.data import FeatureStore, TensorAttr
 
+from graphstore.dataset import rowmemory
 from graphstore.dataset.opened import Dataset
-from graphstore.dataset.stores import ReadOnlyError, _ids
+from graphstore.dataset.stores import ReadOnlyError, _ids, _TensorAttr
 from sampling.distributed import RankLayout, RemoteStats, _waited
 from sampling.server import GATHER
 from sampling.transport import Transport
@@ -49,7 +50,7 @@ class DistributedFeatureStore(FeatureStore):
 
     def __init__(self, dataset: Dataset, transport: Transport, layout: RankLayout, stats: RemoteStats | None = None,
                  cache_rows: int = 0) -> None:
-        super().__init__()
+        super().__init__(tensor_attr_cls=_TensorAttr)  # O(1) checks of a batch's index (PyG's compare it whole)
         self.dataset, self.transport, self.layout = dataset, transport, layout
         self.parts = layout.parts_of(transport.rank)
         self.stores = {p: dataset.partition(p)[0] for p in self.parts}
@@ -212,7 +213,7 @@ class DistributedFeatureStore(FeatureStore):
         if name == layout.ORIG_ID:
             return torch.empty(count, dtype=torch.long)
         schema = info.attrs[name]
-        return torch.empty((count, *schema.shape), dtype=getattr(torch, schema.dtype))
+        return rowmemory.empty((count, *schema.shape), getattr(torch, schema.dtype))
 
     def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
         raise ReadOnlyError(f"{self.dataset.url} is read-only; datasets are written once by `graphstore ingest`")

@@ -11,6 +11,7 @@ import torch
 from torch_geometric.loader import LinkLoader, NodeLoader
 from torch_geometric.sampler import HeteroSamplerOutput, NegativeSampling, SamplerOutput
 
+from graphstore.dataset import rowmemory
 from graphstore.dataset.opened import Dataset
 from graphstore.dataset.whole import DatasetFeatureStore, DatasetGraphStore
 from graphstore.errors import InvalidInputError
@@ -121,16 +122,18 @@ class _Threaded:
 def _builder(base: Any, inner: Any) -> Callable[[Any], Any]:
     """What a loader thread does with an index batch: sample it (the loader's ``collate_fn``), gather
     its features (``filter_fn``; already done in ``collate_fn`` with ``filter_per_worker``), and pin it
-    when the loader was given ``pin_memory=True`` and there is an accelerator."""
+    when the loader was given ``pin_memory=True`` and there is an accelerator: then the feature stores
+    gather the rows straight into pinned memory (:mod:`graphstore.dataset.rowmemory`)."""
     fetch = inner._dataset_fetcher.fetch  # collate_fn of the batch's items, as torch's iterator calls it
     gather = base.transform_fn if base is not inner else None
     pinned = bool(getattr(inner, "_pin_memory", False))
 
     def build(index: Any) -> Any:
-        batch = fetch(index)
-        if gather is not None:
-            batch = gather(batch)
-        return pin(batch) if pinned else batch
+        with rowmemory.pinned_rows(pinned):  # the stores gather the rows into pinned memory: no second copy
+            batch = fetch(index)
+            if gather is not None:
+                batch = gather(batch)
+        return pin(batch) if pinned else batch  # what is not pinned yet (the sampler's outputs)
 
     return build
 

@@ -27,12 +27,14 @@ def word_views(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...] | None:
 
 
 def gather(views: tuple[np.ndarray, ...], offsets: np.ndarray, ids: np.ndarray, dtype: np.dtype,
-           row_shape: tuple[int, ...]) -> np.ndarray:
+           row_shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
     """Rows ``ids`` (global IDs, already checked to be in range) of the array split as ``views``
-    (partition ``p`` holds IDs ``[offsets[p], offsets[p+1])``), as an array of ``dtype``."""
-    out = np.empty((len(ids), views[0].shape[1]), views[0].dtype)
-    _gather(views, np.asarray(offsets, np.int64), ids, out)
-    return out.view(dtype).reshape((len(ids), *row_shape))
+    (partition ``p`` holds IDs ``[offsets[p], offsets[p+1])``), as an array of ``dtype``; written into
+    ``out`` when given (a C-contiguous ``(len(ids), *row_shape)`` array of ``dtype``, e.g. pinned memory)."""
+    words = np.empty((len(ids), views[0].shape[1]), views[0].dtype) if out is None else \
+        out.reshape(len(ids), -1).view(views[0].dtype)
+    _gather(views, np.asarray(offsets, np.int64), ids, words)
+    return words.view(dtype).reshape((len(ids), *row_shape)) if out is None else out
 
 
 @njit(cache=True, nogil=True)

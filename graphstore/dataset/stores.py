@@ -12,7 +12,7 @@ from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.data.feature_store import _FieldStatus
 from torch_geometric.data.graph_store import EdgeLayout
 
-from graphstore.dataset import layout
+from graphstore.dataset import layout, rowmemory
 from graphstore.dataset.manifest import Manifest
 from graphstore.errors import GraphstoreError, NotOwnedError, UnknownAttributeError
 from graphstore.heap import keep_freed_memory
@@ -129,6 +129,9 @@ class ZarrFeatureStore(FeatureStore):
         if (r.rows_t is not None and isinstance(index, torch.Tensor) and index.dtype == torch.int64
                 and index.dim() == 1 and index.device.type == "cpu"):
             try:  # the hot path: own rows, one bounds-checked index_select on mapped memory
+                if rowmemory.pinned():  # straight into pinned memory: the batch goes to the GPU with no copy more
+                    out = rowmemory.empty((len(index), *r.rows_t.shape[1:]), r.rows_t.dtype)
+                    return torch.index_select(r.rows_t, 0, index - r.lo, out=out)
                 return r.rows_t.index_select(0, index - r.lo)
             except (IndexError, RuntimeError):
                 pass  # some IDs are not own rows: halo replicas or an error naming the owner, below
@@ -174,7 +177,7 @@ class ZarrFeatureStore(FeatureStore):
         out = []
         for info in self.dataset.manifest.node_types:
             for name in [*info.attrs, layout.ORIG_ID]:
-                out.append(TensorAttr(info.name, name))
+                out.append(_TensorAttr(info.name, name))
         return out
 
     def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:

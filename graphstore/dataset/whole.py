@@ -9,12 +9,10 @@ import torch
 from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.data.graph_store import EdgeLayout
 
-from graphstore.dataset import layout
-
-from graphstore.dataset import rowgather
+from graphstore.dataset import layout, rowgather, rowmemory
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import NotOwnedError, UnknownAttributeError
-from graphstore.dataset.stores import ReadOnlyError, ZarrFeatureStore, _ids
+from graphstore.dataset.stores import ReadOnlyError, ZarrFeatureStore, _ids, _TensorAttr
 
 
 class DatasetFeatureStore(FeatureStore):
@@ -28,7 +26,7 @@ class DatasetFeatureStore(FeatureStore):
     """
 
     def __init__(self, dataset: Dataset) -> None:
-        super().__init__()
+        super().__init__(tensor_attr_cls=_TensorAttr)
         self.dataset = dataset
         self._parts = [ZarrFeatureStore(dataset, p) for p in range(dataset.num_parts)]
         self._views: dict[tuple[Any, str], tuple[np.ndarray, ...] | None] = {}
@@ -57,6 +55,10 @@ class DatasetFeatureStore(FeatureStore):
         if views is not None:  # every partition mapped locally: one pass, rows copied straight to place
             row_shape = () if attr.attr_name == layout.ORIG_ID else info.attrs[attr.attr_name].shape
             dtype = np.int64 if attr.attr_name == layout.ORIG_ID else np.dtype(info.attrs[attr.attr_name].dtype)
+            if rowmemory.pinned():  # straight into pinned memory: the batch goes to the GPU with no copy more
+                out = rowmemory.empty((len(ids), *row_shape), torch.from_numpy(np.empty(0, dtype)).dtype)
+                rowgather.gather(views, np.asarray(info.offsets), ids, dtype, row_shape, out=out.numpy())
+                return out
             return torch.from_numpy(rowgather.gather(views, np.asarray(info.offsets), ids, dtype, row_shape))
         owners = self.dataset.owner(ids, info.name) if self.dataset.num_parts > 1 else np.zeros(len(ids), np.int64)
         if len(ids) == 0 or (owners == owners[0]).all():

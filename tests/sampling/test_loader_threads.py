@@ -18,7 +18,7 @@ from graphstore.errors import InvalidInputError
 from sampling import DeviceFeeder, LinkNeighborLoader, NeighborLoader
 from sampling.device import is_pinned
 from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.distributed import PartitionServer
+from sampling.distributed import PartitionServer, RankLayout
 from sampling.pipeline import LoaderThreads
 from sampling.transport import LoopbackTransport
 
@@ -259,6 +259,101 @@ def test_distributed_link_loader_gives_the_same_batches_for_every_thread_count(g
     assert len(runs[0]) > 3 and all(r == runs[0] for r in runs)
 
 
+# -- rows gathered straight into pinned memory --
+
+@pytest.fixture()
+def allocations(monkeypatch):
+    """Every allocation the feature stores make for gathered rows: (shape, pinned, the tensor). On the
+    CPU the tensors are ordinary ones (torch has no pinned memory without an accelerator)."""
+    from graphstore.dataset import rowmemory
+
+    seen = []
+
+    def allocate(shape, dtype, pin):
+        t = torch.empty(shape, dtype=dtype, pin_memory=pin and torch.cuda.is_available())
+        seen.append((tuple(shape), pin, t))
+        return t
+
+    monkeypatch.setattr(rowmemory, "_allocate", allocate)
+    return seen
+
+
+@pytest.mark.parametrize("store", ["pair", "dataset1", "dataset3", "distributed"])
+def test_the_stores_gather_rows_into_pinned_memory_when_the_thread_asks(graphs, allocations, store):
+    from graphstore.dataset import rowmemory
+    from sampling.dist_features import DistributedFeatureStore
+
+    g = graphs["dataset3" if store == "distributed" else store]
+    if store == "distributed":  # rank 0 of 3: its own rows, the rest from the other partitions' servers
+        ds = g.data
+        features = DistributedFeatureStore(ds, _group(ds)[0], RankLayout(ds.num_parts, ds.num_parts))
+    elif store == "pair":
+        features = g.data[0]
+    else:
+        from graphstore.dataset.whole import DatasetFeatureStore
+
+        features = DatasetFeatureStore(g.data)
+    ids = torch.tensor([5, 0, 399, 17, 200, 5]) if store != "pair" else torch.tensor([5, 0, 399, 17])
+    plain = features[None, "x", ids]
+    assert not any(pin for _, pin, _ in allocations), "no pinned rows unless the thread asks"
+    with rowmemory.pinned_rows():
+        rows = features[None, "x", ids]
+    pinned = [t for shape, pin, t in allocations if pin and shape == tuple(rows.shape)]
+    assert pinned and rows.data_ptr() == pinned[-1].data_ptr(), "the rows are gathered into the pinned block"
+    assert torch.equal(rows, plain) and np.allclose(rows.numpy(), g.x[ids.numpy()])
+    allocations.clear()
+    assert torch.equal(features[None, "x", ids], plain) and not any(pin for _, pin, _ in allocations), \
+        "the request is the thread's, for the block it opens"
+
+
+@pytest.mark.parametrize("store", ["pair", "dataset3", "distributed"])
+def test_the_stores_check_a_batchs_attributes_without_comparing_its_index(graphs, monkeypatch, store):
+    """PyG's ``TensorAttr.is_set`` compares the whole index tensor with a marker (tens of microseconds a
+    call for a batch's 100k IDs, holding the GIL the loader threads share): the stores' attributes do not."""
+    from torch_geometric.data import TensorAttr
+
+    from graphstore.dataset.whole import DatasetFeatureStore
+    from sampling.dist_features import DistributedFeatureStore
+
+    ds = graphs["dataset3"].data
+    features = {"pair": lambda: graphs["pair"].data[0], "dataset3": lambda: DatasetFeatureStore(ds),
+                "distributed": lambda: DistributedFeatureStore(ds, _group(ds)[0],
+                                                               RankLayout(ds.num_parts, ds.num_parts))}[store]()
+    attrs = features.get_all_tensor_attrs()
+    for attr in attrs:
+        attr.index = torch.tensor([0, 7, 3])
+
+    def compared(self, key):
+        raise AssertionError(f"PyG's element-wise is_set({key!r}) was called")
+
+    monkeypatch.setattr(TensorAttr, "is_set", compared)
+    got = dict(zip((a.attr_name for a in attrs), features.multi_get_tensor(attrs)))
+    assert np.allclose(got["x"].numpy(), graphs["pair" if store == "pair" else "dataset3"].x[[0, 7, 3]])
+
+
+def test_a_pinning_loader_gathers_its_rows_into_pinned_memory(graphs, allocations, monkeypatch):
+    """With ``pin_memory`` and an accelerator (here pretended: this machine has none), each loader thread
+    gathers the batch's rows into pinned memory and pins only the rest."""
+    import sampling.loader
+
+    pinned_batches = []
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
+    monkeypatch.setattr(sampling.loader, "pin", lambda batch: pinned_batches.append(batch) or batch)
+    g = graphs["dataset3"]
+    loader = NeighborLoader(g.data, [3, 3], input_nodes=torch.arange(100), batch_size=25, seed=0,
+                            pin_memory=True, loader_threads=2)
+    batches = list(loader)
+    assert len(batches) == 4 and len(pinned_batches) == 4
+    blocks = {t.data_ptr() for _, pin, t in allocations if pin}
+    for b in batches:
+        assert b.x.data_ptr() in blocks and np.allclose(b.x.numpy(), g.x[b.n_id.numpy()])
+    allocations.clear()
+    assert len(list(NeighborLoader(g.data, [3, 3], input_nodes=torch.arange(100), batch_size=25, seed=0,
+                                   loader_threads=2))) == 4
+    assert not any(pin for _, pin, _ in allocations), "a loader without pin_memory gathers into ordinary memory"
+
+
 # -- the device feeder --
 
 def test_device_feeder_passes_cpu_batches_through(graphs):
@@ -296,6 +391,17 @@ def test_device_feeder_copies_pinned_batches_ahead_on_a_side_stream(graphs):
         got.append(_view(batch.cpu()))
     torch.cuda.synchronize()
     assert got == want
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_on_a_gpu_host_the_loader_threads_gather_rows_into_pinned_memory(graphs, allocations):
+    g = graphs["dataset3"]
+    loader = NeighborLoader(g.data, [3, 3], input_nodes=torch.arange(100), batch_size=25, seed=0, pin_memory=True,
+                            loader_threads=2)
+    batches = list(loader)
+    blocks = {t.data_ptr() for _, pin, t in allocations if pin and t.is_pinned()}
+    assert len(batches) == 4 and all(is_pinned(b) and b.x.data_ptr() in blocks for b in batches)
 
 
 @pytest.mark.gpu
