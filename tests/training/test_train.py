@@ -108,9 +108,11 @@ def synthetic4(tmp_path_factory):
 
 
 def test_four_partitions_train_on_any_rank_count(synthetic4, tmp_path):
-    """Fewer ranks than partitions (each owns several, from storage) train as well as one per partition."""
+    """Fewer ranks than partitions (each owns several, from storage) train as well as one per partition.
+    3 ranks cover a rank owning several partitions beside ranks owning one (2 ranks, two each, add
+    nothing to it); 1 rank owns every partition and asks no peer."""
     acc = {}
-    for nproc in (4, 3, 2, 1):
+    for nproc in (4, 3, 1):
         out = run_train(synthetic4, "--nproc", nproc, "--epochs", 3, "--fanout", "5,5", "--batch-size", 64,
                         "--lr", 0.01, "--metrics-out", tmp_path / f"{nproc}.json")
         assert out.returncode == 0, out.stderr
