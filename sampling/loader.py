@@ -148,7 +148,8 @@ class NeighborLoader(_Threaded, _NewStreamEachPass, _EdgeAttrs, NodeLoader):
     out in order, at most ``prefetch + N`` in flight; ``prefetch=P`` keeps P batches ready ahead (with
     N = 1, one background thread). With ``seed`` set the batches are the same for every N (and for any
     ``num_workers``). ``pin_memory=True`` (PyG's and torch's argument) pins each batch in the loader
-    threads when there is an accelerator; :class:`sampling.DeviceFeeder` then copies it to the GPU ahead.
+    threads when there is an accelerator (a graphstore store gathers its rows straight into pinned
+    memory); :class:`sampling.DeviceFeeder` then copies it to the GPU ahead.
 
     Examples
     --------
