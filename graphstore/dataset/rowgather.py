@@ -26,15 +26,11 @@ def word_views(arrays: list[np.ndarray]) -> tuple[np.ndarray, ...] | None:
                                                                           word) for a in arrays)
 
 
-def gather(views: tuple[np.ndarray, ...], offsets: np.ndarray, ids: np.ndarray, dtype: np.dtype,
-           row_shape: tuple[int, ...], out: np.ndarray | None = None) -> np.ndarray:
-    """Rows ``ids`` (global IDs, already checked to be in range) of the array split as ``views``
-    (partition ``p`` holds IDs ``[offsets[p], offsets[p+1])``), as an array of ``dtype``; written into
-    ``out`` when given (a C-contiguous ``(len(ids), *row_shape)`` array of ``dtype``, e.g. pinned memory)."""
-    words = np.empty((len(ids), views[0].shape[1]), views[0].dtype) if out is None else \
-        out.reshape(len(ids), -1).view(views[0].dtype)
-    _gather(views, np.asarray(offsets, np.int64), ids, words)
-    return words.view(dtype).reshape((len(ids), *row_shape)) if out is None else out
+def gather(views: tuple[np.ndarray, ...], offsets: np.ndarray, ids: np.ndarray, out: np.ndarray) -> None:
+    """Rows ``ids`` (global IDs, already checked to be in range, at least one) of the array split as
+    ``views`` (partition ``p`` holds IDs ``[offsets[p], offsets[p+1])``), written into ``out``: a
+    C-contiguous ``(len(ids), *row_shape)`` array of the rows' dtype (ordinary or pinned memory)."""
+    _gather(views, np.asarray(offsets, np.int64), ids, out.reshape(len(ids), -1).view(views[0].dtype))
 
 
 @njit(cache=True, nogil=True)

@@ -129,10 +129,8 @@ class ZarrFeatureStore(FeatureStore):
         if (r.rows_t is not None and isinstance(index, torch.Tensor) and index.dtype == torch.int64
                 and index.dim() == 1 and index.device.type == "cpu"):
             try:  # the hot path: own rows, one bounds-checked index_select on mapped memory
-                if rowmemory.pinned():  # straight into pinned memory: the batch goes to the GPU with no copy more
-                    out = rowmemory.empty((len(index), *r.rows_t.shape[1:]), r.rows_t.dtype)
-                    return torch.index_select(r.rows_t, 0, index - r.lo, out=out)
-                return r.rows_t.index_select(0, index - r.lo)
+                out = rowmemory.empty((len(index), *r.rows_t.shape[1:]), r.rows_t.dtype)  # pinned for a GPU's loader
+                return torch.index_select(r.rows_t, 0, index - r.lo, out=out)
             except (IndexError, RuntimeError):
                 pass  # some IDs are not own rows: halo replicas or an error naming the owner, below
         ids = _ids(index, r.lo, r.hi)

@@ -53,13 +53,12 @@ class DatasetFeatureStore(FeatureStore):
             return torch.cat([fs.get_tensor(info.name, attr.attr_name, None) for fs in self._parts])
         views = self._word_views(info, attr.attr_name) if self.dataset.num_parts > 1 and len(ids) else None
         if views is not None:  # every partition mapped locally: one pass, rows copied straight to place
-            row_shape = () if attr.attr_name == layout.ORIG_ID else info.attrs[attr.attr_name].shape
-            dtype = np.int64 if attr.attr_name == layout.ORIG_ID else np.dtype(info.attrs[attr.attr_name].dtype)
-            if rowmemory.pinned():  # straight into pinned memory: the batch goes to the GPU with no copy more
-                out = rowmemory.empty((len(ids), *row_shape), torch.from_numpy(np.empty(0, dtype)).dtype)
-                rowgather.gather(views, np.asarray(info.offsets), ids, dtype, row_shape, out=out.numpy())
-                return out
-            return torch.from_numpy(rowgather.gather(views, np.asarray(info.offsets), ids, dtype, row_shape))
+            orig = attr.attr_name == layout.ORIG_ID
+            schema = None if orig else info.attrs[attr.attr_name]
+            out = rowmemory.empty((len(ids), *(() if orig else schema.shape)),  # pinned when a GPU's loader asks
+                                  torch.int64 if orig else getattr(torch, schema.dtype))
+            rowgather.gather(views, np.asarray(info.offsets), ids, out.numpy())
+            return out
         owners = self.dataset.owner(ids, info.name) if self.dataset.num_parts > 1 else np.zeros(len(ids), np.int64)
         if len(ids) == 0 or (owners == owners[0]).all():
             part = int(owners[0]) if len(ids) else 0
