@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 from numba import njit
 
+from graphstore.storage.mapped import advise_huge_pages
 from sampling.topology import in_huge_pages
 
 logger = logging.getLogger(__name__)
@@ -233,7 +234,7 @@ def _stored(kind: str, origin: str, cache_dir: str, build: Callable[[], tuple[np
     paths = [os.path.join(folder, f"{kind}-{digest}-{i}.npy") for i in range(count)]
     try:
         if os.path.exists(paths[0]):  # written last: the others are complete
-            arrays = tuple(np.load(p, mmap_mode="c") for p in paths)
+            arrays = _mapped(paths)
             _touch(paths[0])
             return arrays
     except (OSError, ValueError):
@@ -246,11 +247,19 @@ def _stored(kind: str, origin: str, cache_dir: str, build: Callable[[], tuple[np
             with open(tmp, "wb") as f:
                 np.save(f, array)
             os.replace(tmp, path)
-        arrays = tuple(np.load(p, mmap_mode="c") for p in paths)
+        arrays = _mapped(paths)
     except OSError as exc:  # a read-only or full cache: keep the arrays in memory
         logger.warning("cannot store derived %s arrays in %s (%s); keeping them in memory", kind, folder, exc)
         return result
     trim(folder, keep=f"{kind}-{digest}")
+    return arrays
+
+
+def _mapped(paths: list[str]) -> tuple[np.ndarray, ...]:
+    """The stored arrays, mapped copy-on-write, advised for huge pages before the sampler reads them at random."""
+    arrays = tuple(np.load(p, mmap_mode="c") for p in paths)
+    for array in arrays:
+        advise_huge_pages(array)
     return arrays
 
 

@@ -30,6 +30,13 @@ from sampling.draws import (_latest, _uniform, _weighted, _weighted_alias, cumul
 from sampling.derived import key_at, pair_at
 from sampling.prefetch import prefetch
 
+# The picks kernels only read and write their callers' arrays, so they are compiled without reference
+# counting (numba's ``_nrt=False``, which also holds for every function they call; an allocation there
+# fails to compile, it does not leak). With it, numba increfs and decrefs the arrays an inlined draw is
+# passed, once per frontier node each: atomic operations that were 7% of the plain path's time and 20% of
+# the weighted one's (perf, JIT symbols from /tmp/perf-PID.map).
+borrowing = njit(cache=True, nogil=True, _nrt=False)
+
 STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1  # temporal strategies (as the remote sampling requests name them)
 _AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
 _AHEAD_CUT = 16  # frontier nodes ahead whose time-sorted keys the cut starts fetching
@@ -133,8 +140,8 @@ def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight
     return _uniform(state, count, k, replace, pos, e, scratch)
 
 
-@njit(cache=True, nogil=True)
-def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
+@borrowing
+def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, ends, src, stride,
                weights, aliases, astride, amask, times, tsort, node_time, limits, last, splits, allowed, excl, excl_mul,
                excl_mode, gathered, row, eid):
     """The picks of block ``b``'s frontier nodes (``order[t]``, ID ``ids[t]``, for ``t`` in its bounds):
@@ -143,12 +150,13 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
     docstring (``src[b][stride * p]`` the source of position ``p``, read by filters only). With
     ``tsort`` (time-sorted edges) the positions are the sorted ones: :func:`_pick_sorted`. ``gathered``: the
     picks read their node's lines (alias entries beside the packed pairs), so the sources and edge IDs
-    are read from there at once, into ``row``/``eid``."""
+    are read from there at once, into ``row``/``eid``. ``ends``: per frontier position, room for each node's
+    end over blocked time records with weights or filters (else empty): these kernels allocate nothing."""
     if tsort is not None:
         return _pick_sorted(state, starts, degs, order, ids, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
-                            bufs, src[b], stride, _at(weights, b), _at(splits, b), allowed, excl, excl_mul, excl_mode,
-                            limits, last, tsort[0][b], tsort[2][b], tsort[3][b, 0], tsort[3][b, 1], tsort[3][b, 2] != 0,
-                            row, eid)
+                            bufs, ends, src[b], stride, _at(weights, b), _at(splits, b), allowed, excl, excl_mul,
+                            excl_mode, limits, last, tsort[0][b], tsort[2][b], tsort[3][b, 0], tsort[3][b, 1],
+                            tsort[3][b, 2] != 0, row, eid)
     if weights is None and limits is None and splits is None and excl is None:  # every variant off
         if stride == 2:  # over the packed pairs the picks read them too
             return _pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
@@ -185,7 +193,7 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
     return e
 
 
-@njit(cache=True, nogil=True)
+@borrowing
 def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch, packed, row, eid):
     """:func:`pick_block` with every variant off (the plain path): ``k`` CSC positions of each node's
     edges (:func:`sampling.draws.uniform_draws`: all of them when ``k < 0`` or, without replacement,
@@ -273,9 +281,10 @@ def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mod
     return count
 
 
-@njit(cache=True, nogil=True)
-def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, pos, col, e, bufs, src, stride, weight,
-                 split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base, latest, blocked, row, eid):
+@borrowing
+def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, pos, col, e, bufs, ends, src, stride,
+                 weight, split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base, latest, blocked, row,
+                 eid):
     """:func:`pick_block` over time-sorted edges (``keys``: time less ``base`` per position, at most
     ``latest``; ``csc``: each one's CSC position): the cut is a search over the keys, ``last`` takes the
     end of the prefix, and the positions written are the sorted ones. Over ``blocked`` records each pick's
@@ -286,9 +295,8 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
     if blocked and not indirect:  # cut, picks and pairs in one pass over each node's block
         return _pick_blocked(state, keys, starts, degs, order, limits, base, latest, t_lo, t_hi, k, replace, last,
                              f_lo, pos, col, row, eid, e, scratch)
-    ends = np.empty(t_hi - t_lo if blocked else 0, np.int64)  # each node's end: its pairs' place in the block
-    for t in range(t_lo, t_hi if blocked else t_lo):
-        ends[t - t_lo] = starts[t] + degs[t]
+    for t in range(t_lo, t_hi if blocked else t_lo):  # each node's end (its pairs' place in the block) before the cut
+        ends[t] = starts[t] + degs[t]
     _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked)
     if not indirect and not last:  # uniform over each node's prefix (apart records): the plain picks
         return _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch,
@@ -317,14 +325,14 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
                 pos[j] = start + cand[pos[j]]
             col[j] = dst
             if blocked:
-                at = pair_at(pos[j], ends[t - t_lo])
+                at = pair_at(pos[j], ends[t])
                 row[j], eid[j] = keys[at], keys[at + 1]
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
 
 
-@njit(cache=True, nogil=True)
+@borrowing
 def _pick_blocked(state, records, starts, degs, order, limits, base, latest, t_lo, t_hi, k, replace, last, f_lo, pos,
                   col, row, eid, e, scratch):
     """Picks over blocked time records (uniform, or ``last``: the end of the prefix), each node in one pass:

@@ -82,12 +82,14 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     plain = weights is None and limits is None and splits is None and excl is None
     gathered = (tsort is None and ((aliases is not None and use_packed >= 3) or (plain and use_packed == 2))
                 or _blocked(tsort))
+    indirect = weights is not None or splits is not None or excl is not None
+    ends = np.empty(nf if indirect and _blocked(tsort) else 0, np.int64)  # the picks over time records need them
     e = n_edges
     for b in range(len(offsets) - 1):
         block_edges[b] = e
-        e = pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, src, stride,
-                       weights, aliases, astride, amask, times, tsort, node_time, limits, last, splits, allowed, excl,
-                       mul, mode, gathered, row, eid)
+        e = pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, ends, src,
+                       stride, weights, aliases, astride, amask, times, tsort, node_time, limits, last, splits, allowed,
+                       excl, mul, mode, gathered, row, eid)
     block_edges[len(offsets) - 1] = e
     if not gathered:
         _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, row, eid)

@@ -39,4 +39,6 @@ def open_array(location: Location, path: str, info: ArrayInfo,
                 "and re-ingest the dataset"
             )
         paths.append(file)
-    return map_chunks(paths, info.shape, np.dtype(info.dtype), info.chunk_rows, f"{location.url}/{path}")
+    # edge arrays (topology and edge attributes) are read at random and stay resident: huge pages
+    huge = "/edges/" in f"/{path}"
+    return map_chunks(paths, info.shape, np.dtype(info.dtype), info.chunk_rows, f"{location.url}/{path}", huge)
