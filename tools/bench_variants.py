@@ -4,7 +4,7 @@ Usage::
 
     python tools/bench_variants.py [--json] [--nodes 1000000] [--edges 20000000] [--batches 4] [--repeats 3]
                                    [--mag-papers 20000] [--variants plain,weighted,...]
-                                   [--source dataset|memory|both] [--pyg-lib] [--threads 1,2]
+                                   [--source dataset|memory|both] [--pyg-lib] [--threads 1,2] [--cold]
 
 A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6)),
 as a one-partition dataset (``--source dataset``, the default: the path users run; ``memory``: the
@@ -20,6 +20,11 @@ also as a ratio of the plain path measured in the same run. The median of ``--re
 the same ``--batches`` seed batches, every variant's passes interleaved (one of each per repeat, so a
 change in load moves them alike); a warm-up batch (numba compilation, derived arrays) is never measured.
 
+``--cold`` opens the dataset with a cold page cache: a child process stores its derived arrays, then its
+files and those arrays are evicted (``posix_fadvise``) before this process opens it, as a dataset read back
+after the page cache turned over; how the first read fills the cache decides whether the sampler's
+mappings get 2 MiB pages.
+
 ``--threads 1,2`` also samples the dataset with 2 threads (each a batch at a time from a pool), each
 homogeneous variant's passes interleaved with the others, as a ratio to one thread.
 
@@ -34,6 +39,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import shutil
 import sys
 import tempfile
@@ -138,11 +145,40 @@ def homogeneous_sampler(graph: Any, name: str, engine: type | None = None) -> Ca
     return sample
 
 
-def as_dataset(data: Data, tmp: Path) -> graphstore.Dataset:
-    """``data`` (edges with weight and time) ingested as a one-partition dataset, opened."""
+def as_dataset(data: Data, tmp: Path, cold: bool = False, variants: list[str] | None = None,
+               seeds: torch.Tensor | None = None) -> graphstore.Dataset:
+    """``data`` (edges with weight and time) ingested as a one-partition dataset, opened. ``cold``: first
+    a child process samples ``seeds`` with each of ``variants`` (so their derived arrays are stored), then
+    the dataset's files and the stored arrays are evicted from the page cache, and only then is it opened
+    here (evicting skips pages a process maps: this one maps nothing of it before)."""
     dest = tmp / "one-part"
     graphstore.ingest(data, dest, num_parts=1, to_undirected=False)
+    if cold:
+        child = multiprocessing.get_context("spawn").Process(target=_store_derived, args=(tmp, variants, seeds))
+        child.start()
+        child.join()
+        if child.exitcode != 0:
+            raise SystemExit(f"bench_variants: --cold: the process storing the derived arrays failed ({child.exitcode})")
+        evict(tmp)
     return graphstore.open_dataset(dest, cache_dir=tmp / "cache")  # derived arrays go with tmp
+
+
+def _store_derived(tmp: Path, variants: list[str], seeds: torch.Tensor) -> None:
+    ds = graphstore.open_dataset(tmp / "one-part", cache_dir=tmp / "cache")
+    for name in variants:
+        homogeneous_sampler(ds, name)(seeds)
+
+
+def evict(folder: Path) -> None:
+    """Drop every file under ``folder`` from the page cache (written back first; ``posix_fadvise``)."""
+    os.sync()
+    for path in folder.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
 
 
 def pyg_lib_engine() -> tuple[type, dict[str, Any]]:
@@ -194,7 +230,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         homogeneous = [name for name in args.variants if name not in ("hetero", "distributed")]
         samples = {}
         if args.source in ("dataset", "both"):
-            ds = as_dataset(data, tmp)
+            ds = as_dataset(data, tmp, args.cold, homogeneous, batches[0])
             samples.update({name: (homogeneous_sampler(ds, name), batches) for name in homogeneous})
         if args.source in ("memory", "both"):
             suffix = "@memory" if args.source == "both" else ""
@@ -221,7 +257,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
     plain = rates.get("plain")
     ours = {k: v for k, v in rates.items() if "@" not in k}
-    out = {"graph": {"nodes": args.nodes, "edges": args.edges}, "source": args.source, "fanout": FANOUT,
+    out = {"graph": {"nodes": args.nodes, "edges": args.edges}, "source": args.source, "cold": bool(args.cold),
+           "fanout": FANOUT,
            "batch_size": args.batch_size, "threads": 1, "setup_seconds": setup, "edges_per_s": rates,
            "ratio_to_plain": {k: v / plain for k, v in ours.items()} if plain else {}}
     if args.source == "both":
@@ -263,6 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                              "1: each homogeneous variant's edges/s as a ratio to one thread (use --batches 16+)")
     parser.add_argument("--pyg-lib", action="store_true",
                         help="also PyG's NeighborSampler (pyg-lib's kernels) on every homogeneous variant, in memory")
+    parser.add_argument("--cold", action="store_true",
+                        help="open the dataset with a cold page cache (its files and derived arrays evicted), as a "
+                             "dataset read back after the cache turned over; Linux")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
@@ -271,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--variants {unknown}: choose among {list(VARIANTS)}")
     if len(args.threads) > 1 and args.source == "memory":
         parser.error("--threads measures the dataset: use --source dataset or both")
+    if args.cold and (args.source == "memory" or not hasattr(os, "posix_fadvise")):
+        parser.error("--cold evicts a dataset's files from the page cache: use --source dataset or both, on Linux")
     if args.pyg_lib:
         pyg_lib_engine()  # refused here, before the graph is built, when pyg-lib cannot load
     info = benchinfo.start(args, args.json)
@@ -280,13 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _print(out)
     benchinfo.record("bench_variants", args, out, {"nodes": args.nodes, "edges": args.edges, "source": args.source,
-                                                   "pyg_lib": args.pyg_lib})
+                                                   "pyg_lib": args.pyg_lib, "cold": bool(args.cold)})
     return 0
 
 
 def _print(out: dict) -> None:
     g = out["graph"]
-    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random, {out['source']}); fanout {FANOUT}, "
+    cold = ", cold page cache" if out.get("cold") else ""
+    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random, {out['source']}{cold}); fanout {FANOUT}, "
           f"batch {out['batch_size']}, 1 thread")
     for name, eps in out["edges_per_s"].items():
         notes = [f"{out[key][name]:5.2f}x {label}" for key, label in (

@@ -83,7 +83,8 @@ def test_bench_variants_reports_every_variant_and_its_ratio(tmp_path):
 def test_bench_variants_compares_the_dataset_with_memory_and_refuses_pyg_lib_it_cannot_load(tmp_path):
     out = _run("bench_variants", tmp_path, "--nodes", "2000", "--edges", "20000", "--batches", "2", "--repeats", "1",
                "--batch-size", "64", "--variants", "plain,weighted,temporal_last", "--source", "both",
-               "--threads", "1,2")
+               "--threads", "1,2", "--cold")
+    assert out["cold"] is True  # the dataset opened again with its files evicted from the page cache
     assert set(out["edges_per_s"]) == {"plain", "weighted", "temporal_last", "plain@memory", "weighted@memory",
                                        "temporal_last@memory", "plain@2threads", "weighted@2threads",
                                        "temporal_last@2threads"}
