@@ -39,6 +39,7 @@ def open_array(location: Location, path: str, info: ArrayInfo,
                 "and re-ingest the dataset"
             )
         paths.append(file)
-    # edge arrays (topology and edge attributes) are read at random and stay resident: huge pages
-    huge = "/edges/" in f"/{path}"
+    # topology is read at random and stays resident: huge pages. Not edge attributes: an edge feature matrix
+    # may exceed memory, and a miss would read 2 MiB (the sampler advises the times it reads: topology.prefault)
+    huge = "/edges/" in f"/{path}" and path.rsplit("/", 1)[-1] in layout.TOPOLOGY
     return map_chunks(paths, info.shape, np.dtype(info.dtype), info.chunk_rows, f"{location.url}/{path}", huge)

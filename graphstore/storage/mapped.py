@@ -64,8 +64,8 @@ def advise_huge_pages(array: np.ndarray) -> None:
     whole 2 MiB folio, which a fault then maps with one page-table entry (where the filesystem has large
     folios, as ext4 and XFS do). Read first, the cache holds small folios and the mapping stays 4 KiB
     pages: the sampler, which reads its topology at random, then misses the TLB at nearly every node.
-    Only for arrays that are read at random and meant to stay resident (topology, edge attributes): a
-    miss reads 2 MiB from disk.
+    Only for arrays that are read at random and meant to stay resident (topology, derived arrays): a miss
+    reads 2 MiB from disk.
     """
     libc = _load_libc()
     if libc is None or array.nbytes < HUGE_PAGE or not sys.platform.startswith("linux"):
