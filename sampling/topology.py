@@ -14,9 +14,10 @@ import numpy as np
 import torch
 
 from graphstore.errors import InvalidInputError, NotOwnedError
+from graphstore.storage.mapped import advise_huge_pages
 
 _EMPTY_I = np.zeros(0, np.int64)
-_MADV_WILLNEED, _MADV_HUGEPAGE, _MADV_POPULATE_READ = 3, 14, 22
+_MADV_WILLNEED, _MADV_POPULATE_READ = 3, 22
 _EMPTY_F = np.zeros(0, np.float64)
 _EMPTY_I32 = np.zeros(0, np.int32)
 _INT32_MAX = 2**31 - 1
@@ -91,7 +92,7 @@ def prefault(array: np.ndarray) -> None:
         page = mmap.PAGESIZE
         start = array.ctypes.data // page * page
         length = array.ctypes.data + array.nbytes - start
-        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_HUGEPAGE)
+        advise_huge_pages(array)  # before the pages are read in (a no-op where the mapping was advised already)
         if libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_POPULATE_READ) != 0:
             libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_WILLNEED)
     except (OSError, AttributeError):
