@@ -209,22 +209,25 @@ def uniform_draws(s0, s1, s2, s3, count, k, replace, out, e, scratch, base):
     for large. Returns ``(how many, new state)``."""
     if k < 0 or (not replace and count <= k):
         m = count
-        for j in range(count):
-            out[e + j] = base + j
+        drawn = out[e:e + count]  # indexed from 0: contiguous vector stores and loads (an index that may be
+        for j in range(count):  # negative is wrapped per element, which turns them into scatters and gathers)
+            drawn[j] = base + j
     elif replace:
         m = k
+        drawn = out[e:e + k]
         for j in range(k):
             r, s0, s1, s2, s3 = _below(count, s0, s1, s2, s3)
-            out[e + j] = base + r
+            drawn[j] = base + r
     elif k <= 32 or count > 4 * k:  # Floyd's algorithm
         m = k
+        drawn = out[e:e + k]
         for n, j in enumerate(range(count - k, count)):
             r, s0, s1, s2, s3 = _below(j + 1, s0, s1, s2, s3)
             r += base
             taken = False
-            for i in range(e, e + n):  # every earlier pick compared: no exit to mispredict
-                taken |= out[i] == r
-            out[e + n] = base + j if taken else r
+            for i in range(n):  # every earlier pick compared: no exit to mispredict
+                taken |= drawn[i] == r
+            drawn[n] = base + j if taken else r
     else:  # partial Fisher-Yates
         m = k
         for j in range(count):

@@ -57,8 +57,9 @@ def _by_block(offsets, nodes, f_lo, f_hi):
         bounds[1] = n
         return order, bounds, _ids_in(order, nodes, f_lo)
     which = np.empty(n, np.int64)
+    frontier = nodes[f_lo:f_hi]
     for i in range(n):
-        which[i] = _block_of(offsets, nodes[f_lo + i])
+        which[i] = _block_of(offsets, frontier[i])
         bounds[which[i] + 1] += 1
     for b in range(num_blocks):
         bounds[b + 1] += bounds[b]
@@ -87,8 +88,9 @@ def _by_id(offsets, nodes, f_lo, f_hi):
     """
     n, base = f_hi - f_lo, offsets[0]
     words = np.empty(n, np.int64)
+    frontier = nodes[f_lo:f_hi]  # indexed from 0: contiguous loads, not a gather of wrapped indices
     for i in range(n):
-        words[i] = ((nodes[f_lo + i] - base) << 32) | i
+        words[i] = ((frontier[i] - base) << 32) | i
     tmp = np.empty(n, np.int64)
     span, shift = offsets[-1] - base, 0
     count = np.empty(2049, np.int64)

@@ -184,11 +184,12 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
                 _weights_of(weight_b, filtered, start, cand, count, wkeys)
         m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, amask,
                     wkeys, scratch, pos, e)
-        for j in range(e, e + m):
-            pos[j] = start + (cand[pos[j]] if filtered else pos[j])
-            col[j] = f_lo + order[t]
+        picked, cols, rows, eids = pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]  # see _pick_uniform
+        for j in range(m):
+            picked[j] = start + (cand[picked[j]] if filtered else picked[j])
+            cols[j] = f_lo + order[t]
             if gathered:
-                row[j], eid[j] = src_b[stride * pos[j]], src_b[stride * pos[j] + 1]
+                rows[j], eids[j] = src_b[stride * picked[j]], src_b[stride * picked[j] + 1]
         e += m
     return e
 
@@ -209,10 +210,13 @@ def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos,
         if deg == 0:
             continue
         m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
-        for j in range(e, e + m):
-            col[j] = dst
+        # the node's outputs as slices indexed from 0: numba wraps an index that may be negative per element,
+        # which makes a vectorised loop's contiguous stores scatters
+        picked, cols, rows, eids = pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]
+        for j in range(m):
+            cols[j] = dst
             if reads:
-                row[j], eid[j] = packed[2 * pos[j]], packed[2 * pos[j] + 1]
+                rows[j], eids[j] = packed[2 * picked[j]], packed[2 * picked[j] + 1]
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
@@ -232,8 +236,9 @@ def _cut(keys, start, deg, key):
     compares, no branch to mispredict), else a branch-free halving search."""
     if deg <= 32:
         lo = 0
+        segment = keys[start:start + deg]  # indices from 0: contiguous loads, no wraparound per key
         for j in range(deg):
-            lo += 1 if keys[start + j] <= key else 0
+            lo += 1 if segment[j] <= key else 0
         return lo
     lo, n = 0, deg
     while n > 1:
@@ -311,8 +316,9 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
                               cand, wkeys)
         first = 0 if indirect else start
         if last and 0 <= k < count:  # time order: the latest are the last k
+            latest_k = pos[e:e + k]
             for j in range(k):
-                pos[e + j] = first + count - k + j
+                latest_k[j] = first + count - k + j
             m = k
         elif weight is not None:
             state[0], state[1], state[2], state[3] = s0, s1, s2, s3
@@ -320,13 +326,14 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
             s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
         else:
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, first)
-        for j in range(e, e + m):
+        picked, cols, rows, eids = pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]  # see _pick_uniform
+        for j in range(m):
             if indirect:
-                pos[j] = start + cand[pos[j]]
-            col[j] = dst
+                picked[j] = start + cand[picked[j]]
+            cols[j] = dst
             if blocked:
-                at = pair_at(pos[j], ends[t])
-                row[j], eid[j] = keys[at], keys[at + 1]
+                at = pair_at(picked[j], ends[t])
+                rows[j], eids[j] = keys[at], keys[at + 1]
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
@@ -350,15 +357,17 @@ def _pick_blocked(state, records, starts, degs, order, limits, base, latest, t_l
             continue
         if last and 0 <= k < count:  # time order: the latest are the last k
             m = k
+            latest_k = pos[e:e + k]
             for j in range(k):
-                pos[e + j] = start + count - k + j
+                latest_k[j] = start + count - k + j
         else:
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, start)
         dst, end = f_lo + order[t], start + deg
-        for j in range(e, e + m):
-            col[j] = dst
-            at = pair_at(pos[j], end)
-            row[j], eid[j] = records[at], records[at + 1]
+        picked, cols, rows, eids = pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]  # see _pick_uniform
+        for j in range(m):
+            cols[j] = dst
+            at = pair_at(picked[j], end)
+            rows[j], eids[j] = records[at], records[at + 1]
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e

@@ -63,6 +63,48 @@ def test_an_allocation_without_reference_counting_fails_to_compile_rather_than_l
         njit(nogil=True, _nrt=False)(allocates)(3)
 
 
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next((set(line.split(":", 1)[1].split()) for line in fh if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+@pytest.mark.skipif("avx512f" not in _cpu_flags(), reason="vector scatters exist only with AVX-512 (x86 Linux)")
+def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
+    """numba wraps an index that may be negative (``out[e + j]``) per element, so LLVM vectorised the loops
+    that write a node's picks (and Floyd's compares over them) as scatters and gathers; indexed from 0 over
+    a slice, they are plain vector stores and loads (README: Sampling against pyg-lib). Compiled afresh here for the plain and the temporal picks, with and without replacement."""
+    from numba import njit
+
+    rng = np.random.default_rng(0)
+    n = 40
+    degs = rng.integers(0, 40, n).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(degs)[:-1]]).astype(np.int64)
+    total = int(degs.sum())
+    order = np.arange(n, dtype=np.int64)
+    state = np.array([1, 2, 3, 4], np.uint64)
+    out = [np.zeros(n * 40, np.int64) for _ in range(4)]
+    scratch = np.zeros(64, np.int64)
+    packed = rng.integers(0, 1000, 2 * total).astype(np.int32)
+    records = rng.integers(0, 1000, 3 * total).astype(np.int32)
+    limits = np.full(n, 500, np.int64)
+    options = dict(picks._pick_uniform.targetoptions, cache=False)
+    uniform = njit(**options)(picks._pick_uniform.py_func)
+    blocked = njit(**options)(picks._pick_blocked.py_func)
+    for replace in (False, True):
+        pos, col, row, eid = out
+        uniform(state, starts, degs, order, 0, n, 15, replace, 0, pos, col, 0, scratch, packed, row, eid)
+        blocked(state, records, starts, degs, order, limits, np.int64(0), np.int64(1000), 0, n, 15, replace, False, 0,
+                pos, col, row, eid, 0, scratch)
+    for kernel in (uniform, blocked):
+        for signature in kernel.signatures:
+            asm = kernel.inspect_asm(signature)
+            assert not re.search(r"\bv(p)?scatter", asm), f"{kernel.py_func.__name__} writes its picks with scatters"
+            assert not re.search(r"\bv(p)?gather", asm), f"{kernel.py_func.__name__} reads with gathers"
+
+
 def test_topology_and_derived_arrays_are_advised_for_huge_pages_and_features_are_not(dataset, tmp_path,
                                                                                       monkeypatch):
     huge: dict[str, bool] = {}  # array path -> mapped with the advice
