@@ -90,7 +90,8 @@ def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
     packed = rng.integers(0, 1000, 2 * total).astype(np.int32)
     records = rng.integers(0, 1000, 3 * total).astype(np.int32)
     limits = np.full(n, 500, np.int64)
-    options = dict(picks._pick_uniform.targetoptions, cache=False)
+    options = {key: value for key, value in picks._pick_uniform.targetoptions.items() if key != "nopython"}
+    options["cache"] = False
     uniform = njit(**options)(picks._pick_uniform.py_func)
     blocked = njit(**options)(picks._pick_blocked.py_func)
     for replace in (False, True):
