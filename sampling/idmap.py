@@ -194,13 +194,17 @@ def insert_seeds_disjoint(table, seeds, nodes, batch_of, num_nodes, first):
 
 @njit(cache=True, nogil=True)
 def _edge_ranges(col, lo, hi, f_lo, f_hi):
-    """First edge and edge count of each frontier node (a node's edges are contiguous)."""
+    """First edge and edge count of each frontier node (a node's edges are contiguous): one write per run of
+    equal ``col``, not a count incremented per edge (each increment waited for the store before it)."""
     first, count = np.zeros(f_hi - f_lo, np.int64), np.zeros(f_hi - f_lo, np.int64)
-    for x in range(lo, hi):
-        t = col[x] - f_lo
-        if count[t] == 0:
-            first[t] = x
-        count[t] += 1
+    cols = col[lo:hi]  # indexed from 0 (see sampling.draws.uniform_draws)
+    x, n = 0, hi - lo
+    while x < n:
+        c, y = cols[x], x + 1
+        while y < n and cols[y] == c:
+            y += 1
+        first[c - f_lo], count[c - f_lo] = lo + x, y - x
+        x = y
     return first, count
 
 

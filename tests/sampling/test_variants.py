@@ -389,3 +389,14 @@ def test_the_cut_at_and_around_the_latest_edge_time():
         assert sorted(eid.tolist()) == sorted(np.flatnonzero(etime <= when).tolist()), when
         node, row, col = out.node.numpy(), out.row.numpy(), out.col.numpy()
         assert np.array_equal(dst[eid], seeds[col]) and np.array_equal(src[eid], node[row])
+
+
+def test_edge_ranges_are_each_frontier_nodes_run_of_edges():
+    """Disjoint de-duplication reads each frontier node's edges from its (first, count): one run of equal ``col``
+    per node, in any order of nodes; a node without edges keeps count 0."""
+    from sampling.idmap import _edge_ranges
+
+    col = np.array([-1, 12, 12, 10, 14, 14, 14, 10, -1], np.int64)  # outside [1, 7): another hop's edges
+    first, count = _edge_ranges(col, 1, 7, 10, 15)  # frontier nodes 10..14
+    assert count.tolist() == [1, 0, 2, 0, 3]
+    assert first[[0, 2, 4]].tolist() == [3, 1, 4]
