@@ -315,9 +315,10 @@ def _repeat_into(values, counts, out):
         c = counts[i]
         if c < 0 or x + c > len(out):
             return False
-        for _ in range(c):
-            out[x] = values[i]
-            x += 1
+        run = out[x:x + c]  # indexed from 0: contiguous stores, not scatters (see sampling.draws.uniform_draws)
+        for j in range(c):
+            run[j] = values[i]
+        x += c
     return x == len(out)
 
 
