@@ -102,6 +102,13 @@ def _filtered_cum(weight, start, cand, count, wkeys):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _node_outputs(pos, col, row, eid, e, m):
+    """A node's ``m`` outputs from ``e`` as slices indexed from 0: numba wraps an index that may be negative
+    (``pos[e + j]``) per element, which made the vectorised loops over them scatters and gathers."""
+    return pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _fetch_ahead(start, deg, b, weights, aliases, astride, times, splits):
     if deg == 0:
         return
@@ -184,7 +191,7 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
                 _weights_of(weight_b, filtered, start, cand, count, wkeys)
         m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, amask,
                     wkeys, scratch, pos, e)
-        picked, cols, rows, eids = pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]  # see _pick_uniform
+        picked, cols, rows, eids = _node_outputs(pos, col, row, eid, e, m)
         for j in range(m):
             picked[j] = start + (cand[picked[j]] if filtered else picked[j])
             cols[j] = f_lo + order[t]
@@ -210,9 +217,7 @@ def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos,
         if deg == 0:
             continue
         m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
-        # the node's outputs as slices indexed from 0: numba wraps an index that may be negative per element,
-        # which makes a vectorised loop's contiguous stores scatters
-        picked, cols, rows, eids = pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]
+        picked, cols, rows, eids = _node_outputs(pos, col, row, eid, e, m)
         for j in range(m):
             cols[j] = dst
             if reads:
@@ -326,7 +331,7 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
             s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
         else:
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, first)
-        picked, cols, rows, eids = pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]  # see _pick_uniform
+        picked, cols, rows, eids = _node_outputs(pos, col, row, eid, e, m)
         for j in range(m):
             if indirect:
                 picked[j] = start + cand[picked[j]]
@@ -363,7 +368,7 @@ def _pick_blocked(state, records, starts, degs, order, limits, base, latest, t_l
         else:
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, start)
         dst, end = f_lo + order[t], start + deg
-        picked, cols, rows, eids = pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]  # see _pick_uniform
+        picked, cols, rows, eids = _node_outputs(pos, col, row, eid, e, m)
         for j in range(m):
             cols[j] = dst
             at = pair_at(picked[j], end)

@@ -75,7 +75,8 @@ def _cpu_flags() -> set[str]:
 def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
     """numba wraps an index that may be negative (``out[e + j]``) per element, so LLVM vectorised the loops
     that write a node's picks (and Floyd's compares over them) as scatters and gathers; indexed from 0 over
-    a slice, they are plain vector stores and loads (README: Sampling against pyg-lib). Compiled afresh here for the plain and the temporal picks, with and without replacement."""
+    a slice, they are plain vector stores and loads (README: Sampling against pyg-lib). Compiled afresh here
+    for the plain and the temporal picks, with and without replacement."""
     from numba import njit
 
     rng = np.random.default_rng(0)
@@ -85,7 +86,7 @@ def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
     total = int(degs.sum())
     order = np.arange(n, dtype=np.int64)
     state = np.array([1, 2, 3, 4], np.uint64)
-    out = [np.zeros(n * 40, np.int64) for _ in range(4)]
+    pos, col, row, eid = (np.zeros(n * 40, np.int64) for _ in range(4))
     scratch = np.zeros(64, np.int64)
     packed = rng.integers(0, 1000, 2 * total).astype(np.int32)
     records = rng.integers(0, 1000, 3 * total).astype(np.int32)
@@ -95,7 +96,6 @@ def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
     uniform = njit(**options)(picks._pick_uniform.py_func)
     blocked = njit(**options)(picks._pick_blocked.py_func)
     for replace in (False, True):
-        pos, col, row, eid = out
         uniform(state, starts, degs, order, 0, n, 15, replace, 0, pos, col, 0, scratch, packed, row, eid)
         blocked(state, records, starts, degs, order, limits, np.int64(0), np.int64(1000), 0, n, 15, replace, False, 0,
                 pos, col, row, eid, 0, scratch)
