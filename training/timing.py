@@ -68,6 +68,20 @@ class Timers:
         return out
 
 
+class Laps:
+    """Back-to-back spans charged to named timers: each :meth:`mark` charges the time since the one
+    before (or since the start), so the parts cover the whole span with no gaps between them, whatever
+    runs between two timed calls (bookkeeping, waiting for the GIL the prefetch thread holds)."""
+
+    def __init__(self, timers: Timers) -> None:
+        self.timers, self._last = timers, time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.timers.add(name, now - self._last)
+        self._last = now
+
+
 def timed_allreduce_hook(timers: Timers, counts: Timers | None = None) -> Any:
     """A DDP communication hook: the default all-reduce, with the time each bucket takes recorded
     under ``grad_sync`` (it overlaps backward, so it is not additive with ``forward_backward``) and,

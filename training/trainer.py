@@ -29,7 +29,7 @@ from training.process import PeerFailure, Watchdog, start, stop
 from training.records import gather_floats, reduce_record, wire_record, write_json
 from training.tasks import make_task
 from training.tensorboard import EpochWriter
-from training.timing import LEGEND, Timers, timed_allreduce_hook
+from training.timing import LEGEND, Laps, Timers, timed_allreduce_hook
 from training.world import World
 
 logger = logging.getLogger(__name__)
@@ -274,29 +274,32 @@ class Trainer:
             totals += saved
         bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"epoch {epoch + 1}/{self.config.epochs}")
         bar.update(start)
+        laps = Laps(self.timers)  # the foreground parts, back to back: they add up to the epoch
         batches = DeviceFeeder(cycle(loader, steps, start), self.world.device)  # on CUDA: copied a step ahead
         try:
             for step in range(start, steps):
-                if step > start:
-                    with self.timers.time("step_sync"):  # the ranks agree whether to stop (SIGTERM), or save
-                        self._step_boundary(epoch, step, steps, ddp.module, optimizer, totals, history)
-                with self.timers.time("data_wait"):
-                    batch = self.to_device(next(batches))
-                with self.timers.time("step_sync"):  # after the batch: a pass's start draws from the global generator
-                    torch.manual_seed(mix(self.config.seed, epoch, step, self.world.rank))
-                with self.timers.time("forward_backward"):
-                    optimizer.zero_grad()
-                    loss, correct, seen = self.task.step(ddp, batch)
-                    loss.backward()
-                with self.timers.time("optimizer"):
-                    optimizer.step()
-                totals += torch.tensor([float(loss.detach()) * seen, correct, seen], dtype=torch.float64)
+                if step > start:  # the ranks agree whether to stop (SIGTERM), or save
+                    self._step_boundary(epoch, step, steps, ddp.module, optimizer, totals, history)
+                    laps.mark("step_sync")
+                batch = self.to_device(next(batches))
+                laps.mark("data_wait")  # the first step's also starts the prefetcher
+                torch.manual_seed(mix(self.config.seed, epoch, step, self.world.rank))
+                laps.mark("step_sync")  # after the batch: a pass's start draws from the global generator
+                optimizer.zero_grad()
+                loss, correct, seen = self.task.step(ddp, batch)
+                loss.backward()
+                loss_sum = float(loss.detach()) * seen  # on CUDA this waits for backward: its time is here
+                laps.mark("forward_backward")
+                optimizer.step()
+                totals += torch.tensor([loss_sum, correct, seen], dtype=torch.float64)
                 bar.update(1)
-        finally:
-            with self.timers.time("epoch_end"):  # the prefetcher's last batch, then waiting for the slowest rank
-                batches.close()
-                bar.close()
+                laps.mark("optimizer")
+        finally:  # the prefetcher's last batch
+            batches.close()
+            bar.close()
+            laps.mark("epoch_end")
         dist.all_reduce(totals)
+        laps.mark("epoch_end")  # waiting for the slowest rank
         return round(float(totals[0] / max(totals[2], 1)), 5), round(float(totals[1] / max(totals[2], 1)), 5)
 
     def _step_boundary(self, epoch: int, step: int, steps: int, model: torch.nn.Module, optimizer: Any,
@@ -323,17 +326,18 @@ class Trainer:
         """``--loader-only``: the epoch's batches taken as fast as the loader makes them, no model: the
         rate at which this rank could feed a model (``loader_batches_per_s``, every rank's)."""
         bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"loader {epoch + 1}/{self.config.epochs}")
+        laps = Laps(self.timers)
         batches = DeviceFeeder(cycle(loader, steps), self.world.device)
         started = time.perf_counter()
         for _ in range(steps):
-            with self.timers.time("data_wait"):
-                self.to_device(next(batches))
+            self.to_device(next(batches))
             bar.update(1)
+            laps.mark("data_wait")
         rate = steps / max(time.perf_counter() - started, 1e-9)
-        with self.timers.time("epoch_end"):  # the prefetcher's last batch, then waiting for the slowest rank
-            batches.close()
-            bar.close()
-            dist.barrier()
+        batches.close()  # the prefetcher's last batch, then waiting for the slowest rank
+        bar.close()
+        dist.barrier()
+        laps.mark("epoch_end")
         return {"loader_batches_per_s": gather_floats(rate)}
 
     def _resume(self, model: torch.nn.Module, optimizer: Any) -> tuple[int, int, list[dict[str, Any]], Any]:
