@@ -136,13 +136,66 @@ def _weighted(state, cum, base, count, k, replace, out, e):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _weighted_alias(state, alias, astride, amask, weight, cum, start, count, k, replace, out, e):
+def _alias_entry(alias, astride, amask, p):
+    """Position ``p``'s alias entry (see :func:`_weighted_alias`): ``(threshold, offset of its alias)``."""
+    if amask:
+        word = np.uint32(alias[astride * p])
+        return word & ~np.uint32(amask), np.int64(word & np.uint32(amask))
+    return np.uint32(alias[astride * p]), np.int64(alias[astride * p + 1])  # both read: no load in one arm
+
+
+@njit(cache=True, nogil=True)
+def _alias_rest(state, alias, astride, amask, start, count, k, out, e, m, cum):
+    """After the redraws of :func:`_weighted_alias` ran out: successive draws over the edges not drawn yet
+    (``out[e:e + m]``), each ∝ its share of the node's alias table, into ``out[e + m:]`` until ``k`` (or no
+    share is left). A column's share is its threshold plus what each column aliased to it leaves (in units
+    of ``2**-32`` of a column: integers, exact in float64), so these draws follow the same weights as the
+    redraws, and read only the node's entries, which the redraws brought into cache (not its weights,
+    elsewhere in memory). ``cum`` (scratch, ≥ ``count``) holds the cumulative shares left: a pick counts
+    the sums at or below its draw, then takes its share off the sums after it (branch-free loops)."""
+    for j in range(count):
+        cum[j] = 0.0
+    for i in range(count):
+        threshold, other = _alias_entry(alias, astride, amask, start + i)
+        cum[i] += np.float64(threshold)
+        cum[other] += 4294967296.0 - np.float64(threshold)
+    for i in range(m):
+        cum[out[e + i]] = 0.0
+    sums = cum[:count]  # indexed from 0: the loops over it are contiguous vector code
+    left = 0.0
+    for j in range(count):
+        left += sums[j]
+        sums[j] = left
+    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+    while m < k and left > 0.0:
+        u, s0, s1, s2, s3 = _uniform01(s0, s1, s2, s3)
+        u *= left
+        pick = 0
+        for j in range(count):
+            pick += 1 if sums[j] <= u else 0
+        pick = min(pick, count - 1)  # u rounded up to ``left``: the last column with a share, below
+        share = sums[pick] - (sums[pick - 1] if pick > 0 else 0.0)
+        while share <= 0.0:
+            pick -= 1
+            share = sums[pick] - (sums[pick - 1] if pick > 0 else 0.0)
+        out[e + m] = pick
+        m += 1
+        left -= share
+        for j in range(pick, count):
+            sums[j] -= share
+    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
+    return m
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _weighted_alias(state, alias, astride, amask, cum, start, count, k, replace, out, e):
     """As :func:`_weighted` over a node's whole CSC segment ``[start, start + count)``, a draw being one
     read of its alias table (:func:`sampling.derived.alias_table`: per position a uint32 threshold and
     the offset of its alias, at ``alias[astride * p]`` and the next: a uint32 array, ``astride`` 2, or the
     weighted packed layout, int32, 4, offset by 2). With ``amask`` (not 0) both are one word, 3 apart
     (:func:`sampling.derived.compact_weighted_packed`): the offset in the ``amask`` bits, the threshold in
-    the others. ``cum`` is scratch. Repeats are found in a bit mask (up to 64 edges)."""
+    the others. Repeats are found in a bit mask (up to 64 edges); after a few, :func:`_alias_rest` draws the rest
+    (``cum``: its scratch)."""
     offset_bits = np.uint32(amask)
     if count == 0:
         return 0
@@ -159,38 +212,40 @@ def _weighted_alias(state, alias, astride, amask, weight, cum, start, count, k, 
                 m += 1
         return m
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
-    tries = k if replace else 2 * k + 8
+    tries = 3 * k + 16  # without replacement: redraws cost less than the rest's pass while repeats are few
     taken = np.uint64(0)
-    while m < k and tries > 0:
-        tries -= 1
-        j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
-        at = astride * (start + j)
-        if amask:
-            word = np.uint32(alias[at])
-            threshold, other = word & ~offset_bits, np.int64(word & offset_bits)
-        else:
-            threshold, other = np.uint32(alias[at]), np.int64(alias[at + 1])  # both read: no load in one arm
-        j = other if low >= threshold else j  # a select: which one is a coin flip, no jump to mispredict
-        if replace:
-            out[e + m] = j
-            m += 1
-        elif count <= 64:  # branch-free: always written, kept by advancing the count
+    # one loop per case (no case tested per draw, and the bit mask stays in a register)
+    if replace:
+        drawn = out[e:e + k]
+        for i in range(k):
+            j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
+            threshold, other = _alias_entry(alias, astride, amask, start + j)
+            drawn[i] = other if low >= threshold else j  # a select: a coin flip, no jump to mispredict
+        m = k
+    elif count <= 64:
+        drawn = out[e:e + k]
+        while m < k and tries > 0:  # branch-free: always written, kept by advancing the count
+            tries -= 1
+            j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
+            threshold, other = _alias_entry(alias, astride, amask, start + j)
+            j = other if low >= threshold else j
             bit = np.uint64(1) << np.uint64(j)
-            out[e + m] = j
+            drawn[m] = j
             m += 1 if (taken & bit) == 0 else 0
             taken |= bit
-        elif not _taken(out, e, m, j):
-            out[e + m] = j
-            m += 1
+    else:
+        while m < k and tries > 0:
+            tries -= 1
+            j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
+            threshold, other = _alias_entry(alias, astride, amask, start + j)
+            j = other if low >= threshold else j
+            if not _taken(out, e, m, j):
+                out[e + m] = j
+                m += 1
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     if m == k:
         return m
-    total = 0.0
-    for j in range(count):  # the rare exact rest needs the segment's cumulative weights
-        w = weight[start + j]
-        total += w if w > 0 else 0.0
-        cum[j] = total
-    return _exact_rest(state, cum, 0, count, k, out, e, m)
+    return _alias_rest(state, alias, astride, amask, start, count, k, out, e, m, cum)
 
 
 @njit(cache=True, nogil=True, inline="always")

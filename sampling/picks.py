@@ -142,7 +142,7 @@ def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight
     if weight is not None:
         if alias is not None:
             if not filtered:
-                return _weighted_alias(state, alias, astride, amask, weight, wkeys, start, count, k, replace, pos, e)
+                return _weighted_alias(state, alias, astride, amask, wkeys, start, count, k, replace, pos, e)
         return _weighted(state, wkeys, 0, count, k, replace, pos, e)
     return _uniform(state, count, k, replace, pos, e, scratch)
 

@@ -51,6 +51,55 @@ def test_weighted_draws_without_replacement_are_successive_draws():
     assert chisquare(observed, np.array(expected) * sum(observed)).pvalue > 1e-3, (observed, expected)
 
 
+@pytest.mark.parametrize("bits", [0, 3])
+def test_the_alias_rest_draws_successively_from_the_alias_tables_shares(bits):
+    """When the redraws run out, the rest is drawn from the node's alias entries (both layouts): after a
+    given first pick (3), two more of weights 1, 0, 2, 4, 3 come in successive draws ∝ weight; the zero
+    weight never does."""
+    from sampling import derived
+    from sampling.draws import _alias_rest
+
+    w = np.array([1.0, 0.0, 2.0, 4.0, 3.0])
+    alias = derived.alias_table(np.array([0, 5]), w)
+    packed = np.zeros(10, np.int32)
+    table, astride, amask = (alias, 2, 0) if not bits else (
+        derived.compact_weighted_packed(packed, alias, bits)[2:], 3, (1 << bits) - 1)
+    state, out, counts = rng_state(3), np.empty(3, np.int64), {}
+    cum = np.full(8, np.nan)  # scratch, larger than the node
+    for _ in range(20000):
+        out[0] = 3
+        assert _alias_rest(state, table, astride, amask, 0, 5, 3, out, 0, 1, cum) == 3
+        counts[tuple(out[1:].tolist())] = counts.get(tuple(out[1:].tolist()), 0) + 1
+    left = w.sum() - w[3]
+    pairs = [(i, j) for i in (0, 2, 4) for j in (0, 2, 4) if i != j]
+    expected = np.array([w[i] / left * w[j] / (left - w[i]) for i, j in pairs])
+    observed = [counts.get(p, 0) for p in pairs]
+    assert sum(observed) == 20000, counts  # never the zero weight, never the first pick again
+    assert chisquare(observed, expected * 20000).pvalue > 1e-3, (observed, expected * 20000)
+    out[0] = 3
+    assert _alias_rest(state, table, astride, amask, 0, 5, 3 + 2, out_all := np.empty(5, np.int64), 0, 0, cum) == 4
+    assert sorted(out_all[:4].tolist()) == [0, 2, 3, 4], "fewer positive weights than k: each once"
+
+
+def test_weighted_picks_whose_redraws_run_out_follow_the_weights():
+    """A node whose heaviest edge takes nearly every redraw (weights 1000, 1, 2, 3, fanout 3): the picks
+    come from the alias rest, and the left-out edge is each light one as often as successive draws say."""
+    src, dst = torch.tensor([1, 2, 3, 4]), torch.zeros(4, dtype=torch.long)
+    w = np.array([1000.0, 1.0, 2.0, 3.0])
+    data = Data(edge_index=torch.stack([src, dst]), num_nodes=5, weight=torch.from_numpy(w))
+    sampler = _variant(NeighborSampler(data, [3], weight_attr="weight", seed=2))
+    left_out = np.zeros(4, np.int64)
+    for _ in range(40):
+        edges = _sample(sampler, [0] * 50).edge.numpy().reshape(50, 3)
+        assert (edges[:, 0] == 0).mean() > 0.9 and (np.sort(edges, 1)[:, 1] > 0).all()
+        left_out += np.bincount([6 - row.sum() for row in edges], minlength=4)
+    # the heavy edge is (almost surely) first; of the light ones, the two drawn next are successive
+    light = w[1:] / w[1:].sum()
+    p_out = [sum(light[a] * light[b] / (1 - light[a]) for a in range(3) for b in range(3)
+                 if len({a, b, c}) == 3) for c in range(3)]
+    assert left_out[0] == 0 and chisquare(left_out[1:], np.array(p_out) * 2000).pvalue > 1e-3, left_out
+
+
 def test_weighted_without_replacement_never_draws_a_zero_weight_edge():
     """Fewer positive-weight edges than the fanout: exactly those, each once (the exact fallback)."""
     src, dst = torch.tensor([1, 2, 3, 4, 5]), torch.zeros(5, dtype=torch.long)
