@@ -181,8 +181,9 @@ def _alias_rest(state, alias, astride, amask, start, count, k, out, e, m, cum):
         out[e + m] = pick
         m += 1
         left -= share
-        for j in range(pick, count):
-            sums[j] -= share
+        after = sums[pick:]  # from 0 again (an index from ``pick`` may be negative: wrapped per element)
+        for j in range(len(after)):
+            after[j] -= share
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return m
 

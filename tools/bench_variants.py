@@ -5,11 +5,12 @@ Usage::
     python tools/bench_variants.py [--json] [--nodes 1000000] [--edges 20000000] [--batches 4] [--repeats 3]
                                    [--mag-papers 20000] [--variants plain,weighted,...]
                                    [--source dataset|memory|both] [--pyg-lib] [--threads 1,2] [--cold]
+                                   [--fanout 15,10,5]
 
 A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6)),
 as a one-partition dataset (``--source dataset``, the default: the path users run; ``memory``: the
 same graph as a PyG ``Data``; ``both``: each variant on both, as ``<variant>`` and
-``<variant>@memory``, with the dataset's ratio to memory), fanout [15, 10, 5], batch 1,024, one
+``<variant>@memory``, with the dataset's ratio to memory), fanout [15, 10, 5] (``--fanout``), batch 1,024, one
 thread: sampled edges per second of the plain,
 weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5, about half of every node's
 edges eligible; ``temporal_uniform_end``: every seed at 10**6, every edge eligible) and disjoint variants;
@@ -99,20 +100,20 @@ def _edges(out: Any) -> int:
     return int(sum(r.numel() for r in out.row.values())) if isinstance(out.row, dict) else int(out.row.numel())
 
 
-def hetero_sampler(papers: int, batches: int, batch_size: int, seed: int, tmp: Path
+def hetero_sampler(papers: int, batches: int, batch_size: int, seed: int, tmp: Path, fanout: list[int] = FANOUT
                    ) -> tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]:
     """Sampling over every edge type of a synthetic-mag graph from paper seeds, and its seed batches."""
     dest = tmp / "mag"
     graphstore.ingest(f"synthetic-mag:papers={papers},classes=16,features=8,seed=0", dest)
     ds = graphstore.open_dataset(dest, cache_dir=tmp / "cache")  # derived arrays go with tmp
-    sampler = NeighborSampler(ds, FANOUT, seed=0)
+    sampler = NeighborSampler(ds, fanout, seed=0)
     rng = np.random.default_rng(seed)
     n = ds.num_nodes("paper")
     seeds = [torch.from_numpy(rng.choice(n, min(batch_size, n), replace=False)) for _ in range(batches)]
     return (lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s, input_type="paper")))), seeds
 
 
-def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path
+def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path, fanout: list[int] = FANOUT
                         ) -> tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]:
     """Rank 0 of 2 (own partition local, the other over a loopback transport), and its seed batches."""
     from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
@@ -124,17 +125,18 @@ def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path
     transports = LoopbackTransport.group(2)
     for rank, transport in enumerate(transports):
         PartitionServer(ds, rank).register(transport)
-    sampler = DistributedSampler(ds, FANOUT, transports[0], RankLayout(2, 2), seed=0)
+    sampler = DistributedSampler(ds, fanout, transports[0], RankLayout(2, 2), seed=0)
     lo, hi = (int(v) for v in ds.node_offsets()[:2])
     owned = [s % (hi - lo) + lo for s in batches]  # rank 0's seeds are its own nodes (as in training)
     return (lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s)))), owned
 
 
-def homogeneous_sampler(graph: Any, name: str, engine: type | None = None) -> Callable[[torch.Tensor], int]:
+def homogeneous_sampler(graph: Any, name: str, engine: type | None = None, fanout: list[int] = FANOUT
+                        ) -> Callable[[torch.Tensor], int]:
     """One variant's sampler over ``graph`` (a dataset or a ``Data``): ours, or ``engine`` (PyG's)."""
     options = VARIANTS[name]
-    sampler = (engine(graph, FANOUT, **options) if engine is not None else
-               NeighborSampler(graph, FANOUT, seed=0, **options))
+    sampler = (engine(graph, fanout, **options) if engine is not None else
+               NeighborSampler(graph, fanout, seed=0, **options))
     timed = "time_attr" in options
     seed_time = 10**6 if name.endswith("_end") else SEED_TIME
 
@@ -231,12 +233,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         samples = {}
         if args.source in ("dataset", "both"):
             ds = as_dataset(data, tmp, args.cold, homogeneous, batches[0])
-            samples.update({name: (homogeneous_sampler(ds, name), batches) for name in homogeneous})
+            samples.update({name: (homogeneous_sampler(ds, name, fanout=args.fanout), batches) for name in homogeneous})
         if args.source in ("memory", "both"):
             suffix = "@memory" if args.source == "both" else ""
-            samples.update({name + suffix: (homogeneous_sampler(data, name), batches) for name in homogeneous})
+            samples.update({name + suffix: (homogeneous_sampler(data, name, fanout=args.fanout), batches)
+                            for name in homogeneous})
         if engine is not None:
-            samples.update({f"{name}@pyg-lib": (homogeneous_sampler(data, name, engine), batches)
+            samples.update({f"{name}@pyg-lib": (homogeneous_sampler(data, name, engine, args.fanout), batches)
                             for name in homogeneous})
         for count in args.threads[1:]:  # the first count is the baseline the rates above are measured with
             pool = ThreadPoolExecutor(count)
@@ -246,9 +249,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 samples[f"{name}@{count}threads"] = (
                     lambda group, sample=sample, pool=pool: sum(pool.map(sample, group)), [batches])
         if "hetero" in args.variants:
-            samples["hetero"] = hetero_sampler(args.mag_papers, args.batches, args.batch_size, args.seed, tmp)
+            samples["hetero"] = hetero_sampler(args.mag_papers, args.batches, args.batch_size, args.seed, tmp,
+                                                args.fanout)
         if "distributed" in args.variants:
-            samples["distributed"] = distributed_sampler(data, batches, tmp)
+            samples["distributed"] = distributed_sampler(data, batches, tmp, args.fanout)
         setup = time.perf_counter() - start
         rates = measure(samples, args.repeats)
     finally:
@@ -258,7 +262,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     plain = rates.get("plain")
     ours = {k: v for k, v in rates.items() if "@" not in k}
     out = {"graph": {"nodes": args.nodes, "edges": args.edges}, "source": args.source, "cold": bool(args.cold),
-           "fanout": FANOUT,
+           "fanout": args.fanout,
            "batch_size": args.batch_size, "threads": 1, "setup_seconds": setup, "edges_per_s": rates,
            "ratio_to_plain": {k: v / plain for k, v in ours.items()} if plain else {}}
     if args.source == "both":
@@ -270,6 +274,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["pyg_lib"] = pyg_lib
         out["ratio_to_pyg_lib"] = {k: v / rates[f"{k}@pyg-lib"] for k, v in ours.items() if f"{k}@pyg-lib" in rates}
     return out
+
+
+def _fanout(text: str) -> list[int]:
+    try:
+        fanout = [int(v) for v in text.split(",")]
+    except ValueError:
+        fanout = []
+    if not fanout or any(k == 0 or k < -1 for k in fanout):
+        raise argparse.ArgumentTypeError(f"{text!r}: give neighbours per hop, comma-separated, e.g. 15,10,5 (-1: all)")
+    return fanout
 
 
 def _thread_counts(text: str) -> list[int]:
@@ -290,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--fanout", type=_fanout, default=FANOUT, metavar="15,10,5",
+                        help="neighbours per hop, comma-separated (-1: all of them)")
     parser.add_argument("--mag-papers", type=int, default=20_000, help="papers of the synthetic-mag graph (hetero)")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
                         help=f"comma-separated, among {','.join(VARIANTS)}")
@@ -322,14 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _print(out)
     benchinfo.record("bench_variants", args, out, {"nodes": args.nodes, "edges": args.edges, "source": args.source,
-                                                   "pyg_lib": args.pyg_lib, "cold": bool(args.cold)})
+                                                   "pyg_lib": args.pyg_lib, "cold": bool(args.cold),
+                                                   "fanout": args.fanout})
     return 0
 
 
 def _print(out: dict) -> None:
     g = out["graph"]
     cold = ", cold page cache" if out.get("cold") else ""
-    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random, {out['source']}{cold}); fanout {FANOUT}, "
+    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random, {out['source']}{cold}); fanout {out['fanout']}, "
           f"batch {out['batch_size']}, 1 thread")
     for name, eps in out["edges_per_s"].items():
         notes = [f"{out[key][name]:5.2f}x {label}" for key, label in (

@@ -70,7 +70,8 @@ def test_bench_sampler_reports_every_row(tmp_path):
 @pytest.mark.slow
 def test_bench_variants_reports_every_variant_and_its_ratio(tmp_path):
     out = _run("bench_variants", tmp_path, "--nodes", "3000", "--edges", "30000", "--batches", "2", "--repeats", "1",
-               "--batch-size", "64", "--mag-papers", "2000")
+               "--batch-size", "64", "--mag-papers", "2000", "--fanout", "6,4,2")
+    assert out["fanout"] == [6, 4, 2]
     names = {"plain", "weighted", "temporal_uniform", "temporal_last", "temporal_uniform_end", "disjoint", "hetero",
              "distributed"}
     assert set(out["edges_per_s"]) == names and all(v > 0 for v in out["edges_per_s"].values())
