@@ -214,19 +214,20 @@ _SPARSE_MAX = 1 << 16  # up to this many slots a subgraph's table is kept 1/8 fu
 
 
 @njit(cache=True, nogil=True)
-def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_nodes, starts, h, table, vals):
+def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_nodes, starts, h, slots):
     """Phase 4 of disjoint sampling, one subgraph at a time, through a small table that holds only that
     subgraph's nodes (it stays in L1/L2, unlike one table keyed by (subgraph, node) for the batch).
 
     The frontier ``[f_lo, f_hi)`` is ordered by subgraph (seeds are; each hop appends its new nodes
     subgraph by subgraph); ``starts[j, b]`` is the first local ID of subgraph ``b`` among the nodes found
     in hop ``j - 1`` (``j = 0``: the seeds), ``starts[j, -1]`` their end; row ``h + 1`` is filled here.
-    ``table`` (keys) and ``vals`` (local IDs) are scratch of equal length, zeroed before a batch's first
-    hop and grown here as needed: each (hop, subgraph) tags its keys (``tag << 40 | node``, node IDs
+    ``slots`` is the table, scratch zeroed before a batch's first hop and grown here as needed: slot ``i``
+    holds a key at ``2i`` and its local ID right after it: one line read per probe, not one in each of two
+    arrays (docs/sampling.md, Disjoint). Each (hop, subgraph) tags its keys (``tag << 40 | node``, node IDs
     below 2**40), so an entry of any other tag reads as empty and nothing is cleared between
     subgraphs. The table is kept mostly empty: probe loops that rarely run are the speed (measured
-    1.9x over a half-full table that is cleared after each subgraph). Returns ``(n_nodes, valid,
-    table, vals)`` as :func:`dedup_hash`."""
+    1.9x over a half-full table that is cleared after each subgraph). Returns ``(n_nodes, valid, slots)``
+    (``valid`` as :func:`dedup_hash`)."""
     num_sub = starts.shape[1] - 1
     first, count = _edge_ranges(col, lo, hi, f_lo, f_hi)
     t = f_lo
@@ -244,35 +245,35 @@ def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_
         cap = pow2(8 * (prior + edges))
         if cap > _SPARSE_MAX:
             cap = max(_SPARSE_MAX, pow2(2 * (prior + edges)))
-        if len(table) < cap:
-            table, vals = np.zeros(cap, np.int64), np.empty(cap, np.int64)
+        if len(slots) < 2 * cap:
+            slots = np.zeros(2 * cap, np.int64)
         tag = (h * num_sub + b) % (_TAGS - 1) + 1
         if tag == 1 and h * num_sub + b > 0:  # the tags wrap (a batch of millions of subgraph hops)
-            table[:] = 0
+            slots[:] = 0
         lo_key, hi_key = tag << _NODE_BITS, (tag + 1) << _NODE_BITS  # this subgraph's keys
         mask = cap - 1
         for j in range(h + 1):  # the subgraph's nodes so far (distinct: each goes to a free slot)
             for i in range(starts[j, b], starts[j, b + 1]):
                 slot = _hash(nodes[i], mask)
-                while lo_key <= table[slot] < hi_key:
+                while lo_key <= slots[2 * slot] < hi_key:
                     slot = (slot + 1) & mask
-                table[slot], vals[slot] = lo_key | nodes[i], i
+                slots[2 * slot], slots[2 * slot + 1] = lo_key | nodes[i], i
         for u in range(t - f_lo, t_end - f_lo):
             if u + _AHEAD_NODES < t_end - f_lo:  # each node's edges lie elsewhere: fetch ahead
                 prefetch_write(row, first[u + _AHEAD_NODES])
             for x in range(first[u], first[u] + count[u]):
                 g = row[x]
                 if g < 0 or g >= num_nodes:
-                    return n_nodes, False, table, vals
+                    return n_nodes, False, slots
                 key = lo_key | g
                 slot = _hash(g, mask)
-                while table[slot] != key and lo_key <= table[slot] < hi_key:
+                while slots[2 * slot] != key and lo_key <= slots[2 * slot] < hi_key:
                     slot = (slot + 1) & mask
-                if table[slot] != key:
-                    table[slot], vals[slot] = key, n_nodes
+                if slots[2 * slot] != key:
+                    slots[2 * slot], slots[2 * slot + 1] = key, n_nodes
                     nodes[n_nodes], batch_of[n_nodes] = g, b
                     n_nodes += 1
-                row[x] = vals[slot]
+                row[x] = slots[2 * slot + 1]
         t = t_end
     starts[h + 1, num_sub] = n_nodes
-    return n_nodes, True, table, vals
+    return n_nodes, True, slots

@@ -204,7 +204,7 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
     block_edges = np.zeros((hops, num_blocks + 1), np.int64)
     nodes_per_hop, edges_per_hop = np.zeros(hops + 1, np.int64), np.zeros(hops, np.int64)
     starts = np.zeros((hops + 1, num_seeds + 1), np.int64)  # disjoint: each subgraph's nodes per hop
-    sub_table, sub_vals = np.zeros(0, np.int64), np.zeros(0, np.int64)  # disjoint: one subgraph's map
+    sub_slots = np.zeros(0, np.int64)  # disjoint: one subgraph's map
     if disjoint:
         for i in range(num_seeds):
             nodes[i], batch_of[i], starts[0, i] = seeds[i], i, i
@@ -231,9 +231,8 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
             if disjoint:
                 batch_of = _grow(batch_of, n_nodes + e - n_edges)
         if disjoint:
-            n_nodes, valid, sub_table, sub_vals = dedup_subgraphs(out[0], out[1], n_edges, e, f_lo, f_hi, nodes,
-                                                                  batch_of, n_nodes, num_nodes, starts, h,
-                                                                  sub_table, sub_vals)
+            n_nodes, valid, sub_slots = dedup_subgraphs(out[0], out[1], n_edges, e, f_lo, f_hi, nodes, batch_of,
+                                                        n_nodes, num_nodes, starts, h, sub_slots)
         else:
             n_nodes, valid, table = _relabel(seen, dense, table, out[0], out[1], n_edges, e, nodes, batch_of,
                                              n_nodes, num_nodes, False)
