@@ -153,15 +153,15 @@ def _alias_rest(state, alias, astride, amask, start, count, k, out, e, m, cum):
     redraws, and read only the node's entries, which the redraws brought into cache (not its weights,
     elsewhere in memory). ``cum`` (scratch, ≥ ``count``) holds the cumulative shares left: a pick counts
     the sums at or below its draw, then takes its share off the sums after it (branch-free loops)."""
+    sums = cum[:count]  # indexed from 0: the loops over it are contiguous vector code
     for j in range(count):
-        cum[j] = 0.0
+        sums[j] = 0.0
     for i in range(count):
         threshold, other = _alias_entry(alias, astride, amask, start + i)
-        cum[i] += np.float64(threshold)
-        cum[other] += 4294967296.0 - np.float64(threshold)
+        sums[i] += np.float64(threshold)
+        sums[other] += 4294967296.0 - np.float64(threshold)
     for i in range(m):
-        cum[out[e + i]] = 0.0
-    sums = cum[:count]  # indexed from 0: the loops over it are contiguous vector code
+        sums[out[e + i]] = 0.0
     left = 0.0
     for j in range(count):
         left += sums[j]
@@ -208,13 +208,12 @@ def _weighted_alias(state, alias, astride, amask, cum, start, count, k, replace,
     m = 0
     if k < 0 or (not replace and count <= k):
         for j in range(count):
-            if (np.uint32(alias[astride * (start + j)]) & ~offset_bits) != 0:  # a positive weight
+            if _alias_entry(alias, astride, amask, start + j)[0] != 0:  # a positive weight
                 out[e + m] = j
                 m += 1
         return m
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     tries = 3 * k + 16  # without replacement: redraws cost less than the rest's pass while repeats are few
-    taken = np.uint64(0)
     # one loop per case (no case tested per draw, and the bit mask stays in a register)
     if replace:
         drawn = out[e:e + k]
@@ -224,7 +223,7 @@ def _weighted_alias(state, alias, astride, amask, cum, start, count, k, replace,
             drawn[i] = other if low >= threshold else j  # a select: a coin flip, no jump to mispredict
         m = k
     elif count <= 64:
-        drawn = out[e:e + k]
+        drawn, taken = out[e:e + k], np.uint64(0)
         while m < k and tries > 0:  # branch-free: always written, kept by advancing the count
             tries -= 1
             j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
