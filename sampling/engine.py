@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from graphstore.errors import InvalidInputError
 from sampling import derived
 from sampling.topology import CSCBlock
 from sampling.variants import variants_csc
@@ -75,7 +76,6 @@ class BlockArgs:
                     self.astride = 4
                 self.aliases, self.use_packed = tuple(p[2:] for p in packed_), self.astride
         self.offsets = np.array([b.lo for b in blocks] + [blocks[-1].hi], np.int64)
-        self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets)
         self.src, self.stride = (packed_, self.use_packed) if packs else (indices, 1)
         self.parts = np.array([b.part for b in blocks], np.int32)
         self._times(blocks, variants, node_time, packed_pairs if packs else None)
@@ -83,6 +83,8 @@ class BlockArgs:
         self.splits = tuple(_ready(b.split, np.int8) for b in blocks) if masked else None
         self.allowed = blocks[0].allowed if masked else 0
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
+        self.files = _unmapped(blocks, packs, variants, self.timed, masked)
+        self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets, self.files)
 
     def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None,
                pairs: tuple[np.ndarray, ...] | None) -> None:
@@ -120,9 +122,40 @@ class BlockArgs:
         ``(sorted keys, multiplier, mode)`` of links to drop (:func:`sampling.edgemask.exclusion`)."""
         t = timed and self.timed
         excl, mul, mode = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0))
+        if excl is not None and self.files is not None:
+            raise InvalidInputError("a link batch's exclusion reads each candidate edge, which sampling a partition "
+                                    "read without mapping does not do yet; leave the dataset mapped for link prediction")
         return (self.src, self.stride, self.weights, self.aliases, self.astride, self.amask, self.times if t else None,
                 self.tsort if t else None, self.node_time if t else None,
                 bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
+
+
+def _unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, timed: bool, masked: bool) -> tuple | None:
+    """:func:`sampling.variants.hop_picks`'s ``files``: per block, the chunk descriptors of its ``indptr``
+    and packed pairs (flat, block ``b``'s from ``first[b]``) and their chunk rows; ``None`` when every block
+    is mapped. Raises for what the unmapped kernel does not read: per-edge weights, times or link splits."""
+    files = [getattr(b, "files", None) for b in blocks]
+    if all(f is None for f in files):
+        return None
+    if any(f is None for f in files):
+        raise InvalidInputError("a sampler over partitions some mapped and some read without mapping: read all of "
+                                "them one way (Dataset.read_unmapped over every partition this process samples)")
+    unsupported = [name for name, on in (("weighted", variants.weighted), ("temporal", timed),
+                                         ("link-split masked", masked)) if on]
+    if unsupported or not packs:
+        what = " and ".join(unsupported) or "without packed pairs"
+        raise InvalidInputError(f"sampling {what} reads per-edge arrays that a partition read without mapping does "
+                                "not serve yet: sample uniformly (plain or disjoint), or leave the dataset mapped")
+    out = []
+    for k, dtype in ((0, np.int64), (1, np.int32)):
+        arrays = [f[k] for f in files]
+        if any(a.dtype != dtype or a.row_bytes != 8 for a in arrays):
+            raise InvalidInputError(f"{arrays[0].where}: stored as {arrays[0].dtype} rows of {arrays[0].row_bytes} "
+                                    "bytes, not the layout reading without mapping expects; re-ingest the dataset")
+        first = np.cumsum([0] + [len(a.fds) for a in arrays]).astype(np.int64)
+        out += [np.concatenate([a.fds for a in arrays]).astype(np.int64), first,
+                np.array([a.chunk_rows for a in arrays], np.int64)]
+    return tuple(out)
 
 
 def _aliases(block: CSCBlock, weight: np.ndarray) -> np.ndarray:

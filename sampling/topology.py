@@ -41,6 +41,7 @@ class CSCBlock:
     allowed: int = 0  # bit v set: edges of split v carry messages (used when split is not empty)
     origin: str = ""  # what the arrays are (a dataset's, by checksum): derived arrays are cached under it
     cache_dir: str | None = None  # where derived arrays of a dataset block are stored (with origin)
+    files: Any = None  # (indptr, packed) ChunkFiles: the block is read with pread, not mapped (Dataset.read_unmapped)
     is_remote = False
 
 
@@ -223,8 +224,10 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
             _, gs = dataset.partition(part)
             indptr, indices, eid = gs.csc_arrays(info.name)
             packed = gs.packed_csc(info.name)
+            files = _unmapped_files(dataset, part, info, packed) if part in getattr(dataset, "unmapped_parts", ()) else None
             for array in (indptr, packed) if packed is not None else (indptr, indices, eid):
-                prefault(array)
+                if files is None:
+                    prefault(array)
             if time_attr and time_attr in info.attrs:
                 prefault(gs.edge_attr(time_attr, info.name).numpy())  # read at random by temporal sampling
             weight = (gs.edge_attr(weight_attr, info.name).numpy().astype(np.float64, copy=False)
@@ -240,9 +243,21 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
             origin = f"{dataset.url}|{digest}|{part}|{info.name}|w={weight_attr}|t={time_attr}"
             blocks.append(CSCBlock(lo, hi, indptr, indices, eid, weight, time, part,
                                    _EMPTY_I32 if packed is None else packed, split, mask.bits if len(split) else 0,
-                                   origin, dataset.cache_config.directory))
+                                   origin, dataset.cache_config.directory, files))
         out[info.name] = EdgeTopology(info.name, src.name, dst.name, blocks, src.num_nodes, dst.num_nodes)
     return out
+
+
+def _unmapped_files(dataset: Any, part: int, info: Any, packed: np.ndarray | None) -> tuple[Any, Any]:
+    """The ``(indptr, packed)`` chunk files of a partition read without mapping (it needs the packed pairs)."""
+    from graphstore.dataset import layout
+
+    if packed is None:
+        raise InvalidInputError(f"{dataset.url}: partition {part} of edge type {info.name!r} has no packed (source, "
+                                "edge ID) pairs (node or edge IDs of 2**31 or more), which reading without mapping "
+                                "needs; leave the dataset mapped")
+    return (dataset.chunk_files(layout.edge_array(part, info.key, layout.INDPTR)),
+            dataset.chunk_files(layout.edge_array(part, info.key, layout.PACKED)))
 
 
 def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str | None, disjoint: bool = False,

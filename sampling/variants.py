@@ -21,8 +21,9 @@ from numba import njit
 from graphstore.jitcache import announce_compiles
 from sampling.idmap import (dedup_dense, dedup_disjoint, dedup_hash, dedup_subgraphs, forget, forget_disjoint,
                             insert_seeds, insert_seeds_disjoint, pow2, rehash)
-from sampling.multihop import _AHEAD_EDGES, _by_block, _by_id, _gather, _grow, _pointers, buffer_len
+from sampling.multihop import _AHEAD_EDGES, _by_block, _by_id, _gather, _grow, buffer_len
 from sampling.draws import _weighted, cumulative_weights  # noqa: F401  (re-exported: tests use them)
+from sampling import unmapped
 from sampling.picks import pick_block
 from sampling.prefetch import prefetch
 from sampling.rng import _next
@@ -49,9 +50,11 @@ def _room(row, col, eid, pos, bufs, need, max_deg):
 def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges, block_edges, bufs, var, limits):
     """One hop for the frontier ``nodes[f_lo:f_hi]`` (each owned by a block of ``topo``): phases 1 to 3.
 
-    ``topo`` = ``(indptrs, indices, eids, packed, use_packed, offsets)``: per-block tuples (block ``b``
+    ``topo`` = ``(indptrs, indices, eids, packed, use_packed, offsets, files)``: per-block tuples (block ``b``
     owns destinations ``[offsets[b], offsets[b+1])``) of the CSC arrays, or of ``packed`` int32 values,
-    ``use_packed`` of them per edge (source and edge ID first; 0: not used); ``out`` = ``(row, col,
+    ``use_packed`` of them per edge (source and edge ID first; 0: not used), ``files`` the blocks' chunk
+    descriptors when they are read, not mapped (:mod:`sampling.unmapped`; the plain picks only), else
+    ``None``; ``out`` = ``(row, col,
     eid, pos)``, written from ``n_edges`` on (grown as needed): global source IDs, frontier positions,
     edge IDs, CSC positions.
     ``block_edges[b]`` gets block ``b``'s first edge; with time-sorted edges (``var[7]``) the positions
@@ -61,7 +64,7 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     (:func:`sampling.picks.pick_block`), ``limits`` per frontier node or ``None``. Returns
     ``(end, out, bufs)``.
     """
-    indptrs, indices, eids, packed, use_packed, offsets = topo
+    indptrs, indices, eids, packed, use_packed, offsets, files = topo
     row, col, eid, pos = out
     nf = f_hi - f_lo
     if not in_order and nf >= 4096 and offsets[-1] - offsets[0] < (1 << 31):
@@ -69,13 +72,17 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     else:
         order, bounds, ids = _by_block(offsets, nodes, f_lo, f_hi)
     starts, degs = np.empty(nf, np.int64), np.empty(nf, np.int64)
-    _pointers(indptrs, offsets, ids, bounds, starts, degs)
+    unmapped.pointers(files, indptrs, offsets, ids, bounds, starts, degs)
     total, max_deg = 0, np.int64(0)  # see the note on literal zeros
     for t in range(nf):
         d = degs[t]
         total += d if (k < 0 or (not replace and d < k)) else (k if d > 0 else 0)
         max_deg = max(max_deg, d)
     row, col, eid, pos, bufs = _room(row, col, eid, pos, bufs, n_edges + total, max_deg)
+    e = unmapped.picks(files, state, starts, degs, order, bounds, k, replace, f_lo, pos, col, n_edges, bufs[0], row,
+                       eid, block_edges)
+    if e >= 0:  # read, not mapped: the plain picks over this hop's copy of the frontier's pairs
+        return e, (row, col, eid, pos), bufs
     src, stride, weights, aliases, astride, amask, times, tsort, node_time, last, splits, allowed, excl, mul, mode = var
     # the picks read each picked pair themselves (no phase 3) over the layouts that hold it beside what they
     # read anyway: the weighted packed records, the plain packed pairs, blocked time records

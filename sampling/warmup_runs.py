@@ -194,9 +194,20 @@ def _dataset(ws: Workspace) -> None:
         for options in _NODE_OPTIONS:
             first(NeighborLoader(ds, FANOUT, batch_size=8, **_seed_times(options)))
             _one_partition(ds, options)
+    for options in ({}, {"replace": True}, {"disjoint": True}):  # partitions read with pread (--unmapped)
+        first(NeighborLoader(_unmapped(ws), FANOUT, batch_size=8, **options))
     ds = mag(ws)
     first(NeighborLoader(ds, FANOUT, input_nodes=("paper", None), batch_size=8))
     first(NeighborLoader(ds, FANOUT, input_nodes=("paper", None), batch_size=8, time_attr="time"))
+
+
+def _unmapped(ws: Workspace) -> Any:
+    """The homogeneous dataset opened anew, every partition read with pread, never mapped."""
+    import graphstore
+
+    ds = graphstore.open_dataset(str(homogeneous(ws).url))
+    ds.read_unmapped(range(ds.num_parts))
+    return ds
 
 
 def _one_partition(ds: Any, options: dict[str, Any]) -> None:
@@ -224,6 +235,10 @@ def _distributed(ws: Workspace) -> None:
             with ranks(ds, world) as (transport, layout):
                 first(DistributedNeighborLoader(ds, FANOUT, transport, "train_mask", layout=layout, batch_size=8,
                                                 prefetch=0, **options))
+        for options in ({}, {"disjoint": True}):  # --unmapped
+            with ranks(_unmapped(ws), world) as (transport, layout):
+                first(DistributedNeighborLoader(_unmapped(ws), FANOUT, transport, "train_mask", layout=layout,
+                                                batch_size=8, prefetch=0, **options))
         leak_free = dict(message_edges=MessageEdges(None, (0,)), exclude_seed_edges=True)
         for options in ({}, leak_free, {**leak_free, "time_attr": "etime"}):
             with ranks(ds, world) as (transport, layout):

@@ -3,7 +3,8 @@
 Usage::
 
     python tools/bench_rank_memory.py DATASET [DATASET ...] [--ranks 2] [--fanout 10,5] [--batch-size 1024]
-                                      [--eval-max-batches 20] [--repeats 1] [--max-seconds 3600] [--json]
+                                      [--eval-max-batches 20] [--unmapped] [--repeats 1] [--max-seconds 3600]
+                                      [--json]
 
 Each DATASET (a dataset path or URL, smallest first: the first is the baseline) is trained with
 ``graphstore-train DATASET --nproc RANKS`` for one epoch and a bounded evaluation: the first of two epochs,
@@ -83,7 +84,7 @@ def train(dataset: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "training.launch", dataset, "--nproc", str(args.ranks), "--epochs", "2",
            "--eval-every", "1", "--eval-max-batches", str(args.eval_max_batches), "--fanout", args.fanout,
            "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--no-progress",
-           "--metrics-out", str(metrics)]
+           "--metrics-out", str(metrics)] + (["--unmapped"] if args.unmapped else [])
     log = open(out / "log", "w+")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -149,6 +150,8 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--eval-max-batches", type=int, default=20,
                         help="evaluation batches per rank and split after the measured epoch (the bound)")
+    parser.add_argument("--unmapped", action="store_true",
+                        help="train with --unmapped: the ranks read their partitions with pread, never mapped")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--max-seconds", type=float, default=3600,
                         help="give up on a job after this long (reported as not finishing its epoch)")
@@ -177,7 +180,8 @@ def main() -> int:
         for r in rows:
             print("| " + " | ".join(str(r.get(c, r.get("failed", ""))) for c in cols) + " |")
     benchinfo.record("bench_rank_memory", args, out, {"datasets": [Path(d).name for d in args.datasets],
-                                                      "ranks": args.ranks, "batch_size": args.batch_size})
+                                                      "ranks": args.ranks, "batch_size": args.batch_size,
+                                                      "unmapped": args.unmapped})
     return 0
 
 

@@ -52,6 +52,7 @@ class TrainConfig:
     device: str = "auto"  # auto (CUDA when the host has a GPU), cpu or cuda
     gpu_cache: str | None = None  # keep the hottest feature rows in device memory, up to this size (e.g. 2GB)
     feature_cache: str | None = None  # features beyond RAM: the hottest own rows of x in RAM up to this size
+    unmapped: bool = False  # read the rank's partitions with pread, never mapped: memory flat as the graph grows
     loader_threads: int | None = None  # threads sampling and gathering batches per rank (default: cores / ranks)
     tensorboard: str | None = None  # rank 0 writes each epoch's scalars as TensorBoard event files here
 
@@ -116,6 +117,12 @@ def check_config(c: TrainConfig) -> None:
         raise InvalidInputError("--gpu-cache and --cache-rows both cache feature rows; give one of them")
     if c.gpu_cache is not None and c.task != "node":
         raise InvalidInputError("--gpu-cache caches node features x for --task node; drop it for --task link")
+    if c.unmapped and (c.task != "node" or c.time_attr is not None):
+        raise InvalidInputError("--unmapped samples uniformly; --task link (its link split) and --time-attr (temporal "
+                                "sampling) read per-edge arrays it does not read yet: drop --unmapped for them")
+    if c.unmapped and c.feature_cache not in (None, "off"):
+        raise InvalidInputError("--unmapped reads features with pread and keeps no RAM cache, so --feature-cache would "
+                                "do nothing: give one of them")
     if c.tensorboard is not None and (not isinstance(c.tensorboard, str) or not c.tensorboard.strip()):
         raise InvalidInputError(f"--tensorboard {c.tensorboard!r} is not a directory path; give one, or leave it out")
     if c.cache_max_bytes is not None and (parse_size(c.cache_max_bytes, "--cache-max-bytes") or 0) <= 0:

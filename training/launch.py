@@ -42,6 +42,10 @@ def _parser() -> argparse.ArgumentParser:
                         "(e.g. 512MB; 0: no cache), and parallel disk reads: for features larger than memory "
                         "(default: so, without a cache, when they exceed half of the rank's memory or cgroup limit; "
                         "off: never)")
+    p.add_argument("--unmapped", action="store_true",
+                   help="read this rank's partitions (topology, features, labels) with pread instead of mapping "
+                        "them, so its resident memory does not grow with the graph; a system call per read "
+                        "(uniform node sampling only)")
     p.add_argument("--epochs", type=integer(1), default=3)
     p.add_argument("--model", choices=MODELS, default="sage")
     p.add_argument("--fanout", default="15,10", help="neighbours per hop, comma-separated (-1 = all)")
@@ -116,7 +120,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        verify_reads=args.verify_reads, eval_every=args.eval_every,
                        eval_max_batches=args.eval_max_batches, threads=args.threads, loader_only=args.loader_only,
                        checkpoint_every=args.checkpoint_every, device=args.device,
-                       gpu_cache=args.gpu_cache, feature_cache=args.feature_cache,
+                       gpu_cache=args.gpu_cache, feature_cache=args.feature_cache, unmapped=args.unmapped,
                        loader_threads=args.loader_threads, tensorboard=args.tensorboard)
 
 

@@ -64,6 +64,8 @@ class Trainer:
                                                verify_reads=config.verify_reads)
         self.layout = RankLayout(self.dataset.num_parts, world.world_size)
         self.parts = self.layout.parts_of(world.rank)  # one, or a block of them when ranks are fewer
+        if config.unmapped:  # before any sampler or store reads them
+            self.dataset.read_unmapped(self.parts)
         for part in self.parts:
             for etype in self.dataset.edge_types:  # damaged topology ends this rank before it talks to peers
                 self.dataset.topology(part, etype)
@@ -82,7 +84,7 @@ class Trainer:
 
     def _loaders(self) -> dict[str, Any]:
         size = self.config.feature_cache
-        if size != "off":
+        if size != "off" and not self.config.unmapped:
             self.features = featurecache.FeatureReader.install(
                 self.dataset, list(self.parts), None if size is None else parse_size(size, "--feature-cache") or 0,
                 self.world.local_world_size)

@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from graphstore.dataset import layout
-from graphstore.storage.arrays import ZarrRows, open_array
+from graphstore.storage.arrays import ZarrRows, open_array, open_chunk_files
+from graphstore.storage.fileio import ChunkFiles, FileRows
 from graphstore.storage import offline
 from graphstore.storage.cache import CacheConfig, ChunkCache, ChunkRef, version_digest
-from graphstore.errors import (CorruptDatasetError, DatasetNotFoundError, GraphstoreError, PartitionIndexError,
-                               UnknownAttributeError)
+from graphstore.errors import (CorruptDatasetError, DatasetNotFoundError, GraphstoreError, InvalidInputError,
+                               PartitionIndexError, UnknownAttributeError)
 from graphstore.storage.integrity import (Read, check_csc, chunk_file_problems, manifest_problems, metadata_key,
                                   metadata_paths, storage_problems, verify_chunks)
 from graphstore.storage.iostats import IOStats
@@ -58,6 +59,8 @@ class Dataset:
         self.verify_reads = bool(verify_reads)
         self._checked: set[tuple[int, str]] = set()  # (partition, edge type key) whose topology passed
         self._arrays: dict[str, np.ndarray | ZarrRows | LazyRows] = {}
+        self.unmapped_parts: frozenset[int] = frozenset()  # read with pread, never mapped: read_unmapped
+        self._unmapped_paths: set[str] = set()
         self._stats = IOStats()
         self._cache: ChunkCache | None = None
 
@@ -67,11 +70,13 @@ class Dataset:
     def __getstate__(self) -> dict[str, Any]:
         # mapped arrays, the cache's threads and the counters stay in this process; reopened lazily
         return {"location": self.location, "manifest": self.manifest, "cache": self.cache_config,
-                "verify_reads": self.verify_reads}
+                "verify_reads": self.verify_reads, "unmapped_parts": sorted(self.unmapped_parts)}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["location"], state["manifest"], state.get("cache"),  # type: ignore[misc]
                       state.get("verify_reads", False))
+        if state.get("unmapped_parts"):
+            self.read_unmapped(state["unmapped_parts"])
 
     @property
     def url(self) -> str:
@@ -137,10 +142,46 @@ class Dataset:
             cache = None if self.location.is_local else self.chunk_cache()
             if self.verify_reads and self.location.is_local:  # remote chunks are checked as they arrive
                 verify_chunks(self.location, path, info)
-            found = self._arrays[path] = open_array(self.location, path, info, cache)
+            if path in self._unmapped_paths:
+                found = self._arrays[path] = FileRows(open_chunk_files(self.location, path, info))
+            else:
+                found = self._arrays[path] = open_array(self.location, path, info, cache)
         elif type(found) is LazyRows and found.complete:
             found = self._arrays[path] = found.full  # every chunk mapped: reads skip the wrapper from now on
         return found
+
+    def read_unmapped(self, parts: Iterable[int]) -> None:
+        """From now on, in this process (and in copies pickled from it), read partitions ``parts`` without
+        mapping them: their node arrays (features, labels, ...) as :class:`~graphstore.storage.fileio.FileRows`,
+        and their topology, by the samplers built after this call, with ``pread`` too
+        (:func:`sampling.topology.from_dataset`). What such a partition's reads touch then stays out of
+        this process's resident set: its memory does not grow with the partition. Each read is a system call.
+        Needs a local, uncompressed dataset; raises :class:`InvalidInputError` otherwise."""
+        parts = sorted({int(p) for p in parts})
+        bad = [p for p in parts if not 0 <= p < self.num_parts]
+        if bad:
+            raise PartitionIndexError(f"{self.url}: partitions {bad} do not exist (0..{self.num_parts - 1})")
+        if parts and (not self.location.is_local or any(a.compression != "none" for a in self.manifest.arrays.values())):
+            what = "remote" if not self.location.is_local else "compressed"
+            raise InvalidInputError(f"{self.url}: the dataset is {what}; reading it without mapping needs a local, "
+                                    "uncompressed dataset: copy it to local disk (or re-ingest without compression), "
+                                    "or leave it mapped")
+        self.unmapped_parts = self.unmapped_parts | frozenset(parts)
+        for part in parts:
+            for node_type in self.manifest.node_types:
+                for attr in node_type.attrs:
+                    path = layout.node_array(part, node_type.key, attr)
+                    if path in self.manifest.arrays:
+                        self._unmapped_paths.add(path)
+                        if isinstance(self._arrays.get(path), np.ndarray):
+                            del self._arrays[path]  # reopened unmapped by the next read
+
+    def chunk_files(self, path: str) -> ChunkFiles:
+        """Array ``path``'s chunk files open for ``pread`` (a local, uncompressed dataset)."""
+        info = self.manifest.arrays.get(path)
+        if info is None:
+            raise CorruptDatasetError(f"{self.url}: array {path} is not in the manifest; re-ingest the dataset")
+        return open_chunk_files(self.location, path, info)
 
     def read_through(self, path: str, wrap: Callable[[np.ndarray], Any]) -> Any:
         """Serve array ``path`` as ``wrap(rows)`` from now on, in this process (e.g. a

@@ -6,14 +6,15 @@ import numpy as np
 
 from graphstore.dataset import layout
 from graphstore.storage.cache import ChunkCache
-from graphstore.errors import CorruptDatasetError
+from graphstore.errors import CorruptDatasetError, InvalidInputError
+from graphstore.storage.fileio import ChunkFiles
 from graphstore.storage.lazy import LazyRows
 from graphstore.dataset.manifest import ArrayInfo
 from graphstore.storage.mapped import map_chunks
 from graphstore.storage.local import Location
 from graphstore.storage.zarrrows import ZarrRows, zarr_rows_from_chunks
 
-__all__ = ["LazyRows", "ZarrRows", "open_array", "zarr_rows_from_chunks"]
+__all__ = ["LazyRows", "ZarrRows", "open_array", "open_chunk_files", "zarr_rows_from_chunks"]
 
 
 def open_array(location: Location, path: str, info: ArrayInfo,
@@ -30,6 +31,25 @@ def open_array(location: Location, path: str, info: ArrayInfo,
         return LazyRows(cache, path, info)
     if info.compression != "none":
         return ZarrRows(location.zarr_store(read_only=True), path, info)
+    paths = _chunk_paths(location, path, info)
+    # topology is read at random and stays resident: huge pages. Not edge attributes: an edge feature matrix
+    # may exceed memory, and a miss would read 2 MiB (the sampler advises the times it reads: topology.prefault)
+    huge = "/edges/" in f"/{path}" and path.rsplit("/", 1)[-1] in layout.TOPOLOGY
+    return map_chunks(paths, info.shape, np.dtype(info.dtype), info.chunk_rows, f"{location.url}/{path}", huge)
+
+
+def open_chunk_files(location: Location, path: str, info: ArrayInfo) -> ChunkFiles:
+    """The chunk files of the array at ``path`` open for ``pread`` (:mod:`graphstore.storage.fileio`): a local,
+    uncompressed array's; anything else raises, naming what would serve it."""
+    if not location.is_local or info.compression != "none":
+        what = "remote" if not location.is_local else f"compressed ({info.compression})"
+        raise InvalidInputError(f"{location.url}/{path}: the array is {what}; reading without mapping needs a "
+                                  "local, uncompressed dataset: copy it to local disk, or leave the dataset mapped")
+    paths = _chunk_paths(location, path, info)
+    return ChunkFiles(paths, info.shape, np.dtype(info.dtype), info.chunk_rows, f"{location.url}/{path}")
+
+
+def _chunk_paths(location: Location, path: str, info: ArrayInfo) -> list[str]:
     paths = []
     for i in range(info.num_chunks):
         file = location.local_file(layout.chunk_key(path, i, len(info.shape)))
@@ -39,7 +59,4 @@ def open_array(location: Location, path: str, info: ArrayInfo,
                 "and re-ingest the dataset"
             )
         paths.append(file)
-    # topology is read at random and stays resident: huge pages. Not edge attributes: an edge feature matrix
-    # may exceed memory, and a miss would read 2 MiB (the sampler advises the times it reads: topology.prefault)
-    huge = "/edges/" in f"/{path}" and path.rsplit("/", 1)[-1] in layout.TOPOLOGY
-    return map_chunks(paths, info.shape, np.dtype(info.dtype), info.chunk_rows, f"{location.url}/{path}", huge)
+    return paths
