@@ -11,8 +11,9 @@ yet counted in RSS, which therefore grows with the partition. One way to hold RS
 pages every few batches (``madvise(MADV_DONTNEED)``): the page cache keeps them, and the next read maps them
 again (a minor fault, no disk read). This tool measures what that costs: the same batches sampled over
 DATASET (a local path; default: a synthetic graph ingested once) with the pages kept mapped, and with them
-unmapped every N batches for each N of ``--every``, passes interleaved, one thread; each batch draws the same
-edges in every mode. Per mode it prints the
+unmapped every N batches for each N of ``--every``, and read with ``pread``, never mapped
+(``Dataset.read_unmapped``, ``graphstore-train --unmapped``), passes interleaved, one thread; each batch draws the
+same edges in every mode. Per mode it prints the
 sampling time per batch (the unmapping included), its ratio to kept, and the most of the dataset's pages
 mapped at once (summed from ``/proc/self/smaps`` through psutil, read outside the timed part).
 """
@@ -70,10 +71,11 @@ def unmap(ranges: list[tuple[int, int]]) -> None:
 
 def run_mode(sampler: NeighborSampler, batches: list[torch.Tensor], root: str,
              every: int) -> tuple[float, float, float | None, int]:
-    """Sample ``batches``; ``every`` > 0: unmap the dataset's pages after every that many batches (0: keep them).
+    """Sample ``batches``; ``every`` > 0: unmap the dataset's pages after every that many batches (0: keep them;
+    -1: ``sampler`` reads its partitions with pread, never mapped).
     Returns (seconds, most MB mapped at once, MB mapped right after the last unmapping, sampled edges)."""
     ranges = mapped_ranges(root)
-    if every:
+    if every:  # > 0, or -1: the sampler reads with pread and maps nothing (what the other modes mapped goes first)
         unmap(ranges)
     else:  # as the sampler leaves them: what it reads, prefaulted
         for block in sampler.fast_path.blocks.blocks:
@@ -85,7 +87,7 @@ def run_mode(sampler: NeighborSampler, batches: list[torch.Tensor], root: str,
         start = time.perf_counter()
         edges += int(sampler.sample_from_nodes(NodeSamplerInput(positions, seeds)).row.numel())
         seconds += time.perf_counter() - start
-        if every and (i + 1) % every == 0:
+        if every > 0 and (i + 1) % every == 0:
             most = max(most, resident_mb(root))
             start = time.perf_counter()
             unmap(ranges)
@@ -128,23 +130,28 @@ def main(argv: list[str] | None = None) -> int:
     dataset = graphstore.open_dataset(path)
     root = os.path.realpath(path.removeprefix("file://"))
     sampler = NeighborSampler(dataset, fanout, seed=0)
+    unmapped = graphstore.open_dataset(path)
+    unmapped.read_unmapped(range(unmapped.num_parts))
+    samplers = {-1: NeighborSampler(unmapped, fanout, seed=0)}
     nodes = dataset.num_nodes()
-    modes = [0, *every]
+    modes = [0, *every, -1]
     totals: dict[int, list] = {m: [0.0, 0.0, None, 0] for m in modes}
     for repeat in range(args.repeats):
         rng = benchinfo.rng(args.seed, repeat)
         batches = [torch.from_numpy(rng.choice(nodes, min(args.batch_size, nodes), replace=False))
                    for _ in range(args.batches)]
-        sampler.sample_from_nodes(NodeSamplerInput(None, batches[0]))  # compiled and warm before timing
+        for one in (sampler, samplers[-1]):
+            one.sample_from_nodes(NodeSamplerInput(None, batches[0]))  # compiled and warm before timing
         for m in modes:
-            seconds, most, after, edges = run_mode(sampler, batches, root, m)
+            seconds, most, after, edges = run_mode(samplers.get(m, sampler), batches, root, m)
             totals[m][0] += seconds
             totals[m][1] = max(totals[m][1], most)
             totals[m][2] = after if after is None or totals[m][2] is None else max(totals[m][2], after)
             totals[m][3] += edges
     count = args.repeats * args.batches
     kept_ms = totals[0][0] / count * 1e3
-    rows = [{"mode": "kept mapped" if m == 0 else f"unmapped every {m} batches", "every": m,
+    names = {0: "kept mapped", -1: "read with pread, never mapped"}
+    rows = [{"mode": names.get(m, f"unmapped every {m} batches"), "every": m,
              "ms_per_batch": round(totals[m][0] / count * 1e3, 2),
              "x_kept": round(totals[m][0] / count * 1e3 / kept_ms, 2),
              "most_mapped_mb": round(totals[m][1], 1),
@@ -157,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: {nodes:,} nodes; fanout {fanout}, batches of {args.batch_size}, "
               f"{args.repeats} interleaved passes")
         for row in rows:
-            print(f"  {row['mode']:<28} {row['ms_per_batch']:8.2f} ms/batch  {row['x_kept']:6.2f}x kept  "
+            print(f"  {row['mode']:<30} {row['ms_per_batch']:8.2f} ms/batch  {row['x_kept']:6.2f}x kept  "
                   f"at most {row['most_mapped_mb']:8.1f} MB of the dataset mapped")
     benchinfo.record("bench_unmapped", args, result, {"dataset": path, "fanout": fanout})
     return 0

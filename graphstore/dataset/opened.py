@@ -152,11 +152,11 @@ class Dataset:
 
     def read_unmapped(self, parts: Iterable[int]) -> None:
         """From now on, in this process (and in copies pickled from it), read partitions ``parts`` without
-        mapping them: their node arrays (features, labels, ...) as :class:`~graphstore.storage.fileio.FileRows`,
-        and their topology, by the samplers built after this call, with ``pread`` too
-        (:func:`sampling.topology.from_dataset`). What such a partition's reads touch then stays out of
-        this process's resident set: its memory does not grow with the partition. Each read is a system call.
-        Needs a local, uncompressed dataset; raises :class:`InvalidInputError` otherwise."""
+        mapping them: their node and edge arrays (features, labels, input IDs, edge attributes) as
+        :class:`~graphstore.storage.fileio.FileRows`, and their topology, by the samplers built after this
+        call, with ``pread`` too (:func:`sampling.topology.from_dataset`). What such a partition's reads touch
+        then stays out of this process's resident set: its memory does not grow with the partition. Each read
+        is a system call. Needs a local, uncompressed dataset; raises :class:`InvalidInputError` otherwise."""
         parts = sorted({int(p) for p in parts})
         bad = [p for p in parts if not 0 <= p < self.num_parts]
         if bad:
@@ -169,12 +169,15 @@ class Dataset:
         self.unmapped_parts = self.unmapped_parts | frozenset(parts)
         for part in parts:
             for node_type in self.manifest.node_types:
-                for attr in node_type.attrs:
-                    path = layout.node_array(part, node_type.key, attr)
-                    if path in self.manifest.arrays:
-                        self._unmapped_paths.add(path)
-                        if isinstance(self._arrays.get(path), np.ndarray):
-                            del self._arrays[path]  # reopened unmapped by the next read
+                self._unmapped_paths.update(layout.node_array(part, node_type.key, attr)
+                                            for attr in [*node_type.attrs, layout.ORIG_ID])
+            for edge_type in self.manifest.edge_types:  # edge attributes (the topology: the samplers')
+                self._unmapped_paths.update(layout.edge_array(part, edge_type.key, attr) for attr in edge_type.attrs
+                                            if attr not in layout.TOPOLOGY)
+        self._unmapped_paths &= set(self.manifest.arrays)
+        for path in self._unmapped_paths:
+            if isinstance(self._arrays.get(path), np.ndarray):
+                del self._arrays[path]  # reopened unmapped by the next read
 
     def chunk_files(self, path: str) -> ChunkFiles:
         """Array ``path``'s chunk files open for ``pread`` (a local, uncompressed dataset)."""

@@ -193,18 +193,19 @@ def test_bench_trim_times_every_trimmed_model(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_unmapped_times_kept_and_unmapped_pages(tmp_path):
+def test_bench_unmapped_times_kept_unmapped_and_pread_pages(tmp_path):
     dest = tmp_path / "ds"
     graphstore.ingest(TINY, dest, num_parts=1)
     out = _run("bench_unmapped", tmp_path, str(dest), "--every", "1", "--batches", "3", "--repeats", "1",
                "--batch-size", "64", "--seed", "2")
-    kept, unmapped = out["rows"]
-    assert (kept["every"], unmapped["every"]) == (0, 1) and kept["x_kept"] == 1.0
+    kept, unmapped, pread = out["rows"]
+    assert (kept["every"], unmapped["every"], pread["every"]) == (0, 1, -1) and kept["x_kept"] == 1.0
     assert kept["ms_per_batch"] > 0 and unmapped["ms_per_batch"] > 0 and kept["edges_per_batch"] > 0
-    # the same draws either way; the unmapping really unmaps (the next batch maps pages again)
-    assert unmapped["edges_per_batch"] == kept["edges_per_batch"]
+    # the same draws every way; the unmapping really unmaps (the next batch maps pages again); pread maps nothing
+    assert unmapped["edges_per_batch"] == kept["edges_per_batch"] == pread["edges_per_batch"]
     assert kept["after_unmapping_mb"] is None and unmapped["after_unmapping_mb"] == 0
     assert 0 < unmapped["most_mapped_mb"] <= kept["most_mapped_mb"]
+    assert pread["most_mapped_mb"] == 0 and pread["ms_per_batch"] > 0
 
 
 @pytest.mark.slow
