@@ -48,7 +48,8 @@ def rank_memory_base(root: Path, fanout: str) -> tuple[float, list[str]] | None:
 @dataclass(frozen=True)
 class RankFit:
     """A rank's private memory (peak ``RssAnon``, the larger rank) against the nodes it holds, fitted to the
-    newest ``bench_rank_memory`` record with the plan's fanout: ``intercept_gb + per_node_b * nodes / 1e9``."""
+    newest ``bench_rank_memory`` record of mapped ranks with the plan's fanout:
+    ``intercept_gb + per_node_b * nodes / 1e9``."""
 
     source: str
     intercept_gb: float
@@ -62,8 +63,8 @@ def rank_memory_fit(root: Path, fanout: str) -> RankFit | None:
     found = None
     for name, rec in load_records(root, "bench_rank_memory"):  # oldest first: the last match is the newest
         params = rec.get("parameters") or {}
-        if str(params.get("fanout", "10,5")) != fanout:
-            continue
+        if str(params.get("fanout", "10,5")) != fanout or params.get("unmapped"):
+            continue  # the plan is of mapped ranks (the default); --unmapped runs hold a flat resident set
         ranks = int(params.get("ranks", 2))
         points = [(round(row["nodes"] / ranks), max(row["private_peak_mb"]) / 1e3)
                   for row in (rec.get("figures") or {}).get("rows", [])

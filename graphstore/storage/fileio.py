@@ -13,6 +13,7 @@ cache (shared, dropped under pressure) into buffers the size of a batch. Each re
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -27,7 +28,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from graphstore.errors import CorruptDatasetError
+from graphstore.errors import CorruptDatasetError, InvalidInputError
 
 GAP_BYTES = 4096  # rows at most this far apart are read in one call (a call costs what copying ~8 KB does)
 SPAN_BYTES = 1 << 16  # the most one coalesced read of rows spans
@@ -91,12 +92,17 @@ class ChunkFiles:
         self._open()
 
     def _open(self) -> None:
+        _allow_open_files()
         fds = []
         try:
             for path in self.paths:
                 fds.append(-1 if path is None else os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
         except OSError as exc:
             _close(fds)
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise InvalidInputError(f"{self.where}: too many open files to read its {len(self.paths)} chunks "
+                                        "without mapping them; raise the limit (`ulimit -n`), or leave the dataset "
+                                        "mapped") from exc
             raise CorruptDatasetError(f"{self.where}: cannot open a chunk file ({exc}); run `graphstore verify` "
                                       "on the dataset") from exc
         self.fds = np.array(fds, np.int64)
@@ -119,6 +125,26 @@ class ChunkFiles:
             raise CorruptDatasetError(f"{self.where}: reading rows {row}..{row + count - 1} came back short (a "
                                       "truncated chunk file or a failing disk); run `graphstore verify` on the dataset")
         return out
+
+
+def _allow_open_files() -> None:
+    """Raise this process's soft limit on open files to its hard limit (once): an unmapped partition keeps
+    every chunk file open, a few thousand for a large one, against a soft limit of often 1,024."""
+    global _LIMIT_RAISED
+    if _LIMIT_RAISED:
+        return
+    _LIMIT_RAISED = True
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+_LIMIT_RAISED = False
 
 
 def _close(fds: list[int]) -> None:

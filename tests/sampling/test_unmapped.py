@@ -126,3 +126,20 @@ def test_a_truncated_chunk_is_named_not_read_as_garbage(tmp_path):
         fh.truncate(100)
     with pytest.raises(CorruptDatasetError, match="graphstore verify"):
         rows[np.array([1, 299])]
+
+
+def test_running_out_of_file_descriptors_says_which_limit_to_raise(chunked):
+    import subprocess
+    import sys
+
+    code = ("import resource, graphstore\n"
+            "from graphstore.errors import InvalidInputError\n"
+            "resource.setrlimit(resource.RLIMIT_NOFILE, (40, 40))\n"
+            f"ds = graphstore.open_dataset({chunked!r})\n"
+            "ds.read_unmapped(range(ds.num_parts))\n"
+            "try:\n"
+            "    [ds.chunk_files(p) for p in ds.manifest.arrays if p.endswith('packed')]\n"
+            "except InvalidInputError as exc:\n"
+            "    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "too many open files" in done.stdout and "ulimit -n" in done.stdout, done.stderr
