@@ -54,6 +54,7 @@ class BlockArgs:
                  packed: bool = True) -> None:
         self.blocks = blocks
         packs = packed and all(len(b.packed) == 2 * len(b.indices) and len(b.indices) for b in blocks)
+        _refuse_unmapped(blocks, packs, variants, node_time)  # before any derived array is built
         i64, i32 = np.zeros(0, np.int64), np.zeros(0, np.int32)
         indptrs = tuple(_ready(b.indptr, np.int64) for b in blocks)
         indices = tuple(i64 if packs else _ready(b.indices, np.int64) for b in blocks)
@@ -83,7 +84,7 @@ class BlockArgs:
         self.splits = tuple(_ready(b.split, np.int8) for b in blocks) if masked else None
         self.allowed = blocks[0].allowed if masked else 0
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
-        self.files = _unmapped(blocks, packs, variants, self.timed, masked)
+        self.files = _unmapped(blocks)
         self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets, self.files)
 
     def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None,
@@ -130,22 +131,31 @@ class BlockArgs:
                 bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
 
 
-def _unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, timed: bool, masked: bool) -> tuple | None:
-    """:func:`sampling.variants.hop_picks`'s ``files``: per block, the chunk descriptors of its ``indptr``
-    and packed pairs (flat, block ``b``'s from ``first[b]``) and their chunk rows; ``None`` when every block
-    is mapped. Raises for what the unmapped kernel does not read: per-edge weights, times or link splits."""
+def _refuse_unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, node_time: np.ndarray | None) -> None:
+    """Raise when blocks read without mapping would need what the unmapped kernel does not read: per-edge
+    weights, times or link splits (or a mix of mapped and unmapped blocks)."""
     files = [getattr(b, "files", None) for b in blocks]
     if all(f is None for f in files):
-        return None
+        return
     if any(f is None for f in files):
         raise InvalidInputError("a sampler over partitions some mapped and some read without mapping: read all of "
                                 "them one way (Dataset.read_unmapped over every partition this process samples)")
+    timed = variants.temporal and (node_time is not None or all(len(b.time) == len(b.indices) for b in blocks))
     unsupported = [name for name, on in (("weighted", variants.weighted), ("temporal", timed),
-                                         ("link-split masked", masked)) if on]
+                                         ("link-split masked", any(len(b.split) for b in blocks))) if on]
     if unsupported or not packs:
         what = " and ".join(unsupported) or "without packed pairs"
         raise InvalidInputError(f"sampling {what} reads per-edge arrays that a partition read without mapping does "
                                 "not serve yet: sample uniformly (plain or disjoint), or leave the dataset mapped")
+
+
+def _unmapped(blocks: list[CSCBlock]) -> tuple | None:
+    """:func:`sampling.variants.hop_picks`'s ``files``: per block, the chunk descriptors of its ``indptr``
+    and packed pairs (flat, block ``b``'s from ``first[b]``) and their chunk rows; ``None`` when every block
+    is mapped (:func:`_refuse_unmapped` has checked the rest)."""
+    files = [getattr(b, "files", None) for b in blocks]
+    if any(f is None for f in files):
+        return None
     out = []
     for k, dtype in ((0, np.int64), (1, np.int32)):
         arrays = [f[k] for f in files]

@@ -84,7 +84,7 @@ def train(dataset: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "training.launch", dataset, "--nproc", str(args.ranks), "--epochs", "2",
            "--eval-every", "1", "--eval-max-batches", str(args.eval_max_batches), "--fanout", args.fanout,
            "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--no-progress",
-           "--metrics-out", str(metrics)] + (["--unmapped"] if args.unmapped else [])
+           "--metrics-out", str(metrics)] + (["--unmapped"] if getattr(args, "unmapped", False) else [])
     log = open(out / "log", "w+")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
