@@ -269,6 +269,7 @@ class Trainer:
         """Steps ``resume[0]`` to ``steps`` of the epoch. Dropout draws from a stream of each step's own,
         so a run resumed at a step goes on as an uninterrupted one does. At every step boundary the ranks
         agree whether to stop (SIGTERM) and save a checkpoint there, or every ``--checkpoint-every``."""
+        laps = Laps(self.timers)  # the foreground parts, back to back from here: they add up to the epoch
         ddp.train()
         start, saved = resume
         totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, seen
@@ -276,7 +277,6 @@ class Trainer:
             totals += saved
         bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"epoch {epoch + 1}/{self.config.epochs}")
         bar.update(start)
-        laps = Laps(self.timers)  # the foreground parts, back to back: they add up to the epoch
         batches = DeviceFeeder(cycle(loader, steps, start), self.world.device)  # on CUDA: copied a step ahead
         try:
             for step in range(start, steps):
@@ -327,8 +327,8 @@ class Trainer:
     def _loader_epoch(self, loader: Any, steps: int, epoch: int) -> dict[str, Any]:
         """``--loader-only``: the epoch's batches taken as fast as the loader makes them, no model: the
         rate at which this rank could feed a model (``loader_batches_per_s``, every rank's)."""
+        laps = Laps(self.timers)  # from the epoch's start, as in _epoch
         bar = _bar(self.world.rank == 0 and self.config.progress, steps, f"loader {epoch + 1}/{self.config.epochs}")
-        laps = Laps(self.timers)
         batches = DeviceFeeder(cycle(loader, steps), self.world.device)
         started = time.perf_counter()
         for _ in range(steps):

@@ -46,6 +46,44 @@ def thread_read_bytes() -> int | None:
     return None
 
 
+class GatherCounts:
+    """What a row reader gathered since the last reset, thread-safe: ``rows``, ``hits`` (from a RAM cache),
+    ``disk_bytes`` (what the gathering threads caused to be read from storage) and ``read_seconds``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = self._zero()
+
+    @staticmethod
+    def _zero() -> dict[str, Any]:
+        return dict(rows=0, hits=0, disk_bytes=0, read_seconds=0.0)
+
+    @staticmethod
+    def start() -> tuple[float, int | None]:
+        """The clock and this thread's bytes read, before a gather."""
+        return time.perf_counter(), thread_read_bytes()
+
+    def add(self, rows: int, hits: int, since: tuple[float, int | None]) -> None:
+        """Count a gather of ``rows`` rows, ``hits`` of them from a cache, begun at ``since`` (:meth:`start`)."""
+        started, read0 = since
+        read1 = thread_read_bytes()
+        with self._lock:
+            c = self._counts
+            c["rows"] += rows
+            c["hits"] += hits
+            c["disk_bytes"] += (read1 - read0) if read0 is not None and read1 is not None else 0
+            c["read_seconds"] += time.perf_counter() - started
+
+    def snapshot(self, reset: bool = False) -> dict[str, Any]:
+        """The counts since the last reset (``read_seconds`` rounded to ms)."""
+        with self._lock:
+            out = dict(self._counts)
+            if reset:
+                self._counts = self._zero()
+        out["read_seconds"] = round(out["read_seconds"], 3)
+        return out
+
+
 def _madvise() -> Any:
     libc = _load_libc()
     if libc is None or not hasattr(libc, "madvise"):
@@ -95,8 +133,7 @@ class DiskRows:
         self.row_bytes = rows.dtype.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
         self._rows_t = _as_tensor(rows)
         self._madvise = _madvise() if _is_page_aligned(rows) else None
-        self._lock = threading.Lock()
-        self._counts = dict(rows=0, hits=0, disk_bytes=0, read_seconds=0.0)
+        self.counts = GatherCounts()
         if self._madvise is not None and rows.nbytes:
             self._madvise(rows.ctypes.data, rows.nbytes, _MADV_RANDOM)  # a fault reads its page, no neighbours
         hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
@@ -129,7 +166,7 @@ class DiskRows:
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
         """Rows ``ids`` (local row numbers, in range) as a tensor, in order."""
-        started, read0 = time.perf_counter(), thread_read_bytes()
+        since = self.counts.start()
         if self.slot_of is None or not len(ids):
             out, hits = self._read(ids), 0
         else:
@@ -140,13 +177,7 @@ class DiskRows:
                 self._prefetch(ids[~hit])
             out = torch.empty((len(ids), *self.shape[1:]), dtype=self._rows_t.dtype)
             _copy_rows(self._words, self._cache_words, slots, ids, _word_view(out.numpy()))
-        read1 = thread_read_bytes()
-        with self._lock:
-            c = self._counts
-            c["rows"] += len(ids)
-            c["hits"] += hits
-            c["disk_bytes"] += (read1 - read0) if read0 is not None and read1 is not None else 0
-            c["read_seconds"] += time.perf_counter() - started
+        self.counts.add(len(ids), hits, since)
         return out
 
     def _read(self, ids: np.ndarray) -> torch.Tensor:
@@ -166,12 +197,7 @@ class DiskRows:
     def snapshot(self, reset: bool = False) -> dict[str, Any]:
         """``rows`` gathered, ``hits`` (from the RAM cache), ``disk_bytes`` read from storage and
         ``read_seconds`` spent gathering, since the last reset."""
-        with self._lock:
-            out = dict(self._counts)
-            if reset:
-                self._counts = dict(rows=0, hits=0, disk_bytes=0, read_seconds=0.0)
-        out["read_seconds"] = round(out["read_seconds"], 3)
-        return out
+        return self.counts.snapshot(reset)
 
 
 def _word_view(a: np.ndarray) -> np.ndarray:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import errno
 import os
-import threading
-import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -29,6 +27,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from graphstore.errors import CorruptDatasetError, InvalidInputError
+from graphstore.storage.diskrows import GatherCounts
 
 GAP_BYTES = 4096  # rows at most this far apart are read in one call (a call costs what copying ~8 KB does)
 SPAN_BYTES = 1 << 16  # the most one coalesced read of rows spans
@@ -200,8 +199,7 @@ class FileRows:
     def __init__(self, files: ChunkFiles) -> None:
         self.files = files
         self.shape, self.dtype, self.row_bytes = files.shape, files.dtype, files.row_bytes
-        self._lock = threading.Lock()
-        self._counts = dict(rows=0, hits=0, disk_bytes=0, read_seconds=0.0)
+        self.counts = GatherCounts()
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -242,9 +240,7 @@ class FileRows:
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
         """Rows ``ids`` (row numbers in range, int64) as a tensor, in order."""
-        from graphstore.storage.diskrows import thread_read_bytes
-
-        started, read0 = time.perf_counter(), thread_read_bytes()
+        since = self.counts.start()
         out = torch.empty((len(ids), *self.shape[1:]), dtype=torch.from_numpy(np.empty(0, self.dtype)).dtype)
         if len(ids) and self.row_bytes:
             order = np.argsort(ids, kind="stable")
@@ -254,20 +250,10 @@ class FileRows:
             if not _gather_rows(f.fds, f.chunk_rows, f.row_bytes, ids, order, flat, scratch):
                 raise CorruptDatasetError(f"{f.where}: a read of {len(ids)} rows came back short (a truncated chunk "
                                           "file or a failing disk); run `graphstore verify` on the dataset")
-        read1 = thread_read_bytes()
-        with self._lock:
-            c = self._counts
-            c["rows"] += len(ids)
-            c["disk_bytes"] += (read1 - read0) if read0 is not None and read1 is not None else 0
-            c["read_seconds"] += time.perf_counter() - started
+        self.counts.add(len(ids), 0, since)
         return out
 
     def snapshot(self, reset: bool = False) -> dict[str, Any]:
         """``rows`` gathered, ``hits`` (always 0: no cache), ``disk_bytes`` read from storage and ``read_seconds``
         spent gathering, since the last reset."""
-        with self._lock:
-            out = dict(self._counts)
-            if reset:
-                self._counts = dict(rows=0, hits=0, disk_bytes=0, read_seconds=0.0)
-        out["read_seconds"] = round(out["read_seconds"], 3)
-        return out
+        return self.counts.snapshot(reset)
