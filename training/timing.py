@@ -34,6 +34,7 @@ def describe(timing: dict[str, float], train_seconds: float) -> str:
     """
     t = {k: float(timing.get(k, 0.0)) for k in (*FOREGROUND, *BACKGROUND, *WITHIN)}
     other = train_seconds - sum(t[k] for k in FOREGROUND)
+    other = 0.0 if abs(other) < 0.05 else other  # the parts are laps: only rounding is left (no "-0.0")
     return (f"training {train_seconds:.1f} s = data wait {t['data_wait']:.1f} + fwd/bwd {t['forward_backward']:.1f} "
             f"(grad sync {t['grad_sync']:.1f} within) + optimizer {t['optimizer']:.1f} + step sync "
             f"{t['step_sync']:.1f} + epoch end "
