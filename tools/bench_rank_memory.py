@@ -20,7 +20,11 @@ Per dataset and rank, from the ranks' own report (``metrics.json``'s ``memory_mb
 - ``dataset pages``: those mapped pages of the dataset resident at the epoch's end;
 - ``private``: the rank's anonymous memory (``RssAnon``: heap, tensors, the model), polled by this tool
   every 0.05 s while the epoch runs, and its peak;
-- ``heap``: what the allocator hands out at the epoch's end, and ``heap free``: what it holds freed for reuse.
+- ``heap``: what the allocator hands out at the epoch's end, and ``heap free``: what it holds freed for reuse;
+- ``kernels compiled``: the sampling-kernel specialisations each rank compiled (numba cache misses) from its
+  start to the epoch's end. A rank that compiles keeps the compiler's memory in its private memory, so a
+  dataset whose ranks compiled is not comparable with one whose ranks did not: run ``graphstore warmup``
+  first, and the tool warns when a rank compiled.
 
 The ratios are against the first DATASET, rank by rank (the largest of a row). A rank's memory does not grow
 with the graph when the private peak stays flat; the peak RSS then grows only by the mapped dataset pages.
@@ -126,7 +130,7 @@ def _row(dataset: str, job: dict[str, Any]) -> dict[str, Any]:
     row.update(steps=e["steps"], epoch_seconds=e["epoch_seconds"], peak_rss_mb=mb.get("peak_rss"),
                dataset_pages_mb=mb.get("dataset_rss"), private_end_mb=mb.get("anon"),
                private_peak_mb=[round(b / 2**20, 1) for b in job["private_peak"]], heap_mb=mb.get("heap_in_use"),
-               heap_free_mb=mb.get("heap_free"),
+               heap_free_mb=mb.get("heap_free"), kernels_compiled=e.get("kernels_compiled", {}).get("run"),
                loss=e.get("loss"))
     return row
 
@@ -169,13 +173,17 @@ def main() -> int:
                 rows.append({**_row(dataset, train(dataset, args, Path(tmp))), "repeat": repeat + 1})
                 if not args.json:
                     print(rows[-1], flush=True)
+                if any(rows[-1].get("kernels_compiled") or []):
+                    print(f"warning: the ranks on {Path(dataset).name} compiled {rows[-1]['kernels_compiled']} kernel "
+                          "specialisation(s): their private memory includes the compiler's; run `graphstore warmup` "
+                          "(or this tool once) first", file=sys.stderr, flush=True)
     _ratios(rows, args.datasets[0])
     out.update(rows=rows)
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         cols = ["nodes", "edges", "repeat", "steps", "epoch_seconds", "peak_rss_mb", "peak_rss_ratio", "dataset_pages_mb",
-                "private_peak_mb", "private_peak_ratio", "heap_mb"]
+                "private_peak_mb", "private_peak_ratio", "heap_mb", "kernels_compiled"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
             print("| " + " | ".join(str(r.get(c, r.get("failed", ""))) for c in cols) + " |")

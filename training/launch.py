@@ -155,7 +155,7 @@ def print_epoch(r: dict[str, Any], epochs: int) -> None:
             "loader only: " + ", ".join(f"{v:.2f}" for v in r.get("loader_batches_per_s", [])) + " batches/s per rank")
     print(f"epoch {r['epoch']}/{epochs}  {head}  {r['epoch_seconds']:.1f} s ({_eval_text(r)}), "
           f"{describe(r['timing'], r['train_seconds'])}  remote requests {int(r['remote'].get('requests', 0))}"
-          f"{_peak_text(r)}{_wire_text(r)}{_gpu_cache_text(r)}{featurecache.text(r)}", flush=True)
+          f"{_peak_text(r)}{_wire_text(r)}{_gpu_cache_text(r)}{featurecache.text(r)}{_compiled_text(r)}", flush=True)
 
 
 def _gpu_cache_text(r: dict[str, Any]) -> str:
@@ -180,6 +180,15 @@ def _peak_text(r: dict[str, Any]) -> str:
     """``  peak RSS/rank GiB: 2.31, 2.27`` (this epoch, evaluation included)."""
     peaks = r.get("memory_mb", {}).get("peak_rss")
     return ("  peak RSS/rank GiB: " + ", ".join(f"{p / 1024:.2f}" for p in peaks)) if peaks else ""
+
+
+def _compiled_text(r: dict[str, Any]) -> str:
+    """``  kernels compiled/rank: 9, 9 (41.0 s)`` when a rank compiled sampling kernels in this epoch, or nothing."""
+    got = r.get("kernels_compiled", {})
+    if not any(got.get("epoch", [])):
+        return ""
+    return ("  kernels compiled/rank: " + ", ".join(str(n) for n in got["epoch"])
+            + f" ({max(got['seconds']):.1f} s; `graphstore warmup` compiles them ahead of time)")
 
 
 def _wire_text(r: dict[str, Any]) -> str:

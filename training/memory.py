@@ -72,6 +72,22 @@ def memory_per_rank(dataset: Any, peak: PeakMeter) -> dict[str, list[float]]:
     return {k: [round(g.get(k, 0) / 2**20, 1) for g in gathered] for k in gathered[0]}
 
 
+def compiled_per_rank(before: Any) -> dict[str, list[float]]:
+    """Every rank's kernel compiles (numba cache misses, see :mod:`graphstore.jitcache`): ``epoch``, how many
+    specialisations it compiled since ``before`` (a ``compile_counts()`` taken at the epoch's start) and
+    ``seconds`` they took; ``run``, how many since the rank started. A rank that compiled holds the compiler's
+    memory from then on, so memory figures compare only between runs that compiled alike (``graphstore warmup``
+    compiles the kernels ahead of time)."""
+    from graphstore.jitcache import compile_counts
+
+    now = compile_counts()
+    mine = {"epoch": now.compiled - before.compiled, "seconds": round(now.seconds - before.seconds, 1),
+            "run": now.compiled}
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return {k: [g[k] for g in gathered] for k in mine}
+
+
 def _mine(dataset: Any, peak: PeakMeter) -> dict[str, int]:
     import psutil
 

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 import graphstore
+from graphstore import jitcache
 from training import allocator
 from graphstore.errors import InvalidInputError
 from sampling import wire
@@ -24,7 +25,7 @@ from training import checkpoint, evaluation, featurecache, preempt, process, thr
 from training.batches import cycle, first_batch, mix, restart_streams, time_loader
 from training.config import MODELS, TrainConfig  # noqa: F401  (MODELS re-exported)
 from training.inference import write_outputs
-from training.memory import PeakMeter, memory_per_rank
+from training.memory import PeakMeter, compiled_per_rank, memory_per_rank
 from training.process import PeerFailure, Watchdog, start, stop
 from training.records import gather_floats, reduce_record, wire_record, write_json
 from training.tasks import make_task
@@ -232,6 +233,7 @@ class Trainer:
             counter.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
         allocator.release_freed()  # what the last epoch freed goes back: an epoch's peak is its own
         self.peak.reset()
+        compiled_before = jitcache.compile_counts()
         process.set_stage("training")
         start_time = time.perf_counter()
         if ddp is None:
@@ -261,6 +263,7 @@ class Trainer:
         self.timers.snapshot()  # evaluation's sampling/feature time is not part of the training breakdown
         record["steps"] = steps
         record["memory_mb"] = memory_per_rank(self.dataset, self.peak)
+        record["kernels_compiled"] = compiled_per_rank(compiled_before)
         record["allocator"] = allocator.name()  # what the memory figures were measured under
         return _per_step(reduce_record(record))
 

@@ -36,6 +36,10 @@ def test_eval_cadence_subset_and_peak_memory_in_the_metrics(synthetic2, tmp_path
         assert all(h > 0 for h in mem["heap_in_use"]), mem
         assert set(record["per_step"]) == {"data_wait", "compute"} and record["per_step"]["compute"] > 0
         assert record["allocator"] == expected_allocator, record
+        compiled = record["kernels_compiled"]  # per rank: this epoch's compiles within the run's so far
+        assert len(compiled["run"]) == 2 and all(0 <= e <= r for e, r in zip(compiled["epoch"], compiled["run"]))
+    runs = [record["kernels_compiled"]["run"] for record in doc["epochs"]]
+    assert all(a <= b for earlier, later in zip(runs, runs[1:]) for a, b in zip(earlier, later)), runs
     assert "peak RSS/rank GiB: " in lines[0]
     assert doc["threads"]["local_ranks"] == 2 and doc["threads"]["threads"] >= 1
 
@@ -52,3 +56,34 @@ def test_loader_only_feeds_no_model(synthetic2, tmp_path):
     assert doc["threads"] == {"threads": 1, "usable_cores": doc["threads"]["usable_cores"], "local_ranks": 2,
                               "source": "--threads"}
     assert "batches/s per rank" in out.stdout
+
+
+def test_the_epoch_line_names_kernels_compiled_in_the_epoch():
+    from training.launch import _compiled_text
+
+    assert _compiled_text({"kernels_compiled": {"epoch": [0, 0], "seconds": [0.0, 0.0], "run": [4, 4]}}) == ""
+    assert _compiled_text({}) == ""
+    text = _compiled_text({"kernels_compiled": {"epoch": [9, 0], "seconds": [41.04, 0.0], "run": [9, 4]}})
+    assert text.startswith("  kernels compiled/rank: 9, 0 (41.0 s;") and "graphstore warmup" in text
+
+
+def test_compiled_per_rank_counts_a_compile_in_this_process(tmp_path):
+    """One rank (a gloo group of one): a kernel compiled after ``before`` counts in ``epoch`` and ``run``."""
+    import numba
+    import torch.distributed as dist
+
+    from graphstore import jitcache
+    from training.memory import compiled_per_rank
+
+    before = jitcache.compile_counts()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    def add_one(x):
+        return x + 1
+
+    add_one.__module__ = "training.probe"  # counted as a project kernel; never cached, so it compiles now
+    try:
+        assert numba.njit(add_one)(1) == 2
+        got = compiled_per_rank(before)
+    finally:
+        dist.destroy_process_group()
+    assert got["epoch"][0] >= 1 and got["run"][0] >= got["epoch"][0] and got["seconds"][0] >= 0, got
