@@ -7,6 +7,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from graphstore import jitcache
 from training import allocator
 
 logger = logging.getLogger(__name__)
@@ -78,9 +79,7 @@ def compiled_per_rank(before: Any) -> dict[str, list[float]]:
     ``seconds`` they took; ``run``, how many since the rank started. A rank that compiled holds the compiler's
     memory from then on, so memory figures compare only between runs that compiled alike (``graphstore warmup``
     compiles the kernels ahead of time)."""
-    from graphstore.jitcache import compile_counts
-
-    now = compile_counts()
+    now = jitcache.compile_counts()
     mine = {"epoch": now.compiled - before.compiled, "seconds": round(now.seconds - before.seconds, 1),
             "run": now.compiled}
     gathered: list[Any] = [None] * dist.get_world_size()

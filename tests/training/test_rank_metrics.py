@@ -77,6 +77,7 @@ def test_compiled_per_rank_counts_a_compile_in_this_process(tmp_path):
 
     before = jitcache.compile_counts()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+
     def add_one(x):
         return x + 1
 
