@@ -8,16 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from graphstore.moved import exports, install as _install_moved
-
-_install_moved()  # module paths of earlier releases (graphstore.stores, ...) still import, with a warning
+from graphstore.exports import exports
 
 # no torch below: graphstore.ingest is the function here, not the subpackage
-from graphstore.ingest import ingest  # noqa: E402
-from graphstore.jitcache import drop_stale  # noqa: E402
-from graphstore.dataset.linksplit import LinkSplit  # noqa: E402
-from graphstore.storage.retry import RetryPolicy  # noqa: E402
-from graphstore.version import __version__  # noqa: E402
+from graphstore.ingest import ingest
+from graphstore.jitcache import drop_stale
+from graphstore.dataset.linksplit import LinkSplit
+from graphstore.storage.retry import RetryPolicy
+from graphstore.version import __version__
 
 drop_stale()  # before any kernel is loaded from numba's cache (kernels load at their first call, not import)
 

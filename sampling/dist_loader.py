@@ -10,9 +10,9 @@ import torch
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
 from sampling.dist_features import DistributedFeatureStore
-from sampling.distributed import EDGE_ATTR, DistributedSampler, RankLayout, RemoteStats, _waited
+from sampling.distributed import DistributedSampler, RankLayout, RemoteStats, _waited
 from sampling.loader import LinkNeighborLoader, NeighborLoader
-from sampling.pipeline import Prefetcher  # noqa: F401  (re-exported: it lived here)
+from sampling.server import EDGE_ATTR
 from sampling.transport import Transport
 from sampling.wire import pack, unpack
 

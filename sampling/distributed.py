@@ -18,7 +18,7 @@ import torch
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
 from sampling.sampler import NeighborSampler
-from sampling.server import EDGE_ATTR, GATHER, SAMPLE, PartitionServer  # noqa: F401  (re-exported)
+from sampling.server import SAMPLE, PartitionServer  # noqa: F401  (PartitionServer re-exported: training and tools start it from here)
 from sampling.topology import EdgeTopology, from_dataset
 from sampling.transport import Transport
 from sampling.wire import EDGE_IDS, POSITIONS, pack

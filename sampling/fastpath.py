@@ -15,6 +15,7 @@ from graphstore.heap import keep_freed_memory
 from graphstore.errors import CorruptDatasetError, InvalidInputError, NotOwnedError
 from sampling import multihop, variants
 from sampling.engine import BlockArgs, Variants
+from sampling.idmap import DENSE_MAX_NODES
 from sampling.topology import EdgeTopology
 
 __all__ = ["FastPath", "Variants"]
@@ -27,7 +28,7 @@ class FastPath:
     link batch's exclusion."""
 
     def __init__(self, topo: EdgeTopology, num_nodes: int, fanouts: list[dict[Any, int]], replace: bool, *,
-                 packed: bool = True, dense_max_nodes: int = multihop.DENSE_MAX_NODES,
+                 packed: bool = True, dense_max_nodes: int = DENSE_MAX_NODES,
                  variants: Variants = Variants(), positions: bool = True) -> None:
         keep_freed_memory()  # every batch allocates tens of MB of outputs
         self.num_nodes = num_nodes

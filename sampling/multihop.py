@@ -17,9 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.idmap import DENSE_MAX_NODES  # noqa: F401  (re-exported: the drivers size their maps by it)
 from sampling.prefetch import prefetch
-from sampling.rng import rng_state  # noqa: F401  (re-exported: the drivers seed from here)
 
 # Software prefetch distances (A/B-measured on the products benchmark: +22% for the gathers, +5%
 # for the pointers): the reads are in ascending order but strided, which hardware prefetchers miss.

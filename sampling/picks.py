@@ -25,8 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.draws import (_latest, _uniform, _weighted, _weighted_alias, cumulative_weights,  # noqa: F401
-                            uniform_draws)
+from sampling.draws import _latest, _uniform, _weighted, _weighted_alias, uniform_draws
 from sampling.derived import key_at, pair_at
 from sampling.prefetch import prefetch
 

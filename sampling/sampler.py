@@ -18,11 +18,12 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
 from graphstore.errors import InvalidInputError
-from sampling import multihop, perhop, subgraph
+from sampling import perhop, subgraph
 from sampling.edgemask import MessageEdges, exclusion
 from sampling.engine import Variants
 from sampling.fastpath import FastPath
 from sampling.picks import STRATEGY_LAST, STRATEGY_UNIFORM
+from sampling.rng import rng_state
 from sampling.topology import (CSCBlock, EdgeTopology, from_dataset, from_graph_store, from_pyg, is_hetero_pyg,
                                node_times)
 
@@ -312,7 +313,7 @@ class NeighborSampler(BaseSampler):
         else:
             words = [self._seed % 2**64, info.id + 1 if info else 0, self._epoch, count]
         mixed = int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0])
-        self._local.rng = multihop.rng_state(mixed)
+        self._local.rng = rng_state(mixed)
         self._local.pid = pid
 
     def _batch_stream(self, seed: Any, seed_time: Any) -> None:
@@ -330,7 +331,7 @@ class NeighborSampler(BaseSampler):
                     digest.update(repr(key).encode())
                     digest.update(np.ascontiguousarray(_seed_array(value)).tobytes())
         words = [self._seed % 2**64, self._epoch, int.from_bytes(digest.digest(), "little")]
-        self._local.rng = multihop.rng_state(int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0]))
+        self._local.rng = rng_state(int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0]))
 
     def _sample(self, seed: Any, seed_time: Any = None) -> SamplerOutput | HeteroSamplerOutput:
         self._ensure_seeded()

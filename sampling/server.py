@@ -13,7 +13,7 @@ from numba import njit
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
 from sampling.engine import BlockArgs, Variants
-from sampling.multihop import rng_state
+from sampling.rng import rng_state
 from sampling.perhop import run_kernel
 from sampling.picks import STRATEGY_LAST
 from sampling.topology import from_dataset, node_times

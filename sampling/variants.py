@@ -22,7 +22,6 @@ from graphstore.jitcache import announce_compiles
 from sampling.idmap import (dedup_dense, dedup_disjoint, dedup_hash, dedup_subgraphs, forget, forget_disjoint,
                             insert_seeds, insert_seeds_disjoint, pow2, rehash)
 from sampling.multihop import _AHEAD_EDGES, _by_block, _by_id, _gather, _grow, buffer_len
-from sampling.draws import _weighted, cumulative_weights  # noqa: F401  (re-exported: tests use them)
 from sampling import unmapped
 from sampling.picks import pick_block
 from sampling.prefetch import prefetch

@@ -5,10 +5,13 @@ Usage::
     python tools/report.py                                  # the generated section, on stdout
     python tools/report.py --write docs/performance.md      # replace the section between the markers
     python tools/report.py --check docs/performance.md      # exit 1 (one line) when that section is stale
+    python tools/report.py --write README.md                # the README's one table, between its markers
     python tools/report.py --records DIR ...                # records from DIR instead of benchmarks/
 
 For each benchmark, and each configuration of it (the ``config`` a run names, e.g. the graph), the newest
 record's figures become a table, with its command, commit, machine, date, provenance and file under it.
+The README holds one table of its own, between its own markers: the newest run of the sampling variants
+against pyg-lib, without commit or file names (the README links this page for those).
 Nothing here measures anything: every figure comes from a record a benchmark wrote (``tools/benchinfo.py``,
 ``record``) or one transcribed from an earlier README, whose ``provenance`` says so.
 """
@@ -25,6 +28,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BEGIN, END = "<!-- report:begin -->", "<!-- report:end -->"
+README_BEGIN, README_END = "<!-- report:readme:begin -->", "<!-- report:readme:end -->"
+README_BENCH = "bench_variants"  # the README's table: its newest record run against pyg-lib (config pyg_lib)
+README_ANCHOR = "docs/performance.md#sampling-variants-against-the-plain-path-bench_variants"
+README_SKIP = ("hetero",)  # sampled on a synthetic-mag graph of its own, not the table's graph
 RECORD_KEYS = ("benchmark", "config", "command", "commit", "date", "machine", "parameters", "figures", "provenance")
 # Page order; a benchmark not listed follows, by name.
 ORDER = ("bench_sampler", "bench_variants", "bench_loader", "bench_train", "bench_cluster", "bench_store",
@@ -240,34 +247,79 @@ def render(root: Path) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _split(text: str, where: Path) -> tuple[str, str, str]:
-    start, end = text.find(BEGIN), text.find(END)
+def _ratio(value: float | None, digits: int = 2, unit: str = "") -> str:
+    return "" if value is None else f"{value:.{digits}f}{unit}"
+
+
+def render_readme(root: Path) -> str:
+    """The README's one table: per variant, the newest ``bench_variants`` run against pyg-lib (ours and
+    pyg-lib's sampled edges/s and their ratios), and one line saying what was run where and when."""
+    runs = [(p, r) for p, r in load(Path(root)) if r["benchmark"] == README_BENCH and r["config"].get("pyg_lib")]
+    if not runs:
+        raise RecordError(f"{root}: no {README_BENCH} record run with --pyg-lib; the README's table needs one")
+    path, rec = max(runs, key=lambda item: (_when(*item), str(item[0])))
+    fig, machine = rec["figures"], rec["machine"]
+    rates = fig["edges_per_s"]
+    lines = ["| variant | ours (M edges/s) | pyg-lib (M edges/s) | ours / pyg-lib | ours / our plain "
+             "| dataset / in memory |", "|---|---|---|---|---|---|"]
+    for name in (k for k in rates if "@" not in k and k not in README_SKIP):
+        pyg = rates.get(f"{name}@pyg-lib")
+        lines.append(f"| `{name}` | {rates[name] / 1e6:.1f} | {'' if pyg is None else f'{pyg / 1e6:.2f}'} "
+                     f"| {_ratio(fig.get('ratio_to_pyg_lib', {}).get(name), 1, '×')} "
+                     f"| {_ratio(fig.get('ratio_to_plain', {}).get(name))} "
+                     f"| {_ratio(fig.get('ratio_to_memory', {}).get(name))} |")
+    cmd = rec["command"][1:] if isinstance(rec["command"], list) else [str(rec["command"])]
+    graph, fanout = fig.get("graph", {}), ", ".join(map(str, fig.get("fanout", [])))
+    lines += ["", f"One thread, a random graph of {graph.get('nodes', 0):,} nodes and {graph.get('edges', 0):,} edges, "
+              f"fanout [{fanout}], batches of {fig.get('batch_size', 0):,}: ours samples it as a one-partition "
+              f"dataset, pyg-lib {fig.get('pyg_lib', {}).get('version', '')} in memory, passes interleaved "
+              f"(`{shlex.join(cmd)}`; {machine.get('cpu', '?')}, {machine.get('usable_cores', '?')} cores, "
+              f"{rec['date'][:10]}). Every benchmark's newest figures, with commands and records: "
+              f"[docs/performance.md]({README_ANCHOR})."]
+    return "\n".join(lines) + "\n"
+
+
+def _split(text: str, where: Path, begin: str = BEGIN, end_marker: str = END) -> tuple[str, str, str]:
+    start, end = text.find(begin), text.find(end_marker)
     if start < 0 or end < start:
-        raise RecordError(f"{where}: no '{BEGIN}' ... '{END}' markers; add them where the tables belong")
-    return text[:start + len(BEGIN)], text[start + len(BEGIN):end], text[end:]
+        raise RecordError(f"{where}: no '{begin}' ... '{end_marker}' markers; add them where the tables belong")
+    return text[:start + len(begin)], text[start + len(begin):end], text[end:]
 
 
-def splice(text: str, section: str, where: Path) -> str:
-    """``text`` with the part between the markers replaced by ``section``."""
-    head, _, tail = _split(text, where)
+def splice(text: str, section: str, where: Path, begin: str = BEGIN, end: str = END) -> str:
+    """``text`` with the part between the markers ``begin`` and ``end`` replaced by ``section``."""
+    head, _, tail = _split(text, where, begin, end)
     return f"{head}\n{section}{tail}"
+
+
+def refresh(text: str, root: Path, where: Path) -> str:
+    """``text`` with every generated part it has markers for rendered afresh: the page's section
+    (``BEGIN``/``END``) and the README's table (``README_BEGIN``/``README_END``)."""
+    parts = [(BEGIN, END, render), (README_BEGIN, README_END, render_readme)]
+    present = [(b, e, fn) for b, e, fn in parts if b in text]
+    if not present:
+        raise RecordError(f"{where}: no '{BEGIN}' ... '{END}' or '{README_BEGIN}' ... '{README_END}' markers; "
+                          "add them where the tables belong")
+    for begin, end, fn in present:
+        text = splice(text, fn(root), where, begin, end)
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=Path, default=ROOT / "benchmarks", help="the records' folder")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", type=Path, metavar="FILE", help="replace FILE's generated section")
-    mode.add_argument("--check", type=Path, metavar="FILE", help="exit 1 when FILE's generated section is stale")
+    mode.add_argument("--write", type=Path, metavar="FILE",
+                      help="replace FILE's generated parts (the page's section, the README's table)")
+    mode.add_argument("--check", type=Path, metavar="FILE", help="exit 1 when FILE's generated parts are stale")
     args = parser.parse_args(argv)
     try:
-        section = render(args.records)
         if args.write is None and args.check is None:
-            sys.stdout.write(section)
+            sys.stdout.write(render(args.records))
             return 0
         target = args.write or args.check
         text = target.read_text()
-        fresh = splice(text, section, target)
+        fresh = refresh(text, args.records, target)
     except (RecordError, OSError) as exc:
         print(f"report: {exc}", file=sys.stderr)
         return 2

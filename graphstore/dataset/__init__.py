@@ -8,7 +8,7 @@ without loading zarr's readers, torch or PyG.
 
 from __future__ import annotations
 
-from graphstore.moved import exports
+from graphstore.exports import exports
 
 _LAZY = {"Dataset": "graphstore.dataset.opened", "open_dataset": "graphstore.dataset.opened",
          "read_manifest": "graphstore.dataset.opened", "Manifest": "graphstore.dataset.manifest",

@@ -7,7 +7,7 @@ ingest does) loads nothing it does not name.
 
 from __future__ import annotations
 
-from graphstore.moved import exports
+from graphstore.exports import exports
 
 _LAZY = {"open_location": "graphstore.storage.local", "is_dataset": "graphstore.storage.local",
          "FileSlot": "graphstore.storage.local", "local_error": "graphstore.storage.local",

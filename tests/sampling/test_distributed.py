@@ -85,7 +85,7 @@ def _recording(transport):
 
 
 def test_one_request_per_remote_partition_per_hop_and_batch(ds, graphs):
-    from sampling.distributed import EDGE_ATTR, GATHER, SAMPLE
+    from sampling.server import EDGE_ATTR, GATHER, SAMPLE
 
     transports = _group(ds)
     log = _recording(transports[0])

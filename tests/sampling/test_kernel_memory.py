@@ -75,7 +75,7 @@ def _cpu_flags() -> set[str]:
 def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
     """numba wraps an index that may be negative (``out[e + j]``) per element, so LLVM vectorised the loops
     that write a node's picks (and Floyd's compares over them) as scatters and gathers; indexed from 0 over
-    a slice, they are plain vector stores and loads (README: Sampling against pyg-lib). Compiled afresh here
+    a slice, they are plain vector stores and loads (docs/sampling.md, How the kernels work). Compiled afresh here
     for the plain and the temporal picks, with and without replacement."""
     from numba import njit
 

@@ -14,7 +14,8 @@ from torch_geometric.sampler import NodeSamplerInput
 import graphstore
 from graphstore.errors import InvalidInputError, NotOwnedError
 from sampling import NeighborSampler
-from sampling.dist_loader import DistributedNeighborLoader, Prefetcher
+from sampling.dist_loader import DistributedNeighborLoader
+from sampling.pipeline import Prefetcher
 from sampling.dist_features import DistributedFeatureStore
 from sampling.distributed import PartitionServer, RankLayout, RemoteStats
 from sampling.transport import LoopbackTransport

@@ -13,8 +13,8 @@ from torch_geometric.data import Data
 from torch_geometric.sampler import NodeSamplerInput
 
 from sampling import NeighborSampler
-from sampling.multihop import rng_state
-from sampling.variants import _weighted, cumulative_weights
+from sampling.rng import rng_state
+from sampling.draws import _weighted, cumulative_weights
 
 BACKENDS = ["data", "dataset1", "dataset3", "pair"]
 

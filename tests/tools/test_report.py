@@ -1,5 +1,5 @@
 """tools/report.py renders the newest record per benchmark and configuration, with its provenance, and the
-committed docs/performance.md is current with the committed benchmarks/ records."""
+committed docs/performance.md and the README's table are current with the committed benchmarks/ records."""
 
 from __future__ import annotations
 
@@ -96,6 +96,30 @@ def test_a_record_without_a_required_key_or_a_page_without_markers_is_refused(tm
         report.render(tmp_path / "b")
 
 
+def test_the_readme_table_is_the_newest_pyg_lib_run_without_commits(tmp_path):
+    def figures(plain: float) -> dict:
+        return {"graph": {"nodes": 1000, "edges": 8000}, "fanout": [15, 10], "batch_size": 64,
+                "edges_per_s": {"plain": plain, "weighted": 2.5e7, "plain@pyg-lib": 4.0e6, "weighted@pyg-lib": 5.0e5,
+                                "plain@memory": plain, "hetero": 9.9e7, "distributed": 2.0e7},
+                "ratio_to_plain": {"plain": 1.0, "weighted": 0.5, "hetero": 1.98, "distributed": 0.4},
+                "ratio_to_pyg_lib": {"plain": plain / 4.0e6, "weighted": 50.0}, "ratio_to_memory": {"plain": 1.0},
+                "pyg_lib": {"version": "0.8.0"}}
+    root, readme = tmp_path / "benchmarks", tmp_path / "README.md"
+    kw = {"bench": "bench_variants", "config": {"pyg_lib": True}}
+    _record(root, "2026-01-01T10:00:00+00:00", figures(3.0e7), **kw)
+    _record(root, "2026-02-01T10:00:00+00:00", figures(5.0e7), **kw)
+    _record(root, "2026-03-01T10:00:00+00:00", figures(9.0e7), bench="bench_variants", config={"pyg_lib": False})
+    readme.write_text(f"# Project\n\n{report.README_BEGIN}\nold\n{report.README_END}\n\n## Docs\n")
+    assert report.main(["--records", str(root), "--write", str(readme)]) == 0
+    text = readme.read_text()
+    assert "| `plain` | 50.0 | 4.00 | 12.5× | 1.00 | 1.00 |" in text
+    assert "| `weighted` | 25.0 | 0.50 | 50.0× | 0.50 |  |" in text
+    assert "| `distributed` | 20.0 |  |  | 0.40 |  |" in text and "hetero" not in text and "90.0" not in text
+    assert "`tools/bench_variants.py --seed 7`" in text and "2026-02-01" in text and "load average" not in text
+    assert "0123456" not in text and "old" not in text and text.endswith(f"{report.README_END}\n\n## Docs\n")
+    assert report.main(["--records", str(root), "--check", str(readme)]) == 0
+
+
 def test_make_record_has_every_key_and_leaves_out_the_record_flags():
     args = argparse.Namespace(json=True, record=None, no_record=False, seed=5, data=Path("/tmp/d"), nodes=10)
     rec = benchinfo.make_record("bench_x", args, {"machine": {"cpu": "c"}, "seed": 5, "rows": [{"a": float("nan")}]},
@@ -114,3 +138,5 @@ def test_committed_records_are_complete_and_the_page_is_current():
         assert rec["provenance"] is None or rec["provenance"].startswith("transcribed from README.md at "), path
     doc = ROOT / "docs" / "performance.md"
     assert report.main(["--check", str(doc)]) == 0, "run: .venv/bin/python tools/report.py --write docs/performance.md"
+    readme = ROOT / "README.md"
+    assert report.main(["--check", str(readme)]) == 0, "run: .venv/bin/python tools/report.py --write README.md"
