@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import benchinfo  # noqa: E402
+import toolargs  # noqa: E402
 import memcgroup  # noqa: E402
 
 SPEC = "synthetic:nodes=1000000,avg_degree=10,features=1024,classes=8,seed=1,train=0.05,val=0.01"
@@ -107,16 +108,17 @@ def _row(case: str, epoch: dict, group: memcgroup.MemoryCgroup | None) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = toolargs.parser(__doc__.split("\n")[0])
     parser.add_argument("--dataset", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "beyond-ram")
     parser.add_argument("--spec", default=SPEC)
-    parser.add_argument("--limit", default="1.5GB", help="the cgroup's memory limit, page cache included")
-    parser.add_argument("--feature-cache", default="256MB")
-    parser.add_argument("--fanout", default="10,5")
-    parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--limit", type=toolargs.size, default="1.5GB",
+                        help="the cgroup's memory limit, page cache included")
+    parser.add_argument("--feature-cache", type=toolargs.size, default="256MB")
+    parser.add_argument("--fanout", type=toolargs.fanout, default="10,5")
+    parser.add_argument("--batch-size", type=toolargs.count, default=512)
+    parser.add_argument("--repeats", type=toolargs.count, default=1)
     parser.add_argument("--cases", default="page,plain,cache", help="comma-separated: page, plain, cache")
-    parser.add_argument("--max-seconds", type=float, default=900,
+    parser.add_argument("--max-seconds", type=toolargs.positive, default=900,
                         help="give up on a run after this long (reported as not finishing an epoch in it)")
     parser.add_argument("--json", action="store_true")
     benchinfo.add_seed_argument(parser)
@@ -167,4 +169,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

@@ -46,6 +46,7 @@ from tests.training.multihost import clean_env, torchrun, wait_all  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tools"))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 DEMO = "synthetic:nodes=50000,avg_degree=12,features=32,classes=6,seed=0"
 
@@ -122,15 +123,16 @@ def minimum(dest: Path, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = toolargs.parser(__doc__.splitlines()[0])
     p.add_argument("--json", action="store_true")
-    p.add_argument("--hosts", default="2,4")
+    p.add_argument("--hosts", type=toolargs.counts, default="2,4")
     p.add_argument("--rates", default="10gbit,1gbit,100mbit")
     p.add_argument("--spec", default=DEMO)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--fanout", default="10,5")
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--limit", type=float, default=1800, help="seconds a rig run may take before it is killed")
+    p.add_argument("--epochs", type=toolargs.count, default=2)
+    p.add_argument("--fanout", type=toolargs.fanout, default="10,5")
+    p.add_argument("--batch-size", type=toolargs.count, default=256)
+    p.add_argument("--limit", type=toolargs.positive, default=1800,
+                   help="seconds a rig run may take before it is killed")
     p.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench-cluster")
     benchinfo.add_seed_argument(p)
     benchinfo.add_record_arguments(p)
@@ -170,4 +172,4 @@ def _table(out: dict) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

@@ -36,6 +36,7 @@ import graphstore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 GRAPHS = ["synthetic:nodes=1500000,avg_degree=20", "synthetic:nodes=3000000,avg_degree=20"]
 
@@ -187,12 +188,12 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--child"]:  # one run, in the child process run_one started
         print(json.dumps(ingest_once(*json.loads(argv[1]))), flush=True)
         return 0
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = toolargs.parser(__doc__.splitlines()[0])
     parser.add_argument("--graphs", nargs="+", default=GRAPHS)
-    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--parts", type=toolargs.count, default=4)
     parser.add_argument("--method", default="metis")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--memory-limit", default="4GB")
+    parser.add_argument("--workers", type=toolargs.count, default=2)
+    parser.add_argument("--memory-limit", type=toolargs.size, default="4GB")
     parser.add_argument("--engines", default="local,dask", help="comma-separated, in run order (default local,dask)")
     parser.add_argument("--verify", action="store_true", help="run graphstore verify on each result (not timed)")
     parser.add_argument("--keep", metavar="DIR", help="write the datasets under DIR and keep them (default: a "
@@ -233,4 +234,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(toolargs.run(main))

@@ -41,6 +41,7 @@ import graphstore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = "synthetic:nodes=200000,avg_degree=10,features=128,classes=8,seed=0"
@@ -134,20 +135,22 @@ def _under_ranks_allocator(argv: list[str] | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    _under_ranks_allocator(argv)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = toolargs.parser(__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--data", type=Path, default=ROOT / "bench-out" / "loader", help="where the graph is ingested")
     parser.add_argument("--loader", choices=("distributed", "in-process"), default="distributed")
-    parser.add_argument("--threads", default="1,2,3", help="loader thread counts, the first is the baseline")
-    parser.add_argument("--batches", type=int, default=30, help="batches per pass")
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved passes per thread count")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--prefetch", type=int, default=1, help="batches ready ahead (graphstore-train's: 1)")
+    parser.add_argument("--threads", type=toolargs.counts, default="1,2,3",
+                        help="loader thread counts, the first is the baseline")
+    parser.add_argument("--batches", type=toolargs.count, default=30, help="batches per pass")
+    parser.add_argument("--repeats", type=toolargs.count, default=3, help="interleaved passes per thread count")
+    parser.add_argument("--batch-size", type=toolargs.count, default=1024)
+    parser.add_argument("--prefetch", type=toolargs.integer(0), default=1,
+                        help="batches ready ahead (graphstore-train's: 1)")
     parser.add_argument("--train", action="store_true", help="also measure through graphstore-train --loader-only")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # a bad flag is refused before the re-execution
+    _under_ranks_allocator(argv)
     info = benchinfo.start(args, args.json)
     from training import allocator
 
@@ -172,4 +175,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

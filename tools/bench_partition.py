@@ -27,6 +27,7 @@ from graphstore.ingest.synthetic_chunks import synthetic_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -91,9 +92,9 @@ def measure(source: GraphSource, parts: np.ndarray, num_parts: int) -> dict[str,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = toolargs.parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graphs", nargs="+", choices=sorted(GRAPHS), default=["random", "powerlaw"])
-    ap.add_argument("--parts", nargs="+", type=int, default=[2, 4, 8, 16])
+    ap.add_argument("--parts", nargs="+", type=toolargs.count, default=[2, 4, 8, 16])
     ap.add_argument("--no-before", action="store_true", help="skip the old weights (halves the run time)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     benchinfo.add_seed_argument(ap)
@@ -135,4 +136,4 @@ def _print_row(r: dict) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(toolargs.run(main))

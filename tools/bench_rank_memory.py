@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import benchinfo  # noqa: E402
+import toolargs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,24 +148,23 @@ def _ratios(rows: list[dict[str, Any]], first: str) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("datasets", nargs="+", help="dataset paths or URLs of one shape, smallest (the baseline) first")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--fanout", default="10,5")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--eval-max-batches", type=int, default=20,
+    parser = toolargs.parser(__doc__.split("\n")[0])
+    parser.add_argument("datasets", nargs="+", type=toolargs.dataset,
+                        help="dataset paths or URLs of one shape, smallest (the baseline) first")
+    parser.add_argument("--ranks", type=toolargs.count, default=2)
+    parser.add_argument("--fanout", type=toolargs.fanout, default="10,5")
+    parser.add_argument("--batch-size", type=toolargs.count, default=1024)
+    parser.add_argument("--eval-max-batches", type=toolargs.count, default=20,
                         help="evaluation batches per rank and split after the measured epoch (the bound)")
     parser.add_argument("--unmapped", action="store_true",
                         help="train with --unmapped: the ranks read their partitions with pread, never mapped")
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--max-seconds", type=float, default=3600,
+    parser.add_argument("--repeats", type=toolargs.count, default=1)
+    parser.add_argument("--max-seconds", type=toolargs.positive, default=3600,
                         help="give up on a job after this long (reported as not finishing its epoch)")
     parser.add_argument("--json", action="store_true")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
-    args = parser.parse_args()
-    if args.ranks < 1 or args.eval_max_batches < 1 or args.repeats < 1:
-        parser.error("--ranks, --eval-max-batches and --repeats must be at least 1")
+    args = parser.parse_args()  # counts >= 1 and datasets that exist: checked by the parser
     out = benchinfo.start(args, args.json)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-rank-memory-") as tmp:
@@ -194,4 +194,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

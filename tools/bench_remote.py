@@ -46,6 +46,7 @@ from graphstore.storage.local import LocationWrapper, open_location
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 BATCHES = ((1024, 1.0), (10_000, 1.0), (1024, 0.05))  # (batch size, share of the partition's ID range drawn from)
 
@@ -189,14 +190,14 @@ def _print(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = toolargs.parser(__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--nodes", type=int, default=500_000)
-    parser.add_argument("--features", type=int, default=64)
-    parser.add_argument("--chunk-mb", type=float, default=0.25)
-    parser.add_argument("--latency-ms", type=float, default=20.0)
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--nodes", type=toolargs.count, default=500_000)
+    parser.add_argument("--features", type=toolargs.count, default=64)
+    parser.add_argument("--chunk-mb", type=toolargs.positive, default=0.25)
+    parser.add_argument("--latency-ms", type=toolargs.positive, default=20.0)
+    parser.add_argument("--concurrency", type=toolargs.count, default=16)
+    parser.add_argument("--repeats", type=toolargs.count, default=3)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "remote")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
@@ -222,4 +223,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

@@ -34,6 +34,7 @@ from sampling.fastpath import FastPath
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 WARM = 10**6  # the draw key of warm-up batches (never measured)
 
@@ -181,15 +182,16 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = toolargs.parser(__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "products")
     parser.add_argument("--spec", default=PRODUCTS)
-    parser.add_argument("--parts", type=int, default=4)
-    parser.add_argument("--batches", type=int, default=30)
-    parser.add_argument("--repeats", type=int, default=3, help="passes over the batches; the median is reported")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers compared with 0")
+    parser.add_argument("--parts", type=toolargs.count, default=4)
+    parser.add_argument("--batches", type=toolargs.count, default=30)
+    parser.add_argument("--repeats", type=toolargs.count, default=3,
+                        help="passes over the batches; the median is reported")
+    parser.add_argument("--batch-size", type=toolargs.count, default=1024)
+    parser.add_argument("--workers", type=toolargs.count, default=2, help="DataLoader workers compared with 0")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
@@ -221,4 +223,4 @@ def _print(out: dict) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

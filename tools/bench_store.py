@@ -33,6 +33,7 @@ from graphstore.errors import DatasetNotFoundError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 from benchinfo import rng  # noqa: E402
 
 BATCHES = (1024, 10_000, 100_000)
@@ -109,14 +110,14 @@ def bench_ingest(spec: str, parts: int, method: str, dest: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = toolargs.parser(__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--nodes", type=int, default=1_000_000)
-    parser.add_argument("--features", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--nodes", type=toolargs.count, default=1_000_000)
+    parser.add_argument("--features", type=toolargs.count, default=100)
+    parser.add_argument("--repeats", type=toolargs.count, default=7)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "gather")
     parser.add_argument("--ingest", metavar="SPEC", help="also time `graphstore ingest SPEC` (child process)")
-    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--parts", type=toolargs.count, default=4)
     parser.add_argument("--method", default="metis")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
@@ -149,4 +150,4 @@ def _print(result: dict, args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

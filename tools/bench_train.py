@@ -39,6 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = "synthetic:nodes=200000,avg_degree=15,features=64,classes=10,train=0.2,val=0.05,seed=0"
@@ -263,21 +264,21 @@ def print_compare(rows: list[dict], args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = toolargs.parser(__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--ranks", default="1,2,4")
+    parser.add_argument("--ranks", type=toolargs.counts, default="1,2,4")
     parser.add_argument("--case", choices=("homo", "hetero", "infer", "onepart", "compare"), default="homo",
                         help="homogeneous training on N partitions for N ranks (default), the mag-shaped "
                              "heterogeneous graph, training then layer-wise inference written into the dataset "
                              "(nodes/s), N ranks on ONE partition (plain data parallelism, shared pages), or "
                              "this checkout against --baseline-tree and the default allocator")
     parser.add_argument("--spec", default=SPEC)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--fanout", default="10,5")
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--epochs", type=toolargs.count, default=2)
+    parser.add_argument("--fanout", type=toolargs.fanout, default="10,5")
+    parser.add_argument("--batch-size", type=toolargs.count, default=1024)
+    parser.add_argument("--hidden", type=toolargs.count, default=128)
     parser.add_argument("--baseline-tree", help="--case compare: a checkout to compare with (e.g. of main)")
-    parser.add_argument("--repeats", type=int, default=1, help="--case compare: interleaved repeats")
+    parser.add_argument("--repeats", type=toolargs.count, default=1, help="--case compare: interleaved repeats")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "train")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
@@ -299,4 +300,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

@@ -29,6 +29,7 @@ from training.tasks import TRIMMED_MODELS, build_model, trim_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 
 def graph(nodes: int, features: int) -> Data:
@@ -48,11 +49,11 @@ def step_seconds(model: torch.nn.Module, batch: Data, trim: dict) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=20_000)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--batch-size", type=int, default=512)
-    ap.add_argument("--hidden", type=int, default=128)
+    ap = toolargs.parser(__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=toolargs.count, default=20_000)
+    ap.add_argument("--steps", type=toolargs.count, default=8)
+    ap.add_argument("--batch-size", type=toolargs.count, default=512)
+    ap.add_argument("--hidden", type=toolargs.count, default=128)
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     benchinfo.add_seed_argument(ap)
     benchinfo.add_record_arguments(ap)
@@ -86,4 +87,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(toolargs.run(main))

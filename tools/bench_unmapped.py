@@ -20,7 +20,6 @@ mapped at once (summed from ``/proc/self/smaps`` through psutil, read outside th
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -40,6 +39,7 @@ from sampling.topology import prefault
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 SPEC = "nodes=400000,avg_degree=20,features=16,classes=8"
 _MADV_DONTNEED = 4
@@ -97,26 +97,23 @@ def run_mode(sampler: NeighborSampler, batches: list[torch.Tensor], root: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("dataset", nargs="?", help="a local dataset path (default: a synthetic graph, ingested once)")
+    parser = toolargs.parser(__doc__.split("\n\n")[0])
+    parser.add_argument("dataset", nargs="?", type=toolargs.dataset,
+                        help="a local dataset path (default: a synthetic graph, ingested once)")
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "graphstore-bench" / "unmapped",
                         help="where the default graph is ingested")
-    parser.add_argument("--every", default="1,8,32", help="unmap after every N batches, for each N listed")
-    parser.add_argument("--batches", type=int, default=64)
-    parser.add_argument("--repeats", type=int, default=3, help="interleaved passes over every mode")
-    parser.add_argument("--fanout", default="10,5")
-    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--every", type=toolargs.counts, default="1,8,32",
+                        help="unmap after every N batches, for each N listed")
+    parser.add_argument("--batches", type=toolargs.count, default=64)
+    parser.add_argument("--repeats", type=toolargs.count, default=3, help="interleaved passes over every mode")
+    parser.add_argument("--fanout", type=toolargs.fanout, default="10,5")
+    parser.add_argument("--batch-size", type=toolargs.count, default=1024)
     parser.add_argument("--json", action="store_true")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        every = [int(n) for n in args.every.split(",")]
-        fanout = [int(k) for k in args.fanout.split(",")]
-    except ValueError:
-        parser.error(f"--every {args.every!r} / --fanout {args.fanout!r}: give comma-separated integers, e.g. 1,8,32")
-    if any(n < 1 for n in every) or args.batches < 1 or args.repeats < 1:
-        parser.error("--every, --batches and --repeats take positive integers")
+    every = [int(n) for n in args.every.split(",")]  # positive integers: checked by the parser
+    fanout = [int(k) for k in args.fanout.split(",")]
     if max(every) > args.batches:
         parser.error(f"--every {max(every)} is more than --batches {args.batches}: a pass would never unmap; "
                      f"pass --batches {max(every)} or more")
@@ -171,4 +168,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(toolargs.run(main))

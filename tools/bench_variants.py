@@ -60,6 +60,7 @@ from sampling import NeighborSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 FANOUT = [15, 10, 5]
 SEED_TIME = 500_000
@@ -297,16 +298,17 @@ def _thread_counts(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = toolargs.parser(__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--nodes", type=int, default=1_000_000)
-    parser.add_argument("--edges", type=int, default=20_000_000)
-    parser.add_argument("--batches", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--nodes", type=toolargs.count, default=1_000_000)
+    parser.add_argument("--edges", type=toolargs.count, default=20_000_000)
+    parser.add_argument("--batches", type=toolargs.count, default=4)
+    parser.add_argument("--repeats", type=toolargs.count, default=3)
+    parser.add_argument("--batch-size", type=toolargs.count, default=1024)
     parser.add_argument("--fanout", type=_fanout, default=FANOUT, metavar="15,10,5",
                         help="neighbours per hop, comma-separated (-1: all of them)")
-    parser.add_argument("--mag-papers", type=int, default=20_000, help="papers of the synthetic-mag graph (hetero)")
+    parser.add_argument("--mag-papers", type=toolargs.count, default=20_000,
+                        help="papers of the synthetic-mag graph (hetero)")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
                         help=f"comma-separated, among {','.join(VARIANTS)}")
     parser.add_argument("--source", choices=("dataset", "memory", "both"), default="dataset",
@@ -362,4 +364,4 @@ def _print(out: dict) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(toolargs.run(main))

@@ -8,7 +8,6 @@ with ``verify_reads``) next to a plain read of the same bytes.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
+import toolargs  # noqa: E402
 
 def _best(fn, repeats: int) -> float:
     times = []
@@ -68,10 +68,10 @@ def measure(path: str, repeats: int) -> list[tuple[str, float, int]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", help="an existing dataset (default: ingest a synthetic one)")
-    parser.add_argument("--nodes", type=int, default=400_000)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser = toolargs.parser(__doc__.splitlines()[0])
+    parser.add_argument("--data", type=toolargs.dataset, help="an existing dataset (default: ingest a synthetic one)")
+    parser.add_argument("--nodes", type=toolargs.count, default=400_000)
+    parser.add_argument("--repeats", type=toolargs.count, default=3)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
@@ -99,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(toolargs.run(main))

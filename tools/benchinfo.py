@@ -76,7 +76,9 @@ def describe(info: dict[str, Any], seed: int) -> str:
 
 
 def add_seed_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seed", type=int, default=None,
+    from graphstore.cli.args import integer
+
+    parser.add_argument("--seed", type=integer(0, 2**63 - 1), default=None,
                         help="seed of the random IDs/seeds (default: a fresh one, printed); every repeat draws anew")
 
 

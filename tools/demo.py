@@ -6,7 +6,6 @@ Usage: ``python tools/demo.py [--out DIR] [--nodes N] [--nproc 2] [--epochs 3]``
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -15,16 +14,19 @@ from pathlib import Path
 from graphstore.cli.app import main as graphstore_cli
 from training.launch import main as train_cli
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import toolargs  # noqa: E402  (tools/ is not a package: run as a script)
+
 DEFAULT_SPEC = "synthetic:nodes={nodes},avg_degree=12,features=32,classes=6,seed=0"
 
 
 def run(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = toolargs.parser(__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / ".demo"),
                         help="working directory (default: .demo in the repo)")
-    parser.add_argument("--nodes", type=int, default=50_000)
-    parser.add_argument("--nproc", type=int, default=2, help="local training processes = partitions")
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--nodes", type=toolargs.count, default=50_000)
+    parser.add_argument("--nproc", type=toolargs.count, default=2, help="local training processes = partitions")
+    parser.add_argument("--epochs", type=toolargs.count, default=3)
     args = parser.parse_args(argv)
     out = Path(args.out)
     dataset, metrics = out / "synthetic", out / "metrics.json"
@@ -51,4 +53,4 @@ def run(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run())
+    sys.exit(toolargs.run(run))

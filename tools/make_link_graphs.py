@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import toolargs  # noqa: E402  (tools/ is not a package: run as a script)
 
 
 def random_regular(nodes: int, degree: int, features: int, seed: int) -> dict[str, np.ndarray]:
@@ -29,13 +32,13 @@ def bitcoin_otc(csv: Path) -> dict[str, np.ndarray]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = toolargs.parser(__doc__)
     parser.add_argument("kind", choices=("regular", "bitcoin"))
     parser.add_argument("out", type=Path, help="the .npz file to write")
-    parser.add_argument("--nodes", type=int, default=4000)
-    parser.add_argument("--degree", type=int, default=16)
-    parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--nodes", type=toolargs.count, default=4000)
+    parser.add_argument("--degree", type=toolargs.count, default=16)
+    parser.add_argument("--features", type=toolargs.count, default=32)
+    parser.add_argument("--seed", type=toolargs.integer(0), default=0)
     parser.add_argument("--csv", type=Path, default=Path("../shared/data/bitcoin_otc/soc-sign-bitcoinotc.csv"))
     args = parser.parse_args(argv)
     arrays = (random_regular(args.nodes, args.degree, args.features, args.seed) if args.kind == "regular"
@@ -45,4 +48,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(toolargs.run(main))

@@ -58,6 +58,10 @@ def find_jemalloc(env: dict[str, str] | None = None) -> str | None:
         if not os.path.isfile(named):
             raise InvalidInputError(f"GRAPHSTORE_JEMALLOC={named!r} is not a file; name jemalloc's shared library "
                                     "(e.g. /usr/lib/x86_64-linux-gnu/libjemalloc.so.2) or unset it")
+        if not _is_shared_object(named):
+            raise InvalidInputError(f"GRAPHSTORE_JEMALLOC={named!r} is not an ELF shared library, so it cannot be "
+                                    "preloaded; name jemalloc's (e.g. /usr/lib/x86_64-linux-gnu/libjemalloc.so.2) "
+                                    "or unset it")
         return named
     if not sys.platform.startswith("linux"):
         return None
@@ -66,6 +70,19 @@ def find_jemalloc(env: dict[str, str] | None = None) -> str | None:
         if found:
             return found[0]
     return None
+
+
+def _is_shared_object(path: str) -> bool:
+    """Whether ``path`` is an ELF shared object (``e_type`` ET_DYN), as ``LD_PRELOAD`` needs: anything else
+    makes the dynamic loader print an error into every process started with it."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(18)
+    except OSError:
+        return False
+    if len(head) < 18 or head[:4] != b"\x7fELF" or head[5] not in (1, 2):
+        return False
+    return int.from_bytes(head[16:18], "little" if head[5] == 1 else "big") == 3  # ET_DYN
 
 
 def preload_env(env: dict[str, str]) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -110,6 +111,24 @@ def summarize(job_dir: str, codes: dict[int, int], stopped: set[int]) -> tuple[s
     return f"graphstore-train: error: {_short(line)} (tracebacks and rank output: {log})", code
 
 
+def _keep_log(job_dir: str, codes: dict[int, int], records: list[dict], stopped: set[int]) -> str:
+    """Where the job's log was kept: ``$GRAPHSTORE_LOG_DIR``, else (unset, or it cannot be written) the
+    job's temp dir, saying so; a log that cannot be written anywhere is said too, never raised over the
+    rank's error."""
+    fallback = os.path.dirname(job_dir)
+    chosen = os.environ.get(LOG_DIR_ENV) or fallback
+    try:
+        return _write_log(chosen, job_dir, codes, records, stopped)
+    except OSError as exc:
+        why = f"{LOG_DIR_ENV}={chosen} cannot be written ({exc.strerror or exc})"
+    if chosen != fallback:
+        try:
+            return f"{_write_log(fallback, job_dir, codes, records, stopped)}; {why}, so it went to the temp dir"
+        except OSError:
+            pass
+    return f"none kept: {why}"
+
+
 def _last_line(job_dir: str, rank: int) -> str:
     """The last non-empty line a rank wrote to stderr (e.g. a watchdog's verdict), or ``""``."""
     path = os.path.join(job_dir, f"rank{rank}.stderr")
@@ -124,10 +143,20 @@ def _short(text: str, limit: int = 600) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _keep_log(job_dir: str, codes: dict[int, int], records: list[dict], stopped: set[int]) -> str:
-    """Concatenate every rank's error and stderr into one file outside the job directory (which goes)."""
-    directory = os.environ.get(LOG_DIR_ENV) or os.path.dirname(job_dir)
+def _write_log(directory: str, job_dir: str, codes: dict[int, int], records: list[dict], stopped: set[int]) -> str:
+    """Concatenate every rank's error and stderr into one file in ``directory``, outside the job directory
+    (which goes); a partial file is removed when the write fails."""
     path = os.path.join(directory, f"graphstore-train-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log")
+    try:
+        _write_ranks(path, job_dir, codes, records, stopped)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        raise
+    return path
+
+
+def _write_ranks(path: str, job_dir: str, codes: dict[int, int], records: list[dict], stopped: set[int]) -> None:
     with open(path, "w") as out:
         for rank in sorted(codes):
             how = " (stopped by the launcher after another rank failed)" if rank in stopped else ""
@@ -139,7 +168,6 @@ def _keep_log(job_dir: str, codes: dict[int, int], records: list[dict], stopped:
             if os.path.exists(stderr):
                 with open(stderr, errors="replace") as fh:
                     out.write(f"--- rank {rank} stderr\n{fh.read()}")
-    return path
 
 
 class StderrRelay:

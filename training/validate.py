@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from typing import TYPE_CHECKING
@@ -11,13 +10,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphstore.errors import DatasetExistsError, InvalidInputError
+from graphstore.dataset import trainable
+from training import checkpoint, resume
 from training.config import TrainConfig, check_config
 
 if TYPE_CHECKING:
     from graphstore.dataset.opened import Dataset
     from graphstore.dataset.manifest import AttrSchema, EdgeTypeInfo, NodeTypeInfo
 
-__all__ = ["check_config", "check_dataset", "check_host", "check_outputs"]
+__all__ = ["check_config", "check_dataset", "check_host", "check_outputs", "check_resume"]
 
 _SELF_LOOP_MODELS = ("gcn", "gat")  # PyG's to_hetero refuses their layers (add_self_loops) on bipartite edge types
 
@@ -104,27 +105,39 @@ def _try_writing(flag: str, given: str, directory: str) -> None:
 
 def _check_resume(directory: str) -> None:
     """``--resume`` reads ``latest.json`` (training.checkpoint's pointer to the newest file): it must parse
-    and name a file that is there. No pointer is fine (the job starts at epoch 1)."""
-    folder = os.path.abspath(os.path.expanduser(directory))
-    pointer = os.path.join(folder, "latest.json")
-    if not os.path.exists(pointer):
-        return
-    try:
-        with open(pointer) as fh:
-            name = json.load(fh)["file"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInputError(f"--resume: {pointer} is unreadable ({type(exc).__name__}: {exc}); restore it, "
-                                "or delete it to start at epoch 1") from exc
-    if not isinstance(name, str) or not os.path.isfile(os.path.join(folder, name)):
-        raise InvalidInputError(f"--resume: {pointer} names checkpoint {name!r}, which is not in {folder}; restore "
-                                "it, or delete latest.json to start at epoch 1")
+    and name a file of this directory, one that begins as a PyTorch file does. No pointer is fine (the job
+    starts at epoch 1). :func:`check_resume` reads the checkpoint itself once the dataset is open."""
+    path = checkpoint.latest_path(directory)
+    if path is not None:
+        checkpoint.sniff(path)
+
+
+def check_resume(c: TrainConfig, ds: Dataset, world_size: int) -> list[str]:
+    """``--resume``: the newest checkpoint is one of ours and was written by this job (dataset, task, model
+    shape, batch size, and for a checkpoint inside an epoch the rank count); refused in one line otherwise.
+    Returns what to say once: a changed ``--lr``/``--epochs`` (applied), another rank count.
+
+    Examples
+    --------
+    >>> for line in check_resume(config, ds, world_size=2):  # doctest: +SKIP
+    ...     print(f"graphstore-train: {line}", file=sys.stderr)
+    """
+    if not (c.resume and c.checkpoint_dir):
+        return []
+    path = checkpoint.latest_path(c.checkpoint_dir)
+    if path is None:
+        return []
+    return resume.compare(path, checkpoint.read(path), resume.identity(c, ds, world_size))
 
 
 def check_dataset(c: TrainConfig, ds: Dataset) -> None:
     """The dataset can serve this job: chunk files present and whole, the cache options fit its location,
-    the task's labels or edges there, the model fits its types, ``--time-attr`` and ``--infer-out`` too."""
+    features of width > 0, the task's labels (read from the stored arrays: inside ``[0, classes)`` on every
+    split node, a class count a model can hold, a training node) or edges there, the model fits its types,
+    ``--time-attr`` and ``--infer-out`` too."""
     ds.check_chunk_files()
     _check_cache(c, ds)
+    _check_features(ds)
     if c.task == "link":
         _check_links(c, ds)
     else:
@@ -176,6 +189,20 @@ def _check_labels(c: TrainConfig, ds: Dataset) -> None:
         if np.dtype(info.attrs["train_mask"].dtype) != np.bool_:
             raise InvalidInputError(f"{ds.url}: train_mask of {info.name or 'the nodes'} is "
                                     f"{info.attrs['train_mask'].dtype}, not bool; re-ingest it as bool")
+    # the type trained (--target, else the first labelled one), from its stored arrays; a remote dataset's are
+    # left to `graphstore verify` (reading them here would fill the chunk cache before the job starts)
+    for info in labelled[:1] if ds.location.is_local else []:
+        problems = trainable.label_problems(ds, info)
+        if problems:
+            raise InvalidInputError(f"{ds.url}: {problems[0]}; `graphstore verify {ds.url}` lists every problem")
+
+
+def _check_features(ds: Dataset) -> None:
+    """Features of width > 0 on every node type that has them (the model's input layer)."""
+    for info in ds.manifest.node_types:
+        problem = trainable.feature_problem(info)
+        if problem:
+            raise InvalidInputError(f"{ds.url}: {problem}")
 
 
 def _check_model(c: TrainConfig, ds: Dataset) -> None:

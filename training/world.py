@@ -54,26 +54,52 @@ class World:
         env = dict(os.environ if env is None else env)
         cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
         if "GRAPHSTORE_INIT_METHOD" in env:  # our local launcher
-            size = int(env["GRAPHSTORE_WORLD_SIZE"])
-            return cls(int(env["GRAPHSTORE_RANK"]), size, int(env["GRAPHSTORE_RANK"]),
-                       env["GRAPHSTORE_INIT_METHOD"], use_cuda=cuda, local_world_size=size)
+            missing = [k for k in ("GRAPHSTORE_RANK", "GRAPHSTORE_WORLD_SIZE") if k not in env]
+            if missing:
+                raise InvalidInputError(f"GRAPHSTORE_INIT_METHOD is set but {' and '.join(missing)} "
+                                        f"{'is' if len(missing) == 1 else 'are'} not; graphstore-train sets these "
+                                        "for the ranks it starts: unset GRAPHSTORE_INIT_METHOD")
+            size = _env_int(env, "GRAPHSTORE_WORLD_SIZE", 1)
+            rank = _env_int(env, "GRAPHSTORE_RANK", 0)
+            return cls(rank, size, rank, env["GRAPHSTORE_INIT_METHOD"], use_cuda=cuda, local_world_size=size)
         if "RANK" in env and "WORLD_SIZE" in env:  # torchrun / torch.distributed.launch
             addr, port = env.get("MASTER_ADDR", "127.0.0.1"), env.get("MASTER_PORT")
             if port is None:
                 raise InvalidInputError("RANK/WORLD_SIZE are set but MASTER_PORT is not; launch with torchrun")
+            _env_int(env, "MASTER_PORT", 1, 65535)
             # env:// lets torchrun's agent keep hosting the store on MASTER_PORT (tcp:// would start a second one)
-            return cls(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)), "env://", addr,
-                       use_cuda=cuda, local_world_size=int(env.get("LOCAL_WORLD_SIZE", 1)))
-        if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+            return cls(_env_int(env, "RANK", 0), _env_int(env, "WORLD_SIZE", 1),
+                       _env_int(env, "LOCAL_RANK", 0, default=0), "env://", addr, use_cuda=cuda,
+                       local_world_size=_env_int(env, "LOCAL_WORLD_SIZE", 1, default=1))
+        if "SLURM_PROCID" in env and _env_int(env, "SLURM_NTASKS", 1, default=1) > 1:
             return cls._from_slurm(env, cuda)
         return None
 
     @classmethod
     def _from_slurm(cls, env: dict[str, str], cuda: bool) -> World:
         addr = env.get("MASTER_ADDR") or _first_slurm_host(env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST", ""))
-        port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000)
-        return cls(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0)),
-                   f"tcp://{addr}:{port}", addr, use_cuda=cuda, local_world_size=_slurm_tasks_here(env))
+        port = (_env_int(env, "MASTER_PORT", 1, 65535) if env.get("MASTER_PORT")
+                else 20000 + _env_int(env, "SLURM_JOB_ID", 0, default=0) % 20000)
+        return cls(_env_int(env, "SLURM_PROCID", 0), _env_int(env, "SLURM_NTASKS", 1),
+                   _env_int(env, "SLURM_LOCALID", 0, default=0), f"tcp://{addr}:{port}", addr, use_cuda=cuda,
+                   local_world_size=_slurm_tasks_here(env))
+
+
+def _env_int(env: dict[str, str], name: str, low: int, high: int | None = None, default: int | None = None) -> int:
+    """The integer environment variable ``name`` (``default`` when unset), refused in one line when it is
+    not an integer in ``[low, high]``."""
+    raw = env.get(name)
+    if raw is None and default is not None:
+        return default
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise InvalidInputError(f"environment variable {name}={raw!r} is not an integer {bound}; fix or unset it "
+                                "(the launcher, torchrun or SLURM sets it for each rank)")
+    return value
 
 
 def _slurm_tasks_here(env: dict[str, str]) -> int:

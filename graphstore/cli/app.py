@@ -125,6 +125,13 @@ def _run_ingest(ingest: Any, args: argparse.Namespace, bars: _Bars, client: Any)
                   engine=args.engine, client=client, parents=args.parents)
 
 
+EXIT_TERMINATED = 75  # EX_TEMPFAIL: stopped by SIGTERM (a scheduler's preemption); rerun it later
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt is: every stage cleans up for both alike."""
+
+
 @contextlib.contextmanager
 def _terminate_interrupts() -> Iterator[None]:
     """SIGTERM (``kill``, a job scheduler) ends an ingest as Ctrl-C does: its claim and staging directory go."""
@@ -133,7 +140,8 @@ def _terminate_interrupts() -> Iterator[None]:
         return
 
     def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough: a second must not break the clean-up
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
@@ -191,9 +199,27 @@ def _info_text(meta: dict[str, Any], url: str) -> str:
     return "\n".join(lines)
 
 
+def _refuse_inside_dataset(out: str, flag: str) -> None:
+    """An image written inside a dataset's folder is lost when the dataset is replaced: refuse it."""
+    from graphstore.errors import InvalidInputError
+    from graphstore.storage.local import LocalLocation, is_dataset
+
+    folder = os.path.dirname(os.path.realpath(out))
+    while True:
+        if os.path.isfile(os.path.join(folder, "zarr.json")) and is_dataset(LocalLocation(folder)):
+            raise InvalidInputError(f"{flag} {out} is inside the dataset folder {folder}, which graphstore "
+                                    "replaces whole; write the image outside it, e.g. "
+                                    f"{os.path.join(os.path.dirname(folder), os.path.basename(out))}")
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        folder = parent
+
+
 def _info(args: argparse.Namespace) -> int:
     if args.plot:
         plots.check_output(args.plot, "--plot")  # matplotlib, the format and the directory: before any data is read
+        _refuse_inside_dataset(args.plot, "--plot")
     ds = open_from_args(args)
     for part in parse_parts(args.prefetch, ds.num_parts) if args.prefetch else []:
         bar = ChunkBar(f"prefetch partition {part}", enabled=not args.json and sys.stderr.isatty())
@@ -217,6 +243,7 @@ def _info(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     out = args.output or _image_next_to(args.metrics)
     plots.check_output(out, "graphstore plot")
+    _refuse_inside_dataset(out, "output")
     doc = plots.load_metrics(args.metrics)
     plots.plot_metrics(doc, out)
     print(f"wrote {out}: loss, evaluation and seconds per epoch of {len(doc['epochs'])} epoch(s)")
@@ -246,7 +273,7 @@ def _verify(args: argparse.Namespace) -> int:
         print("the dataset is damaged: re-ingest it (graphstore ingest SOURCE DEST --overwrite)", file=sys.stderr)
     else:
         print(f"{ds.url}: the metadata of all {arrays} arrays matches the manifest, and all {chunks} chunks match "
-              "their checksums")
+              "their checksums; labels, training nodes, features and topology hold what training needs")
     if args.io and not args.json:
         print(io_text(ds.io_stats()))
     return 1 if problems else 0
@@ -315,6 +342,10 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"graphstore {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"graphstore {args.command}: terminated (SIGTERM); nothing was committed, and a rerun starts afresh",
+              file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print(f"graphstore {args.command}: interrupted; nothing was committed", file=sys.stderr)
         return 130

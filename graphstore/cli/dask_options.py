@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import socket
+import struct
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,8 @@ _LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0", ""}
 MIN_MEMORY_LIMIT = budget._BASELINE + int(budget.MIN_TASK_BYTES / budget._TASK_SHARE)  # 328 MiB
 CONNECT_SECONDS = 5  # --scheduler: how long to wait for it to accept a connection, and then to answer
 _DEFAULT_PORT = 8786
+DEFAULT_WORKERS, DEFAULT_MEMORY_LIMIT = 2, "4GB"  # the LocalCluster --engine dask starts without flags
+WORKERS_PER_CORE = 4  # beyond this the worker processes only compete for the cores
 
 
 def add_dask_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,9 +53,35 @@ def check_dask_arguments(args: argparse.Namespace) -> None:
         raise InvalidInputError(f"--memory-limit {args.memory_limit} is below {MIN_MEMORY_LIMIT >> 20} MiB, the least "
                                 "a worker runs with (about 200 MiB to start, plus room for one ingest task; below "
                                 "it the worker is restarted forever): give e.g. 1GB")
+    if args.workers is not None or args.memory_limit is not None:
+        _check_fits(args.workers or DEFAULT_WORKERS, args.memory_limit or DEFAULT_MEMORY_LIMIT)
     if args.scheduler is not None:
         _check_reachable_dest(args.scheduler, str(args.dest))
         _probe(args.scheduler)
+
+
+def _check_fits(workers: int, memory_limit: str) -> None:
+    """Refuse a LocalCluster this machine cannot hold, before any worker process starts: more workers than
+    :data:`WORKERS_PER_CORE` per core, or workers x memory limit beyond its memory."""
+    cores = os.cpu_count() or 1
+    if workers > WORKERS_PER_CORE * cores:
+        raise InvalidInputError(f"--workers {workers} is more than {WORKERS_PER_CORE} per core of this machine's "
+                                f"{cores}; give at most {WORKERS_PER_CORE * cores} (each is a process), or join a "
+                                "larger cluster with --scheduler")
+    total, ram = workers * _parse_bytes(memory_limit), _machine_memory()
+    if ram and total > ram:
+        raise InvalidInputError(f"--workers {workers} x --memory-limit {memory_limit} = {total / 2**30:.1f} GiB is "
+                                f"more than this machine's {ram / 2**30:.1f} GiB of memory; give fewer workers or a "
+                                f"smaller --memory-limit (workers x limit <= {ram / 2**30:.1f} GiB), or join a "
+                                "larger cluster with --scheduler")
+
+
+def _machine_memory() -> int:
+    """This machine's physical memory in bytes (0 where the platform does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
 
 
 def _parse_bytes(text: str) -> int:
@@ -77,12 +106,38 @@ def _probe(scheduler: str) -> None:
     except ValueError:
         raise InvalidInputError(f"--scheduler {scheduler} is not an address; give tcp://HOST:PORT") from None
     try:
-        socket.create_connection((host, port), timeout=CONNECT_SECONDS).close()
+        conn = socket.create_connection((host, port), timeout=CONNECT_SECONDS)
     except OSError as exc:
         why = f"no answer in {CONNECT_SECONDS} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
         raise UnreachableHostError(f"--scheduler {scheduler}: cannot connect to {host}:{port} ({why}); start a Dask "
                                    f"scheduler there (dask scheduler --port {port}) or fix the address, or drop "
                                    "--scheduler to start a local cluster") from None
+    with conn:
+        why = _not_dask(conn) if parsed.scheme == "tcp" else None
+    if why:
+        raise UnreachableHostError(f"--scheduler {scheduler}: no Dask scheduler answered at {host}:{port} ({why}); "
+                                   "is a Dask scheduler (not another service) listening there? Fix the address, or "
+                                   "drop --scheduler to start a local cluster")
+
+
+def _not_dask(conn: socket.socket) -> str | None:
+    """Why the peer of ``conn`` is no Dask scheduler, or ``None`` when it opens as one. A Dask listener speaks
+    first: its handshake message, framed by distributed's TCP prelude (total length, frame count)."""
+    head = b""
+    try:
+        while len(head) < 16:
+            got = conn.recv(16 - len(head))
+            if not got:
+                return "it closed the connection without a word"
+            head += got
+    except TimeoutError:
+        return f"it said nothing in {CONNECT_SECONDS} s, where a Dask scheduler greets at once"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    total, frames = struct.unpack("<QQ", head)
+    if not (0 < frames <= 64 and 8 * (frames + 1) <= total <= 2**20):
+        return "it answered in a protocol that is not Dask's"
+    return None
 
 
 def _join(scheduler: str) -> Any:
@@ -127,8 +182,8 @@ def dask_client(args: argparse.Namespace) -> Iterator[Any]:
         with _join(args.scheduler) as client:
             yield client
         return
-    with LocalCluster(n_workers=args.workers or 2, threads_per_worker=1, processes=True,
-                      memory_limit=args.memory_limit or "4GB") as cluster, Client(cluster) as client:
+    with LocalCluster(n_workers=args.workers or DEFAULT_WORKERS, threads_per_worker=1, processes=True,
+                      memory_limit=args.memory_limit or DEFAULT_MEMORY_LIMIT) as cluster, Client(cluster) as client:
         print(f"dask dashboard: {cluster.dashboard_link} ({len(cluster.workers)} workers, pid {os.getpid()})",
               file=sys.stderr)
         yield client

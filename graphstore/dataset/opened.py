@@ -23,6 +23,7 @@ from graphstore.storage.integrity import (Read, check_csc, chunk_file_problems, 
 from graphstore.storage.iostats import IOStats
 from graphstore.storage.lazy import LazyRows
 from graphstore.dataset.manifest import Manifest
+from graphstore.dataset.trainable import trainable_problems
 from graphstore.storage.retry import RetryPolicy
 from graphstore.storage.local import Location, open_location
 from graphstore.dataset.types import EdgeType, NodeType
@@ -323,11 +324,15 @@ class Dataset:
 
         Problems are the manifest contradicting itself, a partition, group or array that is missing, group
         or array metadata that does not parse or disagrees with the manifest (shape, dtype, chunking,
-        codec), and every chunk that is missing or fails its checksum (one line per missing array, not per
-        chunk). Remote datasets are read concurrently (every chunk is downloaded; counted in :meth:`io_stats`).
+        codec), every chunk that is missing or fails its checksum (one line per missing array, not per
+        chunk), and what the training door refuses in arrays whose chunks are sound
+        (:func:`~graphstore.dataset.trainable.trainable_problems`: labels, training nodes, feature width,
+        the CSC invariants of the topology). Remote datasets are read concurrently (every chunk is
+        downloaded; counted in :meth:`io_stats`).
         """
         problems = manifest_problems(self.manifest)
         found_problems, gone = storage_problems(self.manifest, self._metadata_reader(), self._has)
+        sound = not problems and not found_problems  # arrays readable as the manifest says
         problems += found_problems
         refs = [ChunkRef(path, info, i) for path, info in sorted(self.manifest.arrays.items()) if path not in gone
                 for i in range(info.num_chunks)]
@@ -335,6 +340,7 @@ class Dataset:
             found: Iterable[str | None] = (self.location.checksum(ref.key) for ref in refs)
         else:
             found = self.chunk_cache().stored_checksums(refs)
+        damaged = set(gone)
         for done, (ref, checksum) in enumerate(zip(refs, found), 1):
             expected = ref.info.checksums[ref.index]
             if checksum is None:
@@ -342,8 +348,11 @@ class Dataset:
             elif checksum != expected:
                 problems.append(f"{ref.path}: chunk {ref.index} ({ref.key}) is corrupted (checksum {checksum}, "
                                 f"expected {expected})")
+            damaged.update([ref.path] if checksum != expected else [])
             if progress:
                 progress(done, len(refs))
+        if sound:  # what training reads, in arrays whose chunks are sound
+            problems += trainable_problems(self, damaged)
         return problems
 
     def _metadata_reader(self) -> Read:

@@ -15,6 +15,8 @@ from graphstore.ingest.node_stage import PartNodes
 from graphstore.ingest.relabel import Relabel
 from graphstore.ingest.scratch import StoredArray
 from graphstore.dataset.manifest import ArrayInfo, AttrSchema, EdgeTypeInfo, Manifest, NodeTypeInfo
+from graphstore.dataset.trainable import is_labelled, node_name
+from graphstore.errors import InvalidInputError
 from graphstore.storage.local import redact_url
 from graphstore.dataset.types import EdgeType, NodeType
 from graphstore.version import __version__
@@ -109,4 +111,14 @@ def build_manifest(source: ChunkedSource, books: dict[NodeType, Relabel], keys: 
                                     "tool_version": __version__,
                                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                     "seconds": round(time.perf_counter() - opts["started"], 3)})
+    _check_trainable(manifest)
     return manifest, (written[0], written[1])
+
+
+def _check_trainable(manifest: Manifest) -> None:
+    """Refuse, before the commit, a labelled node type whose ``train_mask`` holds no node (a chunked source's
+    chunks are checked one at a time; only the counts show it): ``graphstore verify`` would fail it."""
+    for info in manifest.node_types:
+        if is_labelled(info) and manifest.splits.get(info.key, {}).get("train_mask") == 0 and info.num_nodes:
+            raise InvalidInputError(f"{node_name(info)}, attribute 'train_mask': no node is in it, so training would "
+                                    "have nothing to train on; mark the training nodes, or leave train_mask out")

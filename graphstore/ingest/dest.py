@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,11 +74,33 @@ def _replacing(location: Location, overwrite: bool) -> bool:
         )
     doc = location.read_json(layout.ROOT_METADATA)
     if isinstance(doc, dict) and layout.MANIFEST_ATTR not in doc.get("attributes", {}):
+        _refuse_foreign(location)
         logger.info("%s holds an interrupted ingest (no manifest); replacing it", location.url)
         return True
     if not overwrite:
         raise DatasetExistsError(f"{location.url} already holds a dataset; pass --overwrite (overwrite=True) to replace it")
+    _refuse_foreign(location)
     return True
+
+
+# the keys graphstore writes in a dataset: the root metadata, and a partition's Zarr metadata and chunks
+_OURS = re.compile(r"zarr\.json|part_\d{5}(/[^/]+)*/(zarr\.json|c(/\d+)+)")
+
+
+def foreign_keys(location: Location) -> list[str]:
+    """The keys in a dataset that graphstore did not write (a user's plot, notes, a copied file)."""
+    return [key for key in location.keys() or [] if not _OURS.fullmatch(key)]
+
+
+def _refuse_foreign(location: Location) -> None:
+    """Replacing a dataset deletes its folder: refuse while it holds a file graphstore did not write."""
+    foreign = foreign_keys(location)
+    if foreign:
+        more = f" and {len(foreign) - 1} other file(s)" if len(foreign) > 1 else ""
+        raise DatasetExistsError(
+            f"{location.url} holds {foreign[0]!r}{more} that graphstore did not write; replacing the dataset "
+            "would delete it, so nothing was changed: move it out of the dataset folder, then rerun"
+        )
 
 
 def source_path(data: Any) -> str | None:

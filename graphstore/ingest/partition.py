@@ -18,6 +18,7 @@ from graphstore.ingest.engine import Engine, LocalEngine
 from graphstore.ingest.rebalance import TARGET, edge_cut, imbalance, part_loads, rebalance
 from graphstore.ingest.refine import refine_graph, refine_parts
 from graphstore.ingest.scratch import Scratch, StoredArray
+from graphstore.ingest.shielded import run_parts
 from graphstore.ingest.source import GraphSource, NodeType
 
 logger = logging.getLogger(__name__)
@@ -348,9 +349,9 @@ def _run_metis(xadj: np.ndarray, adjncy: np.ndarray, adjwgt: np.ndarray | None, 
                 "recursive" if recursive else "kway", len(xadj) - 1, len(adjncy), weights.shape[1])
     adjacency = pymetis.CSRAdjacency(xadj.astype(dtype, copy=False), adjncy.astype(dtype, copy=False))
     eweights = None if adjwgt is None else adjwgt.astype(dtype, copy=False)
-    result = pymetis.part_graph(num_parts, adjacency, vweights=weights.astype(dtype, copy=False).ravel(),
-                                eweights=eweights, options=pymetis.Options(seed=seed), recursive=recursive)
-    return np.asarray(result[1], dtype=np.int32)
+    vweights, options = weights.astype(dtype, copy=False).ravel(), pymetis.Options(seed=seed)
+    return run_parts(lambda: pymetis.part_graph(num_parts, adjacency, vweights=vweights, eweights=eweights,
+                                                options=options, recursive=recursive), len(xadj) - 1)
 
 
 def _describe(names: list[str], values: np.ndarray) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from graphstore.dataset import layout
+from graphstore.dataset.trainable import class_limit
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import SUPPORTED_DTYPES, EdgeType, GraphSource, NodeType, as_rows
 
@@ -94,6 +95,9 @@ def check_node_attr(where: str, name: str, rows: object) -> None:
     if name == "x" and len(shape) != 2:
         raise InvalidInputError(f"{where} has shape {list(shape)}; features must be 2-D [num_nodes, width]: "
                                 "reshape them (x.reshape(len(x), -1))")
+    if name == "x" and shape[1] == 0:
+        raise InvalidInputError(f"{where} has shape {list(shape)}: features of width 0 give a model no input; "
+                                "give x with at least one column, or leave x out")
     if name == "y" and (dtype.kind not in "iu" or len(shape) > 2):
         raise InvalidInputError(f"{where} has dtype {dtype} and shape {list(shape)}; labels must be integer class "
                                 "IDs, 1-D (or 2-D for multi-label): convert them (y.astype(np.int64))")
@@ -110,11 +114,13 @@ def check_labels(where: str, y: np.ndarray, masks: dict[str, np.ndarray], first:
 
 
 def _check_source_labels(where: str, num_nodes: int, attrs: dict) -> None:
-    """:func:`check_labels` over a whole node table, read in blocks; the error counts every bad node."""
+    """:func:`check_labels` over a whole node table, read in blocks; the error counts every bad node. Also
+    what ``graphstore verify`` and the training door refuse (:mod:`graphstore.dataset.trainable`): more
+    classes than a model can hold, a ``train_mask`` that holds no node."""
     names = [n for n in SPLIT_MASKS if n in attrs]
-    if "y" not in attrs or not names or np.dtype(attrs["y"].dtype).kind != "i":
+    if "y" not in attrs or np.dtype(attrs["y"].dtype).kind not in "iu":
         return
-    found, count = None, 0
+    found, count, largest, train = None, 0, (-1, 0), 0
     for start in range(0, num_nodes, _LABEL_BLOCK):
         rows = np.arange(start, min(start + _LABEL_BLOCK, num_nodes), dtype=np.int64)
         y = np.asarray(as_rows(attrs["y"]).take(rows))
@@ -123,9 +129,21 @@ def _check_source_labels(where: str, num_nodes: int, attrs: dict) -> None:
         if len(bad) and found is None:
             found = (y, masks, int(bad[0]), start)
         count += len(bad)
-    if found is not None:
+        flat = y.reshape(len(y), -1)
+        if flat.size and int(flat.max()) > largest[0]:
+            largest = (int(flat.max()), start + int(np.argmax(flat.max(axis=1))))
+        train += int(np.count_nonzero(masks["train_mask"])) if "train_mask" in masks else 0
+    if found is not None and np.dtype(attrs["y"].dtype).kind == "i":
         y, masks, row, start = found
         raise _label_error(where, y, masks, row, start, count, f"all {num_nodes:,} nodes")
+    if largest[0] + 1 > class_limit(num_nodes):
+        raise InvalidInputError(f"{where}, attribute 'y': node {largest[1]} has label {largest[0]:,}, so a model would "
+                                f"need {largest[0] + 1:,} output classes, more than it can hold "
+                                f"({class_limit(num_nodes):,} for {num_nodes:,} nodes); number the classes 0..C-1 "
+                                "(np.unique(y, return_inverse=True))")
+    if "train_mask" in names and train == 0 and num_nodes:
+        raise InvalidInputError(f"{where}, attribute 'train_mask': no node is in it, so training would have nothing "
+                                "to train on; mark the training nodes, or leave train_mask out")
 
 
 def _bad_label_rows(y: np.ndarray, masks: dict[str, np.ndarray]) -> np.ndarray:

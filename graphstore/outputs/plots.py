@@ -16,6 +16,7 @@ INSTALL = "pip install 'graphstore[plot]'"
 # graphstore-train's foreground timers (training.timing.FOREGROUND), for metrics files that do not list them
 _FOREGROUND = ("data_wait", "forward_backward", "optimizer", "step_sync", "epoch_end")
 _METRICS = {"acc": "accuracy", "auc": "AUC", "mrr": "MRR"}
+_SPLITS = ("train", "val", "test")
 _SIZE = (15.0, 4.5)  # inches, at _DPI: 1500 x 450 pixels
 _DPI = 100
 
@@ -45,15 +46,69 @@ def load_metrics(path: str | os.PathLike) -> dict[str, Any]:
     except FileNotFoundError as exc:
         raise SourceNotFoundError(f"METRICS {path}: no such file; give the file graphstore-train --metrics-out "
                                   "wrote") from exc
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        detail = (exc.strerror if isinstance(exc, OSError) and exc.strerror else
+                  "nested too deeply" if isinstance(exc, RecursionError) else str(exc))
         raise InvalidInputError(f"METRICS {path} cannot be read as JSON ({detail}); give the file "
                                 "graphstore-train --metrics-out wrote") from exc
     epochs = doc.get("epochs") if isinstance(doc, dict) else None
     if not isinstance(epochs, list) or not epochs or not all(isinstance(e, dict) and "epoch" in e for e in epochs):
         raise InvalidInputError(f"METRICS {path} is not a graphstore-train metrics file (no list of epoch records "
                                 "under 'epochs'); give the file graphstore-train --metrics-out wrote")
+    problem = _shape_problem(doc)
+    if problem:
+        raise InvalidInputError(f"METRICS {path}: {problem}; give the file graphstore-train --metrics-out wrote")
     return doc
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shape_problem(doc: Mapping[str, Any]) -> str | None:
+    """What in a metrics document the plot would choke on (a string where a number goes, a record of the
+    wrong kind), named by its place; ``None`` when every field the plot reads has its type."""
+    for key, kind in (("config", dict), ("timing_parts", dict)):
+        if doc.get(key) is not None and not isinstance(doc[key], kind):
+            return f"'{key}' is {type(doc[key]).__name__}, not an object"
+    foreground = (doc.get("timing_parts") or {}).get("foreground")
+    if foreground is not None and not (isinstance(foreground, list) and all(isinstance(p, str) for p in foreground)):
+        return "'timing_parts.foreground' is not a list of names"
+    if doc.get("world_size") is not None and not _is_number(doc["world_size"]):
+        return f"'world_size' is {doc['world_size']!r}, not a number"
+    for i, record in enumerate(doc["epochs"]):
+        problem = _record_problem(record)
+        if problem:
+            return f"epoch record {i}: {problem}"
+    return None
+
+
+def _record_problem(record: Mapping[str, Any]) -> str | None:
+    epoch = record["epoch"]
+    if not _is_number(epoch) or epoch != epoch or abs(epoch) == float("inf"):
+        return f"'epoch' is {epoch!r}, not a number"
+    curves = [k for k in record if k == "loss" or any(k == f"{s}_{m}" for s in _SPLITS for m in _METRICS)]
+    for key in curves:  # a curve skips an epoch without the value (null), never a string
+        if record[key] is not None and not _is_number(record[key]):
+            return f"{key!r} is {_short(record[key])}, not a number"
+    numbers = {k: record[k] for k in ("train_seconds", "eval_seconds") if k in record}
+    timing = record.get("timing", {})
+    if not isinstance(timing, dict):
+        return f"'timing' is {type(timing).__name__}, not an object of seconds"
+    numbers.update({f"timing.{k}": v for k, v in timing.items()})
+    rates = record.get("loader_batches_per_s", [])
+    if not isinstance(rates, list):
+        return f"'loader_batches_per_s' is {type(rates).__name__}, not a list of numbers"
+    numbers.update({f"loader_batches_per_s[{i}]": v for i, v in enumerate(rates)})
+    for key, value in numbers.items():
+        if not _is_number(value):
+            return f"{key!r} is {_short(value)}, not a number"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{type(value).__name__} {text[:30]}..."
 
 
 def plot_metrics(metrics: Mapping[str, Any], out: str | os.PathLike) -> str:
@@ -134,7 +189,7 @@ def _curves(loss_ax: Any, metric_ax: Any, epochs: Sequence[Mapping[str, Any]]) -
         rates = [sum(e.get("loader_batches_per_s", [])) for e in epochs]
         loss_ax.plot(x, rates, marker="o", label="batches/s (all ranks)")
         loss_ax.set(title="loader rate (--loader-only)")
-    for split in ("train", "val", "test"):
+    for split in _SPLITS:
         for key, name in _METRICS.items():
             xs, ys = _series(epochs, f"{split}_{key}")
             if xs:

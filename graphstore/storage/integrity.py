@@ -231,25 +231,31 @@ def check_csc(where: str, indptr: np.ndarray, indices: np.ndarray, eid: np.ndarr
     repeats ``indices`` and ``eid``. One pass per array (numba), no temporaries: samplers may then
     index with these values without bounds checks.
     """
+    problem = csc_problem(where, indptr, indices, eid, packed, num_src, num_edges, chunk_rows)
+    if problem is not None:
+        raise CorruptDatasetError(f"{problem}; run `graphstore verify` and re-ingest the dataset")
+
+
+def csc_problem(where: str, indptr: np.ndarray, indices: np.ndarray, eid: np.ndarray, packed: np.ndarray | None,
+                num_src: int, num_edges: int, chunk_rows: dict[str, int]) -> str | None:
+    """What :func:`check_csc` would refuse, as one line naming the array, chunk and row (``None``: sound)."""
     code, pos = _csc_kernel(indptr, indices, num_src)
     if code != _OK:
         name = layout.INDICES if code in (_RANGE, _ORDER) else layout.INDPTR
-        raise _corrupt(where, name, pos, chunk_rows, _WHAT[code])
+        return _damage(where, name, pos, chunk_rows, _WHAT[code])
     pos = _range_kernel(eid, num_edges)
     if pos >= 0:
-        raise _corrupt(where, layout.EID, pos, chunk_rows, f"an edge ID is outside [0, {num_edges})")
+        return _damage(where, layout.EID, pos, chunk_rows, f"an edge ID is outside [0, {num_edges})")
     if packed is not None:
         pos = _packed_kernel(packed.reshape(-1), indices, eid)
         if pos >= 0:
-            raise _corrupt(where, layout.PACKED, pos, chunk_rows, "it differs from indices/eid")
+            return _damage(where, layout.PACKED, pos, chunk_rows, "it differs from indices/eid")
+    return None
 
 
-def _corrupt(where: str, name: str, pos: int, chunk_rows: dict[str, int], what: str) -> CorruptDatasetError:
+def _damage(where: str, name: str, pos: int, chunk_rows: dict[str, int], what: str) -> str:
     chunk = pos // max(1, chunk_rows.get(name, 1))
-    return CorruptDatasetError(
-        f"{where}/{name}: chunk {chunk} is damaged ({what}, at row {pos}); run `graphstore verify` and "
-        "re-ingest the dataset"
-    )
+    return f"{where}/{name}: chunk {chunk} is damaged ({what}, at row {pos})"
 
 
 @njit(cache=True, nogil=True)

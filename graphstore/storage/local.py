@@ -109,6 +109,15 @@ class LocalLocation(Location):
     def has(self, key: str) -> bool:
         return os.path.exists(self.path(key))
 
+    def keys(self) -> list[str] | None:
+        found = []
+        for base, dirs, files in os.walk(self.root):
+            rel = os.path.relpath(base, self.root)
+            found += [name if rel == "." else f"{rel.replace(os.sep, '/')}/{name}" for name in files]
+            found += [f"{'' if rel == '.' else rel.replace(os.sep, '/') + '/'}{name}" for name in dirs
+                      if os.path.islink(os.path.join(base, name))]  # a link to a folder: kept whole, not walked
+        return sorted(found)
+
     def zarr_store(self, read_only: bool = True) -> Any:
         from zarr.storage import LocalStore
 
@@ -202,6 +211,9 @@ class LocationWrapper(Location):
 
     def has(self, key: str) -> bool:
         return self.inner.has(key)
+
+    def keys(self) -> list[str] | None:
+        return self.inner.keys()
 
     def zarr_store(self, read_only: bool = True) -> Any:
         return self.inner.zarr_store(read_only)

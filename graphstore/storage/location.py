@@ -86,6 +86,10 @@ class Location(ABC):
         """The local file holding ``key`` (memory-mappable), or ``None``."""
         return None
 
+    def keys(self) -> list[str] | None:
+        """Every key stored under the root (``/``-separated), or ``None`` where this location cannot list."""
+        return None
+
     def check_container(self) -> None:
         """Raise if the root cannot be written at all (e.g. its bucket does not exist)."""
 

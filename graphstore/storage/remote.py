@@ -228,6 +228,15 @@ class RemoteLocation(Location):
         except FileNotFoundError as exc:
             return _absent(exc) is not None
 
+    def keys(self) -> list[str] | None:
+        self.fs.invalidate_cache()
+        try:
+            found = self._call("listing", self.fs.find, self.root)
+        except FileNotFoundError:
+            return []
+        prefix = self.root.rstrip("/") + "/"
+        return sorted(k[len(prefix):] for k in found if k.startswith(prefix))
+
     def _listing(self, path: str) -> list[str]:
         self.fs.invalidate_cache()
         return self.fs.ls(path, detail=False)

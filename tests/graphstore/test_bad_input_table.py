@@ -10,10 +10,12 @@ from __future__ import annotations
 import errno
 import hashlib
 import importlib
+import json
 import os
 import shutil
 import socket
 import subprocess
+import zlib
 
 import numpy as np
 import pytest
@@ -62,6 +64,11 @@ CLI_CASES = [
     (["ingest", "npz:{d}/neg_y_train.npz", "{t}/o"], 2, "attribute 'y': node 2 is in train_mask but has label -5"),
     (["ingest", "npz:{d}/neg_y_val.npz", "{t}/o"], 2, "node 4 is in val_mask but has label -1 (2 such nodes among"),
     (["ingest", "npz:{d}/neg_y_test_2d.npz", "{t}/o"], 2, "node 5 is in test_mask but has label -1"),
+    # what would make a dataset that fails its own verify (and the training door): refused at ingest
+    (["ingest", "npz:{d}/x_no_columns.npz", "{t}/o"], 2, "has shape [6, 0]: features of width 0 give a model no input"),
+    (["ingest", "npz:{d}/huge_class.npz", "{t}/o"], 2,
+     "attribute 'y': node 3 has label 10,000,000, so a model would need 10,000,001 output classes"),
+    (["ingest", "npz:{d}/no_train.npz", "{t}/o"], 2, "attribute 'train_mask': no node is in it"),
     # counts >= 0 before anything is derived from them (not blamed on --parts)
     (["ingest", "npz:{d}/neg_num_nodes.npz", "{t}/o"], 2, "the nodes: num_nodes is -1"),
     (["ingest", "npz:{d}/neg_num_nodes.npz", "{t}/o", "--parts", "2"], 2, "num_nodes is -1"),
@@ -84,6 +91,22 @@ CLI_CASES = [
      "is not an address"),
     (["info", "{t}/missing"], 2, "no graphstore dataset"),
     (["verify", "{d}/npy"], 2, "no graphstore dataset"),
+    # a LocalCluster the machine cannot hold is refused before any worker process starts
+    (["ingest", "npz:{d}/g.npz", "{t}/o", "--engine", "dask", "--workers", "100000"], 2, "--workers 100000 is more "
+                                                                                         "than 4 per core"),
+    (["ingest", "npz:{d}/g.npz", "{t}/o", "--engine", "dask", "--workers", "1", "--memory-limit", "1000TB"], 2,
+     "is more than this machine's"),
+    # a metrics file the plot cannot read: named, never a traceback
+    (["plot", "{d}/m_nan_text.json", "-o", "{t}/p.png"], 2, "epoch record 1: 'loss' is 'NaN', not a number"),
+    (["plot", "{d}/m_string_epoch.json", "-o", "{t}/p.png"], 2, "'epoch' is 'one', not a number"),
+    (["plot", "{d}/m_string_timing.json", "-o", "{t}/p.png"], 2, "'timing.data_wait' is '1s', not a number"),
+    (["plot", "{d}/m_deep.json", "-o", "{t}/p.png"], 2, "cannot be read as JSON (nested too deeply)"),
+    (["plot", "{d}/m_list.json", "-o", "{t}/p.png"], 2, "no list of epoch records"),
+    (["plot", "{d}/m_config.json", "-o", "{t}/p.png"], 2, "'config' is str, not an object"),
+    # the user's files inside a dataset folder: never written there, never deleted by --overwrite
+    (["info", "{d}/ds", "--plot", "{d}/ds/parts.png"], 2, "--plot {d}/ds/parts.png is inside the dataset folder"),
+    (["plot", "{d}/m_good.json", "-o", "{d}/ds/part_00000/m.png"], 2, "is inside the dataset folder"),
+    (["ingest", "npz:{d}/g.npz", "{d}/ds_notes", "--overwrite"], 2, "holds 'notes.txt' that graphstore did not write"),
 ]
 
 
@@ -114,7 +137,25 @@ def inputs(tmp_path_factory) -> str:
     _fake_ogb(d / "ogb", schemes=("time", "random"))
     for name, file, lines in _ogb_variants():
         _write_csv_gz(_fake_ogb(d / name) / "raw" / file, lines)
+    _metrics_inputs(d)
+    graphstore.ingest(f"npz:{d}/g.npz", d / "ds", method="random")
+    graphstore.ingest(f"npz:{d}/g.npz", d / "ds_notes", method="random")
+    (d / "ds_notes" / "notes.txt").write_text("mine, not graphstore's")
     return str(d)
+
+
+def _metrics_inputs(d) -> None:
+    """Metrics files graphstore-train did not write: text where numbers go, deep nesting, no object."""
+    good = {"epoch": 1, "loss": 0.5, "train_seconds": 1.0, "timing": {"data_wait": 0.1}}
+    docs = {"m_good": {"epochs": [good]},
+            "m_nan_text": {"epochs": [good, {**good, "epoch": 2, "loss": "NaN"}]},
+            "m_string_epoch": {"epochs": [{**good, "epoch": "one"}]},
+            "m_string_timing": {"epochs": [{**good, "timing": {"data_wait": "1s"}}]},
+            "m_config": {"config": "sage", "epochs": [good]}}
+    for name, doc in docs.items():
+        (d / f"{name}.json").write_text(json.dumps(doc))
+    (d / "m_list.json").write_text("[1, 2, 3]")
+    (d / "m_deep.json").write_text('{"epochs": ' + "[" * 100_000 + "]" * 100_000 + "}")
 
 
 def _label_and_length_inputs(d, x: np.ndarray) -> None:
@@ -132,6 +173,9 @@ def _label_and_length_inputs(d, x: np.ndarray) -> None:
     np.savez(d / "two_short.npz", edge_index=EI, x=x[:4], y=y.clip(0), node_time=np.arange(5))
     np.savez(d / "short_x_counted.npz", edge_index=EI, x=x[:5], num_nodes=np.int64(6))
     np.savez(d / "short_edge_time.npz", edge_index=EI, x=x, edge_time=np.arange(5))
+    np.savez(d / "x_no_columns.npz", edge_index=EI, x=np.zeros((6, 0), np.float32))
+    np.savez(d / "huge_class.npz", edge_index=EI, x=x, y=np.array([0, 1, 0, 10**7, 0, 1]), train_mask=on)
+    np.savez(d / "no_train.npz", edge_index=EI, x=x, y=y.clip(0), train_mask=off)
 
 
 def _ogb_variants() -> list[tuple[str, str, list[str]]]:
@@ -154,7 +198,7 @@ def test_cli_bad_input(inputs, tmp_path, capsys, argv, code, word):
     args = [a.format(d=inputs, t=tmp_path) for a in argv]
     assert main(args) == code
     err = capsys.readouterr().err.strip()
-    assert word.format(t=tmp_path) in err, err
+    assert word.format(t=tmp_path, d=inputs) in err, err
     assert len(err.splitlines()) == 1, f"expected one line, got:\n{err}"
     assert _digest(inputs) == before, "an input file was changed, moved or removed"
     assert sorted(os.listdir(inputs)) == sorted(before_names(before)), "something was left beside the inputs"
@@ -319,6 +363,71 @@ def test_chunk_files_checked_before_ranks_start(damaged):
     os.remove(os.path.join(damaged, "part_00001", "nodes", "_N", "y", "c", "0"))
     with pytest.raises(CorruptDatasetError, match=r"chunk 0 of part_00001/nodes/_N/y is missing"):
         ds.check_chunk_files()
+
+
+def set_stored(root: str, path: str, rows: list[int] | None, value: object) -> None:
+    """Set ``rows`` (``None``: all) of stored array ``path`` to ``value`` and re-sign the chunks in the manifest:
+    damage with valid checksums (another writer, a hand-edited manifest), only the values can show it."""
+    meta = os.path.join(root, "zarr.json")
+    with open(meta) as fh:
+        doc = json.load(fh)
+    info = doc["attributes"]["graphstore"]["arrays"][path]
+    rows = list(range(info["shape"][0])) if rows is None else rows
+    for chunk in sorted({r // info["chunk_rows"] for r in rows}):
+        file = os.path.join(root, path, "c", str(chunk), *["0"] * (len(info["shape"]) - 1))
+        data = np.fromfile(file, info["dtype"]).reshape(-1, *info["shape"][1:])
+        data[[r % info["chunk_rows"] for r in rows if r // info["chunk_rows"] == chunk]] = value
+        data.tofile(file)
+        with open(file, "rb") as fh:
+            info["checksums"][chunk] = f"crc32:{zlib.crc32(fh.read()):08x}"
+    with open(meta, "w") as fh:
+        json.dump(doc, fh)
+
+
+def first_train_row(root: str, part: int) -> int:
+    mask = np.asarray(graphstore.open_dataset(root).array(f"part_{part:05d}/nodes/_N/train_mask"))
+    return int(np.flatnonzero(mask)[0])
+
+
+# (id, what is set in which stored arrays (path, rows or None for all, value), words of the one-line problem);
+# {r} is the first training row of partition 1
+STORED_CASES = [
+    ("label -7 on a training node", [("part_00001/nodes/_N/y", "r", -7)],
+     "the nodes, array part_00001/nodes/_N/y: row {r} is in train_mask but has label -7"),
+    ("label 10**7", [("part_00000/nodes/_N/y", [5], 10**7)],
+     "the nodes, array part_00000/nodes/_N/y: row 5 has label 10,000,000, so a model would need 10,000,001 output"),
+    ("no training node", [("part_00000/nodes/_N/train_mask", None, False), ("part_00001/nodes/_N/train_mask", None,
+                                                                             False)],
+     "the nodes, array train_mask: no node is in train_mask (in any of the 2 partitions)"),
+    ("indptr decreases", [("part_00000/edges/_N/indptr", [5], 0)],
+     "part_00000/edges/_N/indptr: chunk 0 is damaged (indptr decreases, at row 5)"),
+    ("indices out of range", [("part_00001/edges/_N/indices", [3], 10**6)],
+     "part_00001/edges/_N/indices: chunk 0 is damaged (a source ID is outside the source node range, at row 3)"),
+]
+
+
+def damage_stored(root: str, changes: list) -> int:
+    """Apply a row of ``STORED_CASES``; returns ``{r}``."""
+    r = first_train_row(root, 1)
+    for path, rows, value in changes:
+        set_stored(root, path, [r] if rows == "r" else rows, value)
+    return r
+
+
+@pytest.mark.parametrize("case,changes,words", STORED_CASES, ids=[c[0] for c in STORED_CASES])
+def test_verify_finds_what_training_would_refuse_in_stored_arrays(damaged, capsys, case, changes, words):
+    assert main(["verify", damaged]) == 0
+    capsys.readouterr()
+    r = damage_stored(damaged, changes)
+    assert main(["verify", damaged]) == 1
+    err = capsys.readouterr().err
+    assert "problem(s)" in err and "chunks:" in err and "fails" not in err
+    assert words.format(r=r) in err, err
+
+
+def test_verify_says_what_it_checked(dataset_dir, capsys):
+    assert main(["verify", dataset_dir]) == 0
+    assert "labels, training nodes, features and topology hold what training needs" in capsys.readouterr().out
 
 
 # CSC invariants for data whose checksums match (another writer, a hand-edited manifest): one row each

@@ -76,6 +76,38 @@ def test_a_scheduler_address_where_another_service_answers_is_one_line(tmp_path,
     assert os.listdir(tmp_path) == []
 
 
+@pytest.fixture
+def silent():
+    """A TCP port where something accepts connections and never says a word (a Dask scheduler greets first)."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield f"tcp://127.0.0.1:{server.getsockname()[1]}"
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+def test_a_scheduler_address_that_accepts_and_stays_silent_is_named_within_the_connect_bound(
+        tmp_path, capsys, monkeypatch, silent):
+    from graphstore.cli import dask_options as cli_dask
+
+    monkeypatch.setattr(cli_dask, "CONNECT_SECONDS", 1)  # the bound the docs promise, shortened for the test
+    assert main(["ingest", "synthetic:nodes=100", str(tmp_path / "ds"), "--engine", "dask", "--scheduler",
+                 silent]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--scheduler {silent}: no Dask scheduler answered" in err, err
+    assert "it said nothing in 1 s" in err and os.listdir(tmp_path) == [], err
+
+
 @pytest.mark.parametrize("verbose,level", [(False, logging.WARNING), (True, logging.INFO)])
 def test_dask_logs_info_only_with_verbose(not_dask, verbose, level):
     import distributed  # noqa: F401  (sets the level of its loggers to INFO when imported)

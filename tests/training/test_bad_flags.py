@@ -313,8 +313,59 @@ def test_one_line_names_the_first_cause(tmp_path, monkeypatch, records, codes, s
     assert os.path.dirname(log) == str(tmp_path) and ("Traceback" in open(log).read() or not records)
 
 
+def test_a_log_directory_that_cannot_be_written_falls_back_and_keeps_the_ranks_error(tmp_path, monkeypatch):
+    import json
+
+    from training import failures
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank0.error.json").write_text(json.dumps(dict(rank=0, time=1.0, message="x chunk 3 fails its checksum",
+                                                          echo=False, input=True, traceback="Traceback: here\n")))
+    (tmp_path / "file").write_text("not a directory")
+    monkeypatch.setenv(failures.LOG_DIR_ENV, str(tmp_path / "file"))
+    line, code = failures.summarize(str(job), {0: 2, 1: 1}, set())
+    assert code == 2 and "\n" not in line and "rank 0: x chunk 3 fails its checksum" in line, line
+    assert f"GRAPHSTORE_LOG_DIR={tmp_path / 'file'} cannot be written (Not a directory), so it went to the temp " \
+           "dir" in line, line
+    log = line.split("rank output: ", 1)[1].split(";", 1)[0]
+    assert os.path.dirname(log) == str(tmp_path) and "Traceback" in open(log).read()
+
+
+# the environment graphstore-train reads (torchrun's, SLURM's, its own launcher's): a bad value is one line
+ENV_CASES = [
+    ({"RANK": "abc", "WORLD_SIZE": "2", "MASTER_PORT": "29500"}, "RANK='abc' is not an integer >= 0"),
+    ({"RANK": "0", "WORLD_SIZE": "abc", "MASTER_PORT": "29500"}, "WORLD_SIZE='abc' is not an integer >= 1"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "http"}, "MASTER_PORT='http' is not an integer in [1, 65535]"),
+    ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1", "LOCAL_RANK": "x"}, "LOCAL_RANK='x' is not an integer"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "abc"}, "SLURM_NTASKS='abc' is not an integer >= 1"),
+    ({"SLURM_PROCID": "abc", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node1"}, "SLURM_PROCID='abc'"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_ID": "j1"},
+     "SLURM_JOB_ID='j1'"),
+    ({"GRAPHSTORE_INIT_METHOD": "file:///tmp/x"}, "GRAPHSTORE_INIT_METHOD is set but GRAPHSTORE_RANK and "
+                                                  "GRAPHSTORE_WORLD_SIZE are not"),
+    ({"GRAPHSTORE_INIT_METHOD": "file:///tmp/x", "GRAPHSTORE_RANK": "0", "GRAPHSTORE_WORLD_SIZE": "two"},
+     "GRAPHSTORE_WORLD_SIZE='two'"),
+]
+_WORLD_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT", "MASTER_ADDR", "SLURM_PROCID",
+              "SLURM_NTASKS", "SLURM_JOB_ID", "SLURM_JOB_NODELIST", "GRAPHSTORE_INIT_METHOD", "GRAPHSTORE_RANK",
+              "GRAPHSTORE_WORLD_SIZE")
+
+
+@pytest.mark.parametrize("env,word", ENV_CASES, ids=[" ".join(f"{k}={v}" for k, v in c[0].items()) for c in ENV_CASES])
+def test_a_bad_environment_variable_is_one_line_before_ranks_start(ds, capsys, monkeypatch, env, word):
+    for name in _WORLD_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    err = _refused([ds, "--no-progress"], capsys, monkeypatch)
+    assert word in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("env, word", [({"GRAPHSTORE_MALLOC": "tcmalloc"}, "GRAPHSTORE_MALLOC='tcmalloc'"),
-                                       ({"GRAPHSTORE_JEMALLOC": "/nonexistent.so"}, "GRAPHSTORE_JEMALLOC")])
+                                       ({"GRAPHSTORE_JEMALLOC": "/nonexistent.so"}, "GRAPHSTORE_JEMALLOC"),
+                                       ({"GRAPHSTORE_JEMALLOC": "/etc/passwd"},
+                                        "GRAPHSTORE_JEMALLOC='/etc/passwd' is not an ELF shared library")])
 def test_a_bad_allocator_setting_is_refused_before_ranks_start(ds, capsys, monkeypatch, env, word):
     monkeypatch.setattr("training.launch.launch_local", _no_ranks)
     for name in ("LD_PRELOAD", "GRAPHSTORE_MALLOC", "GRAPHSTORE_JEMALLOC"):
