@@ -1,4 +1,5 @@
-"""Write docs/cli.md from the argparse parsers of ``graphstore`` (its subcommands included) and ``graphstore-train``.
+"""Write docs/cli.md from the argparse parsers of ``graphstore`` (its subcommands included), ``graphstore-train``
+and ``graphstore-run``.
 
 Usage::
 
@@ -39,9 +40,16 @@ def train_parser() -> argparse.ArgumentParser:
     return launch._parser()
 
 
+def run_parser() -> argparse.ArgumentParser:
+    """The ``graphstore-run`` parser."""
+    from training import run
+
+    return run._parser()
+
+
 def parsers() -> list[argparse.ArgumentParser]:
-    """Both top-level parsers, in the order the page lists them."""
-    return [graphstore_parser(), train_parser()]
+    """The top-level parsers, in the order the page lists them."""
+    return [graphstore_parser(), train_parser(), run_parser()]
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:

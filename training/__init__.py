@@ -1,12 +1,14 @@
-"""Distributed GNN training over graphstore datasets (process groups, loops, launcher)."""
+"""Distributed GNN training over graphstore datasets: the session a training script holds, the CLI trainer,
+and the launchers."""
 
 from __future__ import annotations
 
-from graphstore.moved import exports
+from graphstore.exports import exports
 
-__all__ = ["TrainConfig", "Trainer", "World"]
+__all__ = ["Session", "TrainConfig", "Trainer", "World"]
 
-# imported on first use: the launcher, which only starts and watches ranks, need not import the trainer (PyG)
-_LAZY = {"TrainConfig": "training.config", "Trainer": "training.trainer", "World": "training.world"}
+# imported on first use: the launchers, which only start and watch ranks, need not import PyG
+_LAZY = {"Session": "training.session", "TrainConfig": "training.config", "Trainer": "training.trainer",
+         "World": "training.world"}
 
 __getattr__ = exports(globals(), _LAZY)

@@ -47,9 +47,12 @@ def cycle(loader: Any, steps: int, start: int = 0) -> Iterator[Any]:
     produced = start
     per_pass = len(loader)
     if start and per_pass:
+        sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
         for _ in range(start // per_pass):  # whole passes: draw their order, sample nothing
             for _ in loader.batch_sampler:
                 pass
+            if hasattr(sampler, "next_epoch"):  # as iter(loader) would: the next pass samples from new streams
+                sampler.next_epoch()
         if start % per_pass:
             skip_batches(loader, start % per_pass)
     while produced < steps:

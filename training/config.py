@@ -14,13 +14,21 @@ from graphstore.errors import InvalidInputError
 MODELS = ("sage", "gcn", "gat", "gin")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TrainConfig:
-    """Everything ``graphstore-train`` is told; validated before any process starts."""
+    """Everything ``graphstore-train`` is told; validated before any process starts. Keyword arguments only
+    (36 fields: a positional list would swap two floats without a word).
+
+    Examples
+    --------
+    >>> TrainConfig(dataset="graphs/tiny", epochs=2, fanout=(10, 5)).model
+    'sage'
+    """
 
     dataset: str
     epochs: int = 3
-    model: str = "sage"
+    model: str = "sage"  # a built-in (MODELS) or MODULE:FACTORY, your own (training.usercode)
+    loss: str | None = None  # MODULE:FN, your own loss of a node batch's seeds (default: cross entropy)
     fanout: tuple[int, ...] = (15, 10)
     batch_size: int = 512
     hidden: int = 128
@@ -57,8 +65,13 @@ class TrainConfig:
     tensorboard: str | None = None  # rank 0 writes each epoch's scalars as TensorBoard event files here
 
     def __post_init__(self) -> None:
-        if self.model not in MODELS:
-            raise InvalidInputError(f"--model {self.model!r} is not one of {MODELS}")
+        if self.model not in MODELS and not is_spec(self.model):
+            raise InvalidInputError(f"--model {self.model!r} is not one of {MODELS}, nor MODULE:FACTORY")
+        if self.loss is not None and not is_spec(self.loss):
+            raise InvalidInputError(f"--loss {self.loss!r} is not MODULE:FN (e.g. mylosses:focal)")
+        if self.loss is not None and self.task != "node":
+            raise InvalidInputError("--loss replaces the node classification loss; --task link has its own (drop "
+                                    "--loss)")
         for name in ("epochs", "batch_size", "hidden"):
             if getattr(self, name) < 1:
                 raise InvalidInputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -75,6 +88,14 @@ class TrainConfig:
         if self.timeout <= 0:
             raise InvalidInputError(f"--timeout must be > 0 seconds, got {self.timeout}")
         check_config(self)
+
+
+def is_spec(text: Any) -> bool:
+    """Whether ``text`` reads as ``MODULE:NAME`` (dotted module, Python names)."""
+    if not isinstance(text, str) or text.count(":") != 1:
+        return False
+    module, name = text.split(":")
+    return all(part.isidentifier() for part in module.split(".")) and name.isidentifier()
 
 
 def check_config(c: TrainConfig) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -20,7 +21,7 @@ from training import allocator
 from graphstore.cli.args import Parser, integer, number, size
 from graphstore.cli.storage_options import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
-from training import failures, featurecache, lifetime, placement, preempt, threads, validate
+from training import checkpoint, failures, featurecache, lifetime, placement, preempt, threads, validate
 from training.timing import describe
 from training.config import MODELS, TrainConfig
 from training.world import World
@@ -47,7 +48,12 @@ def _parser() -> argparse.ArgumentParser:
                         "them, so its resident memory does not grow with the graph; a system call per read "
                         "(uniform node sampling only)")
     p.add_argument("--epochs", type=integer(1), default=3)
-    p.add_argument("--model", choices=MODELS, default="sage")
+    p.add_argument("--model", type=_model, default="sage", metavar="{" + ",".join(MODELS) + "} or MODULE:FACTORY",
+                   help="a built-in model, or your own: FACTORY(in_channels, out_channels, config) from MODULE "
+                        "(importable, the current directory first) returns a torch module taking (x, edge_index); "
+                        "heterogeneous datasets wrap it with to_hetero (default sage)")
+    p.add_argument("--loss", metavar="MODULE:FN",
+                   help="--task node: FN(out, y) returns the loss of a batch's seeds (default: cross entropy)")
     p.add_argument("--fanout", default="15,10", help="neighbours per hop, comma-separated (-1 = all)")
     p.add_argument("--batch-size", type=integer(1), default=512)
     p.add_argument("--hidden", type=integer(1), default=128)
@@ -100,6 +106,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _model(raw: str) -> str:
+    """``--model``: a built-in name or ``MODULE:FACTORY`` (imported at the door, built in the ranks)."""
+    if raw in MODELS or ":" in raw:
+        return raw
+    raise argparse.ArgumentTypeError(f"{raw!r} is not one of {', '.join(MODELS)}, nor MODULE:FACTORY (your own "
+                                     "model, e.g. mymodels:build)")
+
+
 def _feature_cache(raw: str) -> str:
     """``--feature-cache``: a size, 0 (disk reads, no RAM cache) or off."""
     return raw if raw in ("0", "off") else size(raw)
@@ -110,9 +124,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         fanout = tuple(int(k) for k in args.fanout.split(","))
     except ValueError as exc:
         raise GraphstoreError(f"--fanout {args.fanout!r}: give integers per hop, e.g. 15,10") from exc
-    return TrainConfig(args.dataset, args.epochs, args.model, fanout, args.batch_size, args.hidden, args.lr,
-                       args.dropout, args.seed, args.checkpoint_dir, args.resume, args.metrics_out, args.timeout,
-                       args.cache_rows, not args.no_progress, task=args.task, target=args.target,
+    return TrainConfig(dataset=args.dataset, epochs=args.epochs, model=args.model, loss=args.loss, fanout=fanout,
+                       batch_size=args.batch_size, hidden=args.hidden, lr=args.lr, dropout=args.dropout,
+                       seed=args.seed, checkpoint_dir=args.checkpoint_dir, resume=args.resume,
+                       metrics_out=args.metrics_out, timeout=args.timeout, cache_rows=args.cache_rows,
+                       progress=not args.no_progress, task=args.task, target=args.target,
                        time_attr=args.time_attr, infer_out=args.infer_out,
                        edge_type=tuple(args.edge_type.split(",")) if args.edge_type else None,
                        neg_sampling=args.neg_sampling, storage_options=parse_storage_options(args.storage_option),
@@ -198,12 +214,25 @@ def _wire_text(r: dict[str, Any]) -> str:
 
 
 def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
-    """Start ``nproc`` ranks on this machine (file rendezvous: no ports guessed), watch them, and stop
-    all of them when one fails. Returns the job's exit code."""
-    with tempfile.TemporaryDirectory(prefix=lifetime.JOB_DIR_PREFIX) as tmp:
+    """Start ``nproc`` ranks of ``graphstore-train`` on this machine; the job's exit code."""
+
+    def write_config(tmp: str) -> dict[str, str]:
         config_file = os.path.join(tmp, "config.json")  # private to this user (mkdtemp is 0700)
         with open(config_file, "w") as fh:
             json.dump(asdict(config), fh)
+        return {"GRAPHSTORE_CONFIG_FILE": config_file}
+
+    return run_ranks(["-m", "training.launch", "--rank-from-env"], nproc, grace,
+                     threads.choose(config.threads, nproc).threads, write_config, "graphstore-train")
+
+
+def run_ranks(command: list[str], nproc: int, grace: float, omp_threads: int, job_env: Any,
+              prog: str) -> int:
+    """Start ``nproc`` ranks on this machine, each ``python COMMAND`` (file rendezvous: no ports guessed),
+    watch them, and stop all of them when one fails; ``job_env(job_dir)`` adds to their environment.
+    Returns the job's exit code."""
+    with tempfile.TemporaryDirectory(prefix=lifetime.JOB_DIR_PREFIX) as tmp:
+        extra = job_env(tmp)
         scratch = os.path.join(tmp, "tmp")  # every rank's temporary files (PyG's generated modules, ...)
         os.mkdir(scratch)
         procs, logs = [], []
@@ -215,22 +244,22 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
                    "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
                    "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
                    "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, through the relay
-                   "GRAPHSTORE_CONFIG_FILE": config_file,  # OpenMP/BLAS pools sized like torch's (training.threads)
-                   "OMP_NUM_THREADS": str(threads.choose(config.threads, nproc).threads)}
+                   **extra,  # OpenMP/BLAS pools sized like torch's (training.threads)
+                   "OMP_NUM_THREADS": str(omp_threads)}
             # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
             relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
             stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")
             logs.append(relay or stderr)
             # a session of their own: the terminal's Ctrl-C reaches the launcher only, which stops them
-            procs.append(subprocess.Popen([sys.executable, "-m", "training.launch", "--rank-from-env"], env=env,
-                                          stderr=stderr, start_new_session=True))
+            procs.append(subprocess.Popen([sys.executable, *command], env=env, stderr=stderr,
+                                          start_new_session=True))
         term = _Terminate(procs)
         previous = signal.signal(signal.SIGTERM, term)  # scancel / kill / preemption: checkpoint, then stop
         try:
-            return _supervise(procs, grace, tmp, logs[0], term)
+            return _supervise(procs, grace, tmp, logs[0], term, prog)
         except KeyboardInterrupt:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
-            print("graphstore-train: interrupted (Ctrl-C); stopped every rank", file=sys.stderr, flush=True)
+            print(f"{prog}: interrupted (Ctrl-C); stopped every rank", file=sys.stderr, flush=True)
             _stop_all(procs, wait=0.0)
             return 130
         finally:
@@ -274,7 +303,7 @@ def _stop_all(procs: list[subprocess.Popen], wait: float = 10.0) -> None:
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay: failures.StderrRelay,
-               term: _Terminate | None = None) -> int:
+               term: _Terminate | None = None, prog: str = "graphstore-train") -> int:
     """Wait for the ranks. After the first failure, stop the others at once (1 s) when the failed rank
     named its own error; give peers time to say what they saw when it only echoed a peer's failure
     (``grace``) or died without a word (at most 15 s). One line sums up a failure."""
@@ -302,7 +331,7 @@ def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay:
     if all(c in ok for c in codes.values()):
         return preempt.EXIT_PREEMPTED if preempt.EXIT_PREEMPTED in codes.values() else 0
     line, code = failures.summarize(job_dir, codes, stopped)
-    print(line, file=sys.stderr, flush=True)
+    print(line.replace("graphstore-train:", f"{prog}:", 1), file=sys.stderr, flush=True)
     return code
 
 
@@ -328,15 +357,18 @@ def main(argv: list[str] | None = None) -> int:
         world = World.from_env(use_cuda=cuda)
         if world is not None:  # under torchrun or srun: this process is one rank
             placement.check_local_rank(world.local_rank, cuda, gpus)
-            return run_rank(config, world)
+            # one job per checkpoint directory: rank 0 holds the claim for the job
+            with checkpoint.claimed(config.checkpoint_dir) if world.rank == 0 else contextlib.nullcontext():
+                return run_rank(config, world)
         nproc = _check_job(config, args.nproc, cuda, gpus)
+        with checkpoint.claimed(config.checkpoint_dir):
+            return launch_local(config, nproc, grace=config.timeout + 15)
     except GraphstoreError as exc:
         print(f"graphstore-train: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("graphstore-train: interrupted (Ctrl-C) before any rank started", file=sys.stderr)
         return 130
-    return launch_local(config, nproc, grace=config.timeout + 15)
 
 
 def _config_env() -> dict[str, Any]:
@@ -354,10 +386,18 @@ def _check_job(config: TrainConfig, nproc: int | None, cuda: bool, gpus: int) ->
     import graphstore
 
     validate.check_outputs(config)
+    for flag, spec in (("--model", config.model), ("--loss", config.loss)):
+        if spec and ":" in spec:  # your own code: imported here, so a typo is one line before any rank starts
+            from training.usercode import load
+
+            load(spec, flag)
     allocator.preload_env(dict(os.environ))  # raises with the fix for a bad GRAPHSTORE_MALLOC/GRAPHSTORE_JEMALLOC
     ds = graphstore.open_dataset(config.dataset, config.storage_options or None, cache_dir=config.cache_dir)
     validate.check_dataset(config, ds)
-    return placement.local_ranks(nproc, ds.num_parts, cuda, gpus)
+    ranks = placement.local_ranks(nproc, ds.num_parts, cuda, gpus)
+    for line in validate.check_resume(config, ds, ranks):  # a checkpoint of another job: refused here
+        print(f"graphstore-train: {line}", file=sys.stderr)
+    return ranks
 
 
 if __name__ == "__main__":

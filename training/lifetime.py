@@ -15,6 +15,7 @@ JOB_DIR_ENV = "GRAPHSTORE_JOB_DIR"  # the launcher's temporary directory (rendez
 JOB_DIR_PREFIX = "graphstore-train-"  # the launcher's job directory; only such a directory is ever removed
 ERROR_FILE_ENV = "GRAPHSTORE_ERROR_FILE"  # where a rank started by the local launcher records its error
 EXIT_ORPHANED = 4
+_WATCHING: list[str] = []  # the launcher this process watches, once it does
 
 
 def watch_launcher(rank: int, interval: float = 0.5) -> bool:
@@ -27,6 +28,9 @@ def watch_launcher(rank: int, interval: float = 0.5) -> bool:
     launcher = os.environ.get(LAUNCHER_PID_ENV)
     if not launcher:
         return False
+    if _WATCHING:  # already watched (a session started by a rank that watches too)
+        return True
+    _WATCHING.append(launcher)
     pid, job_dir = int(launcher), os.environ.get(JOB_DIR_ENV)
     if os.getppid() != pid:  # gone before this rank started
         _orphaned(rank, pid, job_dir)

@@ -39,7 +39,13 @@ class TaskHost(Protocol):
 TRIMMED_MODELS = ("sage", "gat", "gin")
 
 
-def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, dropout: float) -> torch.nn.Module:
+def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, dropout: float,
+                config: Any = None) -> torch.nn.Module:
+    """A built-in model by name, or your own (``MODULE:FACTORY``: ``FACTORY(in_dim, out_dim, config)``)."""
+    if ":" in name:
+        from training.usercode import build_model as build_yours
+
+        return build_yours(name, in_dim, out_dim, config)
     from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
     cls = {"sage": GraphSAGE, "gcn": GCN, "gat": GAT, "gin": GIN}[name]
@@ -96,6 +102,11 @@ class NodeTask:
             raise InvalidInputError(f"--target {target!r} has no y/train_mask; node types with labels: {labelled}")
         self.target = target
         self.hetero = trainer.dataset.is_hetero
+        self.loss = F.cross_entropy
+        if trainer.config.loss:
+            from training.usercode import load
+
+            self.loss = load(trainer.config.loss, "--loss")
 
     def loaders(self) -> dict[str, Any]:
         t, info, out = self.t, self.t.dataset.manifest.node_type(self.target), {}
@@ -121,10 +132,10 @@ class NodeTask:
             if "x" not in info.attrs:
                 raise InvalidInputError(f"{ds.url} has no node features x to classify from")
             return build_model(c.model, int(np.prod(info.attrs["x"].shape)), c.hidden, int(classes),
-                               len(c.fanout), c.dropout)
+                               len(c.fanout), c.dropout, c)
         from torch_geometric.nn import to_hetero
 
-        base = build_model(c.model, -1, c.hidden, int(classes), len(c.fanout), c.dropout)
+        base = build_model(c.model, -1, c.hidden, int(classes), len(c.fanout), c.dropout, c)
         return to_hetero(base, (ds.node_types, ds.edge_types), aggr="sum")
 
     def inputs(self, batch: Any) -> tuple[Any, Any]:
@@ -140,7 +151,7 @@ class NodeTask:
         store = batch[self.target] if self.hetero else batch
         out = (out[self.target] if self.hetero else out)[: store.batch_size]
         y = store.y[: store.batch_size]
-        return F.cross_entropy(out, y), float((out.argmax(-1) == y).sum()), int(len(y))
+        return self.loss(out, y), float((out.argmax(-1) == y).sum()), int(len(y))
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, loader: Any) -> float:
@@ -216,7 +227,7 @@ class LinkTask:
     def model(self) -> torch.nn.Module:
         c, ds = self.t.config, self.t.dataset
         encoder = build_model(c.model, c.hidden if not self.hetero else -1, c.hidden, c.hidden, len(c.fanout),
-                              c.dropout)
+                              c.dropout, c)
         if self.hetero:
             from torch_geometric.nn import to_hetero
 

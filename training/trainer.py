@@ -13,34 +13,24 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-import graphstore
 from graphstore import jitcache
-from training import allocator
 from graphstore.errors import InvalidInputError
+from graphstore.storage.cache import parse_size
 from sampling import wire
 from sampling.device import DeviceFeeder
-from sampling.distributed import PartitionServer, RankLayout, RemoteStats
-from graphstore.storage.cache import parse_size
-from training import checkpoint, evaluation, featurecache, preempt, process, threads
+from training import allocator, checkpoint, evaluation, featurecache, preempt, process, resume
 from training.batches import cycle, first_batch, mix, restart_streams, time_loader
-from training.config import MODELS, TrainConfig  # noqa: F401  (MODELS re-exported)
+from training.config import TrainConfig
 from training.inference import write_outputs
 from training.memory import PeakMeter, compiled_per_rank, memory_per_rank
-from training.process import PeerFailure, Watchdog, start, stop
 from training.records import gather_floats, reduce_record, wire_record, write_json
+from training.session import Session
 from training.tasks import make_task
 from training.tensorboard import EpochWriter
 from training.timing import LEGEND, Laps, Timers, timed_allreduce_hook
 from training.world import World
 
 logger = logging.getLogger(__name__)
-_HANDLER_STAGES = {"sample": "sampling", "gather": "feature fetch", "edge_attr": "edge-attribute fetch"}
-
-
-def _is_collective(exc: BaseException) -> bool:
-    """Whether ``exc`` came out of a gloo collective (DDP's gradient all-reduce, a metrics all-reduce)."""
-    text = str(exc).lower()
-    return any(w in text for w in ("gloo", "allreduce", "all_reduce", "collective", "barrier"))
 
 
 def _seed_everything(seed: int) -> None:
@@ -56,30 +46,28 @@ class Trainer:
                  on_epoch: Callable[[dict[str, Any], int], None] | None = None) -> None:
         """``on_epoch(record, epochs)`` is called on rank 0 after every epoch (the CLI prints a line)."""
         self.config, self.world, self.on_epoch = config, world, on_epoch
-        hint = allocator.check_rank()  # raises when GRAPHSTORE_MALLOC=jemalloc is not in effect
-        if hint and world.rank == 0:
-            logger.warning(hint)
-        allocator.keep_freed_memory()  # before any thread starts: one heap for all of them (see allocator)
-        self.dataset = graphstore.open_dataset(config.dataset, config.storage_options or None,
-                                               cache_dir=config.cache_dir, cache_max_bytes=config.cache_max_bytes,
-                                               verify_reads=config.verify_reads)
-        self.layout = RankLayout(self.dataset.num_parts, world.world_size)
-        self.parts = self.layout.parts_of(world.rank)  # one, or a block of them when ranks are fewer
-        if config.unmapped:  # before any sampler or store reads them
-            self.dataset.read_unmapped(self.parts)
-        for part in self.parts:
-            for etype in self.dataset.edge_types:  # damaged topology ends this rank before it talks to peers
-                self.dataset.topology(part, etype)
-        self.timers, self.stats, self.bytes = Timers(), RemoteStats(), Timers()  # bytes: gradient all-reduce
-        self.transport = None
-        self.watchdog: Watchdog | None = None
-        self.threads = threads.choose(config.threads, world.local_world_size)
-        threads.apply(self.threads)
+        # the job itself (process groups, RPC, partition servers, watchdog, shutdown): the session a script holds
+        self.session = Session(config.dataset, world=world, timeout=config.timeout, seed=config.seed,
+                               storage_options=config.storage_options, cache_dir=config.cache_dir,
+                               cache_max_bytes=config.cache_max_bytes, verify_reads=config.verify_reads,
+                               threads=config.threads, loader_threads=config.loader_threads,
+                               unmapped=config.unmapped, interface=config.interface)
+        self.timers, self.bytes = Timers(), Timers()  # bytes: gradient all-reduce
         self.peak = PeakMeter()
         self.stopped: preempt.Stopped | None = None  # set when the ranks stopped on SIGTERM
         self.device_cache: Any = None  # --gpu-cache (sampling.device_cache.DeviceRowCache)
         self.features: featurecache.FeatureReader | None = None  # --feature-cache, or features beyond RAM
         self.board = EpochWriter(config.tensorboard, config.resume) if config.tensorboard and world.rank == 0 else None
+
+    # what the tasks and inference read from the rank: the session's
+    dataset = property(lambda self: self.session.dataset)
+    layout = property(lambda self: self.session.layout)
+    parts = property(lambda self: self.session.parts)
+    transport = property(lambda self: self.session.transport)
+    stats = property(lambda self: self.session.stats)
+    threads = property(lambda self: self.session.threads)
+    watchdog = property(lambda self: self.session.watchdog)
+    _cpu_group = property(lambda self: self.session.cpu_group)
 
     # -- set-up --
 
@@ -126,52 +114,20 @@ class Trainer:
     # -- the job --
 
     def run(self) -> list[dict[str, Any]]:
-        c = self.config
-        self.transport = start(self.world, c.timeout, use_rpc=self.dataset.num_parts > 1, interface=c.interface)
-        # bookkeeping collectives use CPU tensors: a gloo group for them when the default is nccl
-        self._cpu_group = dist.new_group(backend="gloo") if self.world.use_cuda else None
-        self.watchdog = Watchdog(self.world, limit=c.timeout)
-        graceful = False
+        """Join the job, train, and leave it (bounded, also after a failure); the epochs' records."""
+        self.session.start()
+        failure: BaseException | None = None
         try:
-            PartitionServer(self.dataset, self.parts).register(self.transport)
-            process.set_stage("start-up")  # no rank asks a peer that has not registered its handlers yet
-            dist.monitored_barrier(group=self._cpu_group, timeout=_td(c.timeout), wait_all_ranks=True)
-            process.set_stage("training")
-            history = self._train()
-            process.set_stage("shutdown")
-            dist.monitored_barrier(group=self._cpu_group, timeout=_td(c.timeout), wait_all_ranks=True)
-            graceful = True
-            return history
+            return self._train()
         except Exception as exc:
-            raise self._explain(exc) from exc
+            failure = self.session.explain(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
         finally:
-            self.watchdog.stop()
             if self.board is not None:
                 self.board.close()
-            if not graceful:  # leaving a failed job must be bounded too, whatever the peers do
-                process.exit_after(15.0, f"graphstore-train rank {self.world.rank}: shutdown after the failure "
-                                         f"did not finish within 15 s; exiting")
-            stop(self.transport, graceful=graceful)
-
-    def _explain(self, exc: Exception) -> Exception:
-        """The failure as one error naming this rank, the lost rank and its host, and the stage."""
-        from graphstore.errors import GraphstoreError
-        from sampling.transport import PeerError
-
-        me = f"rank {self.world.rank} at {process.HOSTS.get(self.world.rank, '?')}"
-        if isinstance(exc, PeerError) and "did not answer" in str(exc):
-            peer = getattr(exc, "peer", None)
-            if peer is not None and self.watchdog is not None:
-                self.watchdog.let_it_judge(peer)  # a hung peer: the watchdog's verdict names the cause
-            where = _HANDLER_STAGES.get(getattr(exc, "handler", ""), process.stage())
-            lost = process.describe([peer]) if peer is not None else "a peer"
-            return PeerFailure(f"{me}: lost {lost} during {where}: {exc}")
-        if isinstance(exc, (GraphstoreError, PeerFailure)):
-            return exc  # names its problem already (bad input, a damaged dataset, a peer's error)
-        dead = self.watchdog.stalled_ranks() if self.watchdog else []
-        who = f"lost {process.describe(dead)}" if dead else "a peer or collective failed"
-        where = f"the {process.stage()} all-reduce" if _is_collective(exc) else process.stage()
-        return PeerFailure(f"{me}: {who} during {where}: {type(exc).__name__}: {exc}")
+            self.session.close(failure)
 
     def _train(self) -> list[dict[str, Any]]:
         c = self.config
@@ -200,6 +156,12 @@ class Trainer:
         if c.infer_out:
             write_outputs(self, model)
         return history
+
+    def _identity(self) -> dict[str, Any]:
+        """What a checkpoint of this job records of it, compared by ``--resume`` before any rank starts."""
+        if not hasattr(self, "_job_identity"):
+            self._job_identity = resume.identity(self.config, self.dataset, self.world.world_size)
+        return self._job_identity
 
     def _checkpoint_path(self, epoch: int, step: int | None = None) -> str | None:
         """Where rank 0 wrote the checkpoint of ``epoch`` (and ``step``); ``None`` without --checkpoint-dir."""
@@ -322,7 +284,7 @@ class Trainer:
                 dist.all_reduce(done)  # the loss and accuracy sums so far, over every rank
                 if self.world.rank == 0:
                     path = checkpoint.save(c.checkpoint_dir, epoch, model, optimizer,
-                                           {"history": history, "totals": done}, step=step)
+                                           {"history": history, "totals": done}, step=step, identity=self._identity())
                 dist.barrier(group=self._cpu_group)  # written before any rank goes on (or stops)
         if stop:
             raise preempt.Stopped(epoch, step, path or self._checkpoint_path(epoch, step))
@@ -354,7 +316,7 @@ class Trainer:
         if state is None:
             logger.warning("--resume: no checkpoint in %s; starting at epoch 1", c.checkpoint_dir)
             return 0, 0, [], None
-        first, step = checkpoint.restore(state, model, optimizer)
+        first, step = checkpoint.restore(state, model, optimizer, lr=c.lr)
         if self.world.rank == 0:
             logger.warning("resumed from %s at epoch %d%s", c.checkpoint_dir, first + 1,
                            f", step {step + 1}" if step else "")
@@ -368,19 +330,14 @@ class Trainer:
             if self.board is not None:
                 self.board.write(history[-1])
             if c.checkpoint_dir:
-                checkpoint.save(c.checkpoint_dir, epoch, model, optimizer, {"history": history})
+                checkpoint.save(c.checkpoint_dir, epoch, model, optimizer, {"history": history},
+                                identity=self._identity())
             if c.metrics_out:
                 config = {**asdict(c), "storage_options": sorted(c.storage_options)}  # keys only: no secrets
                 write_json(c.metrics_out, {"config": config, "world_size": self.world.world_size,
                                            "num_parts": self.dataset.num_parts, "timing_parts": LEGEND,
                                            "threads": asdict(self.threads), "epochs": history})
         dist.barrier()
-
-
-def _td(seconds: float) -> Any:
-    from datetime import timedelta
-
-    return timedelta(seconds=seconds)
 
 
 def _agree_max(value: int) -> int:

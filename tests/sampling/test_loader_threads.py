@@ -208,6 +208,22 @@ def test_a_pass_started_mid_way_samples_only_the_rest(graphs):
     assert len(sampled) == 4, "skipped batches were sampled"
 
 
+def test_steps_resumed_past_a_whole_pass_are_those_of_an_uninterrupted_run(graphs):
+    """A rank with fewer batches than the agreed step count starts its seeds over within the epoch; a run
+    resumed past that point draws the skipped pass's order and streams too (training.batches.cycle)."""
+    from training.batches import cycle, restart_streams
+
+    g = graphs["dataset3"]
+    loader = NeighborLoader(g.data, [3], input_nodes=torch.arange(100), batch_size=20, shuffle=True, seed=1)
+
+    def steps(start):
+        restart_streams({"": loader}, epoch=2, seed=5)
+        return [_view(b) for b in cycle(loader, 13, start)]
+
+    whole = steps(0)
+    assert len(whole) == 13 and steps(7) == whole[7:] and steps(11) == whole[11:]
+
+
 def test_timers_add_up_over_the_loader_threads(graphs):
     from training.batches import time_loader
     from training.timing import Timers

@@ -27,7 +27,7 @@ def _trainer_worker(rank: int, world_size: int, rdzv: str, dataset: str, out_dir
                 torch.save(flat, f"{out_dir}/rank{rank}-epoch{epoch}.pt")
                 super()._after_epoch(epoch, model, optimizer, history)
 
-        config = TrainConfig(dataset, epochs=2, fanout=(5, 5), batch_size=64, progress=False, timeout=120)
+        config = TrainConfig(dataset=dataset, epochs=2, fanout=(5, 5), batch_size=64, progress=False, timeout=120)
         Recording(config, World(rank, world_size, rank, rdzv)).run()
         result = {"ok": True}
     except Exception:

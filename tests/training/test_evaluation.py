@@ -86,4 +86,4 @@ def test_evaluate_fields_for_each_kind():
 def test_bad_values_refused_naming_the_flag(field, value):
     flag = "--" + field.replace("_", "-")
     with pytest.raises(InvalidInputError, match=flag):
-        TrainConfig("ds", **{field: value})
+        TrainConfig(dataset="ds", **{field: value})

@@ -69,9 +69,9 @@ def test_loader_threads_default_to_the_ranks_share_and_reach_the_loaders():
     assert loader_threads(3, 2, env={}, cores=8) == 3  # --loader-threads wins
     assert config_from_args(_parser().parse_args(["/data/x", "--loader-threads", "3"])).loader_threads == 3
     with pytest.raises(InvalidInputError, match="--loader-threads"):
-        TrainConfig("/data/x", loader_threads=0)
+        TrainConfig(dataset="/data/x", loader_threads=0)
     world = SimpleNamespace(rank=0, local_world_size=1, use_cuda=False)
-    host = SimpleNamespace(config=TrainConfig("/data/x", loader_threads=2), layout=None, stats=None, world=world)
+    host = SimpleNamespace(config=TrainConfig(dataset="/data/x", loader_threads=2), layout=None, stats=None, world=world)
     assert _loader_options(host, "train")["loader_threads"] == 2
-    host.config = TrainConfig("/data/x")
+    host.config = TrainConfig(dataset="/data/x")
     assert _loader_options(host, "train")["loader_threads"] == choose(None, 1).threads
