@@ -35,12 +35,7 @@ class _Distributed:
         self.stats = stats or RemoteStats()
         self.parts = self.layout.parts_of(transport.rank)
         self.part = self.parts[0]
-        if kwargs.get("num_workers", 0):
-            raise InvalidInputError(
-                "distributed loaders sample in this process (its RPC agent cannot be shared with DataLoader "
-                "workers); drop num_workers — give loader_threads=N to sample and gather in N threads (a background "
-                "thread already prefetches: prefetch=2)"
-            )
+        self.sampler_processes = _processes(kwargs)  # num_workers: sampler processes beside this rank
         options = {k: kwargs.pop(k) for k in _SAMPLER_OPTIONS if k in kwargs}
         _refuse_induced(options.get("subgraph_type"), kwargs.get("directed", True))
         sampler = DistributedSampler(dataset, num_neighbors, transport, self.layout, self.stats, **options)
@@ -106,8 +101,10 @@ class DistributedNeighborLoader(_Distributed, NeighborLoader):
         if "exclude_seed_edges" in kwargs:
             raise InvalidInputError("exclude_seed_edges is for link loaders (DistributedLinkNeighborLoader): node "
                                     "batches have no seed links; drop it")
+        recipe = dict(kwargs, layout=layout, cache_rows=cache_rows)
         sampler, pair = self._setup(dataset, transport, layout, stats, num_neighbors, kwargs, cache_rows)
         seeds = local_seeds(dataset, self.parts, input_nodes, self.layout, transport.rank)
+        self._recipe = (type(self), dataset, num_neighbors, seeds, recipe)
         super().__init__(pair, num_neighbors, input_nodes=seeds, neighbor_sampler=sampler, prefetch=prefetch, **kwargs)
         self._graph_dataset = dataset
 
@@ -124,6 +121,8 @@ class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
     def __init__(self, dataset: Dataset, num_neighbors: Any, transport: Transport, edge_label_index: Any = None, *,
                  layout: RankLayout | None = None, stats: RemoteStats | None = None, prefetch: int = 2,
                  cache_rows: int = 0, **kwargs: Any) -> None:
+        recipe = dict(kwargs, layout=layout, cache_rows=cache_rows)
+        self._recipe = (type(self), dataset, num_neighbors, edge_label_index, recipe)
         sampler, pair = self._setup(dataset, transport, layout, stats, num_neighbors, kwargs, cache_rows)
         if edge_label_index is None:
             time_attr = kwargs.get("time_attr")
@@ -138,6 +137,23 @@ class DistributedLinkNeighborLoader(_Distributed, LinkNeighborLoader):
         super().__init__(pair, num_neighbors, edge_label_index=edge_label_index, neighbor_sampler=sampler,
                          prefetch=prefetch, **kwargs)
         self._graph_dataset = dataset
+
+
+def _processes(kwargs: dict[str, Any]) -> int:
+    """``num_workers=N``: N sampler processes beside this rank (:mod:`sampling.processes`), taken out of
+    what torch's DataLoader sees (its own workers cannot share the rank's RPC agent)."""
+    count = kwargs.pop("num_workers", 0)
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+        raise InvalidInputError(f"num_workers={count!r}: give an integer >= 0 (sampler processes beside this rank)")
+    for name in ("persistent_workers", "multiprocessing_context", "worker_init_fn", "prefetch_factor"):
+        if kwargs.get(name) not in (None, False):
+            raise InvalidInputError(f"{name} is torch's worker option; a distributed loader's num_workers are "
+                                    "sampler processes of its own (spawned once, kept for every pass): drop it")
+        kwargs.pop(name, None)
+    if count and kwargs.get("loader_threads", 1) > 1:
+        raise InvalidInputError(f"loader_threads={kwargs['loader_threads']} with num_workers={count}: both build "
+                                "batches in parallel (threads in this process, or sampler processes); give one")
+    return int(count)
 
 
 def _refuse_induced(subgraph_type: Any, directed: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import weakref
 from typing import Any, Callable
 
 import numpy as np
@@ -109,6 +110,9 @@ class _Threaded:
                                     "have drawn their index batches already); resume at an epoch's end")
         for _ in range(skip):  # the seed order is drawn as in a whole pass; skipped batches are not sampled
             inner._next_index()
+        processes = getattr(self, "sampler_processes", 0)
+        if processes:  # a distributed loader's sampler processes build the batches; threads keep their order
+            return LoaderThreads(inner._next_index, self._process_builder(processes), processes, self.prefetch)
         if self.loader_threads == 1 and not self.prefetch:
             return base
         if not in_process:  # worker processes build the batches: a thread only keeps them coming
@@ -117,6 +121,25 @@ class _Threaded:
         if isinstance(sampler, NeighborSampler):  # what the sampler builds lazily is built here, before the threads
             _ = sampler.fast_path, sampler.node_time
         return LoaderThreads(inner._next_index, _builder(base, inner), self.loader_threads, self.prefetch)
+
+
+    def _process_builder(self, count: int) -> Callable[[Any], Any]:
+        """What a loader thread does with an index batch when sampler processes build it: hand it, with
+        this pass's stream number, to one of them (started on the first pass, kept for the later ones)."""
+        pool = getattr(self, "_pool", None)
+        if pool is None:
+            from sampling.processes import SamplerProcesses
+
+            recipe = self._recipe  # type: ignore[attr-defined]
+            cls, dataset, fanout, seeds, kwargs = recipe
+            kwargs = {k: v for k, v in kwargs.items() if k not in ("num_workers", "loader_threads", "prefetch")}
+            pool = self._pool = SamplerProcesses((cls, dataset, fanout, seeds, kwargs), count,
+                                                 self.transport)  # type: ignore[attr-defined]
+            pool.stats = self.stats  # type: ignore[attr-defined]
+            weakref.finalize(self, pool.close)
+        sampler = getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
+        stream = sampler._epoch
+        return lambda index: pool.build(stream, index)
 
 
 def _builder(base: Any, inner: Any) -> Callable[[Any], Any]:

@@ -1,24 +1,31 @@
-"""Benchmark loader threads: one rank's batches/s with 1, 2 and 3 loader threads, on the same batches.
+"""Benchmark loader threads and sampler processes: one rank's batches/s, alone and beside a stand-in training step.
 
 Usage::
 
-    python tools/bench_loader.py [--json] [--threads 1,2,3] [--repeats 3] [--batches 30] [--train]
+    python tools/bench_loader.py [--json] [--threads 1,2,p1,p2] [--repeats 3] [--batches 30] [--step-ms 6] [--train]
 
 The graph (``SPEC``, a 200k-node synthetic graph) is ingested once into one partition under
 ``bench-out/loader/`` and reused. The loader is graphstore-train's: ``DistributedNeighborLoader`` of
 rank 0 of 1 (``--loader in-process``: ``sampling.NeighborLoader``), fanout 15,10,5, batch 1,024,
-``seed=0``, prefetch 1. In one process, each repeat runs one pass per thread count in turn
-(interleaved, so a drift of the machine hits every count alike) over the same seed nodes and the same
-sampler pass, so every count must give the same batches: each batch's ``n_id`` and ``edge_index`` are
-hashed (after the timed pass) and compared; the exit code is 1 if they differ. Prints batches/s per
-thread count (median over repeats), the ratio to 1 thread (median of the per-repeat ratios), and the
-load average before and after (a figure taken while other work runs is not worth keeping).
+``seed=0``, prefetch 1. ``--threads`` lists the ways batches are built: ``N`` loader threads in the
+rank, ``pN`` N sampler processes beside it (``num_workers=N``; distributed loader only). In one
+process, each repeat runs one pass per way in turn (interleaved, so a drift of the machine hits every
+way alike) over the same seed nodes and the same sampler pass, so every way must give the same
+batches: each batch's ``n_id`` and ``edge_index`` are hashed (after the timed pass) and compared; the
+exit code is 1 if they differ. Prints batches/s per way (median over repeats), the ratio to the first
+way (median of the per-repeat ratios), and the load average before and after (a figure taken while
+other work runs is not worth keeping).
+
+``--step-ms MS`` also times each way with a stand-in training step after every batch: MS milliseconds of
+Python holding the GIL, as a training loop's Python does (so it runs on a CPU machine): the rate the
+loader delivers while the model trains, and the share of the time the step waited for its batch.
 
 The benchmark runs under the allocator graphstore-train gives its ranks (jemalloc where the machine
 has it, ``GRAPHSTORE_MALLOC``: it re-executes itself with the preload) and prints which.
 
-``--train`` also runs ``graphstore-train DATA --loader-only --nproc 1 --loader-threads N`` for each
-count (its own per-rank batches/s, over the training seeds, two epochs: the second is reported).
+``--train`` also runs ``graphstore-train DATA --loader-only --nproc 1 --loader-threads N`` (or
+``--loader-workers N`` for ``pN``) for each way (its own per-rank batches/s, over the training seeds, two
+epochs: the second is reported).
 """
 
 from __future__ import annotations
@@ -48,9 +55,23 @@ SPEC = "synthetic:nodes=200000,avg_degree=10,features=128,classes=8,seed=0"
 FANOUT = [15, 10, 5]
 
 
-def _loader(ds: Any, kind: str, seeds: torch.Tensor, threads: int, batch_size: int, prefetch: int) -> Any:
-    options = dict(batch_size=batch_size, seed=0, loader_threads=threads, prefetch=prefetch)
+def _ways(raw: str) -> str:
+    """An argparse type: comma-separated ways to build batches, ``N`` threads or ``pN`` processes."""
+    items = raw.split(",")
+    if not items or not all(w.removeprefix("p").isdigit() and int(w.removeprefix("p")) >= 1 for w in items):
+        raise argparse.ArgumentTypeError(f"{raw!r}: give loader thread counts N and sampler process counts pN, "
+                                         "e.g. 1,2,p1,p2")
+    return raw
+
+
+def _loader(ds: Any, kind: str, seeds: torch.Tensor, way: str, batch_size: int, prefetch: int) -> Any:
+    processes = int(way[1:]) if way.startswith("p") else 0
+    options = dict(batch_size=batch_size, seed=0, loader_threads=1 if processes else int(way), prefetch=prefetch,
+                   **({"num_workers": processes} if processes else {}))
     if kind == "in-process":
+        if processes:
+            raise SystemExit("tools/bench_loader.py: error: sampler processes (pN) are the distributed loader's; "
+                             "drop --loader in-process")
         from sampling import NeighborLoader
 
         return NeighborLoader(ds, FANOUT, input_nodes=seeds, **options)
@@ -63,19 +84,36 @@ def _loader(ds: Any, kind: str, seeds: torch.Tensor, threads: int, batch_size: i
     return DistributedNeighborLoader(ds, FANOUT, transport, seeds, filter_per_worker=False, edge_ids=False, **options)
 
 
-def _pass(loader: Any) -> tuple[float, list[str]]:
-    """(batches/s, a digest of each batch) of one pass; the digests are taken after the clock stops."""
+def _step(ms: float) -> None:
+    """The stand-in training step: ``ms`` milliseconds of Python holding the GIL."""
+    end = time.perf_counter() + ms / 1000
+    while time.perf_counter() < end:
+        pass
+
+
+def _pass(loader: Any, step_ms: float = 0.0) -> tuple[float, float, list[str]]:
+    """(batches/s, the share of the time spent waiting for batches, a digest of each batch) of one pass;
+    the digests are taken after the clock stops."""
     sampler = loader.node_sampler
-    sampler.set_epoch(0)  # every pass is the same pass (its streams): the batches must not depend on threads
+    sampler.set_epoch(0)  # every pass is the same pass (its streams): the batches must not depend on the way
     kept = []
+    waited = 0.0
     start = time.perf_counter()
-    for batch in loader:
+    batches = iter(loader)
+    while True:
+        asked = time.perf_counter()
+        batch = next(batches, None)
+        waited += time.perf_counter() - asked
+        if batch is None:
+            break
         kept.append((batch.n_id, batch.edge_index))  # the features go: a pass keeps no 100 MB batches
         del batch
+        if step_ms:
+            _step(step_ms)
     seconds = time.perf_counter() - start
     digests = [hashlib.blake2b(n_id.numpy().tobytes() + edges.numpy().tobytes(), digest_size=8).hexdigest()
                for n_id, edges in kept]
-    return len(kept) / seconds, digests
+    return len(kept) / seconds, waited / seconds, digests
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,38 +121,54 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ds = graphstore.open_dataset(dest)
     n = ds.num_nodes()
     seeds = torch.from_numpy(benchinfo.rng(args.seed, 0).permutation(n)[: args.batches * args.batch_size])
-    counts = [int(t) for t in args.threads.split(",")]
-    loaders = {t: _loader(ds, args.loader, seeds, t, args.batch_size, args.prefetch) for t in counts}
-    _pass(loaders[counts[0]])  # warm-up: kernels loaded, pages mapped, the heap grown
-    rates: dict[int, list[float]] = {t: [] for t in counts}
-    digests: dict[int, list[str]] = {}
+    ways = args.threads.split(",")
+    loaders = {w: _loader(ds, args.loader, seeds, w, args.batch_size, args.prefetch) for w in ways}
+    for w in ways:
+        _pass(loaders[w])  # warm-up: kernels loaded, pages mapped, the heap grown, sampler processes started
+    steps = [0.0, args.step_ms] if args.step_ms else [0.0]
+    rates: dict[tuple[str, float], list[float]] = {(w, m): [] for w in ways for m in steps}
+    waits: dict[tuple[str, float], list[float]] = {(w, m): [] for w in ways for m in steps}
+    digests: dict[str, list[str]] = {}
     load_before = os.getloadavg()[0]
     for _ in range(args.repeats):
-        for t in counts:
-            rate, digest = _pass(loaders[t])
-            rates[t].append(rate)
-            if digests.setdefault(t, digest) != digest:
-                digests[t] = ["differs from pass to pass"]
-    base = counts[0]
+        for m in steps:
+            for w in ways:
+                rate, wait, digest = _pass(loaders[w], m)
+                rates[w, m].append(rate)
+                waits[w, m].append(wait)
+                if digests.setdefault(w, digest) != digest:
+                    digests[w] = ["differs from pass to pass"]
+    for loader in loaders.values():
+        if getattr(loader, "_pool", None) is not None:
+            loader._pool.close()
+    base = ways[0]
+
+    def figures(m: float) -> dict[str, Any]:
+        return {"batches_per_s": {w: [round(r, 3) for r in rates[w, m]] for w in ways},
+                "median_batches_per_s": {w: round(statistics.median(rates[w, m]), 3) for w in ways},
+                "ratio_to_first": {w: round(statistics.median(a / b for a, b in zip(rates[w, m], rates[base, m])), 3)
+                                   for w in ways},
+                "median_data_wait_share": {w: round(statistics.median(waits[w, m]), 3) for w in ways}}
+
     out = {"spec": SPEC, "loader": args.loader, "fanout": FANOUT, "batch_size": args.batch_size,
-           "batches_per_pass": args.batches, "repeats": args.repeats, "prefetch": args.prefetch,
+           "batches_per_pass": args.batches, "repeats": args.repeats, "prefetch": args.prefetch, "ways": ways,
            "load_average_1min_before": round(load_before, 2), "load_average_1min_after": round(os.getloadavg()[0], 2),
-           "batches_per_s": {t: [round(r, 3) for r in rates[t]] for t in counts},
-           "median_batches_per_s": {t: round(statistics.median(rates[t]), 3) for t in counts},
-           "ratio_to_1_thread": {t: round(statistics.median(a / b for a, b in zip(rates[t], rates[base])), 3)
-                                 for t in counts},
-           "same_batches": all(digests[t] == digests[base] for t in counts)}
+           **{k: v for k, v in figures(0.0).items() if k != "median_data_wait_share"},
+           "same_batches": all(digests[w] == digests[base] for w in ways)}
+    if args.step_ms:
+        out["with_step"] = {"step_ms": args.step_ms, **figures(args.step_ms)}
     if args.train:
-        out["graphstore_train"] = {t: _train(dest, t, args) for t in counts}
+        out["graphstore_train"] = {w: _train(dest, w, args) for w in ways}
     return out
 
 
-def _train(dest: Path, threads: int, args: argparse.Namespace) -> Any:
-    """``graphstore-train --loader-only`` with ``threads`` loader threads: the last epoch's batches/s of rank 0."""
+def _train(dest: Path, way: str, args: argparse.Namespace) -> Any:
+    """``graphstore-train --loader-only`` built ``way``: the last epoch's batches/s of rank 0."""
+    flag = ["--loader-workers", way[1:]] if way.startswith("p") else ["--loader-threads", way]
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "m.json"
         cmd = [sys.executable, "-m", "training.launch", str(dest), "--loader-only", "--nproc", "1",
-               "--loader-threads", str(threads), "--fanout", ",".join(map(str, FANOUT)),
+               *flag, "--fanout", ",".join(map(str, FANOUT)),
                "--batch-size", str(args.batch_size), "--epochs", "2", "--no-progress", "--metrics-out", str(metrics)]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -139,8 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--data", type=Path, default=ROOT / "bench-out" / "loader", help="where the graph is ingested")
     parser.add_argument("--loader", choices=("distributed", "in-process"), default="distributed")
-    parser.add_argument("--threads", type=toolargs.counts, default="1,2,3",
-                        help="loader thread counts, the first is the baseline")
+    parser.add_argument("--threads", type=_ways, default="1,2,3",
+                        help="ways to build batches: N loader threads, pN sampler processes; the first is the baseline")
+    parser.add_argument("--step-ms", type=toolargs.number(0), default=0.0,
+                        help="also time each way beside a stand-in training step of this many ms holding the GIL")
     parser.add_argument("--batches", type=toolargs.count, default=30, help="batches per pass")
     parser.add_argument("--repeats", type=toolargs.count, default=3, help="interleaved passes per thread count")
     parser.add_argument("--batch-size", type=toolargs.count, default=1024)
@@ -162,16 +218,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{out['spec']}, 1 partition; {args.loader} loader, fanout {FANOUT}, batch {args.batch_size}, "
               f"{args.batches} batches a pass, {args.repeats} interleaved repeats, prefetch {args.prefetch}; "
               f"allocator {out['allocator']}")
-        for t, rate in out["median_batches_per_s"].items():
-            print(f"  {t} loader thread(s): {rate:7.2f} batches/s  ({out['ratio_to_1_thread'][t]:.2f}x 1 thread; "
-                  f"passes {out['batches_per_s'][t]})")
-        print(f"  same batches for every thread count: {out['same_batches']}; load average "
+        for w, rate in out["median_batches_per_s"].items():
+            print(f"  {_name(w)}: {rate:7.2f} batches/s  ({out['ratio_to_first'][w]:.2f}x {_name(ways_base(out))}; "
+                  f"passes {out['batches_per_s'][w]})")
+        step = out.get("with_step")
+        for w, rate in (step or {}).get("median_batches_per_s", {}).items():
+            print(f"  {_name(w)} beside a {step['step_ms']:g} ms step: {rate:7.2f} batches/s "
+                  f"({step['ratio_to_first'][w]:.2f}x), data wait {100 * step['median_data_wait_share'][w]:.0f}% "
+                  f"of the time")
+        print(f"  same batches every way: {out['same_batches']}; load average "
               f"{out['load_average_1min_before']} before the timed passes, {out['load_average_1min_after']} after")
-        for t, result in out.get("graphstore_train", {}).items():
-            print(f"  graphstore-train --loader-only --loader-threads {t}: {result}")
+        for w, result in out.get("graphstore_train", {}).items():
+            print(f"  graphstore-train --loader-only, {_name(w)}: {result}")
     benchinfo.record("bench_loader", args, out,
                      {"spec": out["spec"], "loader": args.loader, "batch_size": args.batch_size})
     return 0 if out["same_batches"] else 1
+
+
+def _name(way: str) -> str:
+    return f"{way[1:]} sampler process(es)" if way.startswith("p") else f"{way} loader thread(s)"
+
+
+def ways_base(out: dict[str, Any]) -> str:
+    return out["ways"][0]
 
 
 if __name__ == "__main__":

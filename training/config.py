@@ -62,6 +62,7 @@ class TrainConfig:
     feature_cache: str | None = None  # features beyond RAM: the hottest own rows of x in RAM up to this size
     unmapped: bool = False  # read the rank's partitions with pread, never mapped: memory flat as the graph grows
     loader_threads: int | None = None  # threads sampling and gathering batches per rank (default: cores / ranks)
+    loader_workers: int = 0  # sampler processes beside each rank building its training batches (0: its threads)
     tensorboard: str | None = None  # rank 0 writes each epoch's scalars as TensorBoard event files here
 
     def __post_init__(self) -> None:
@@ -112,6 +113,16 @@ def check_config(c: TrainConfig) -> None:
                              ("--loader-threads", 1 if c.loader_threads is None else c.loader_threads, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise InvalidInputError(f"{flag} must be an integer >= {low}, got {value!r}")
+    workers = c.loader_workers
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
+        raise InvalidInputError(f"--loader-workers must be an integer >= 0, got {workers!r}")
+    if workers and c.loader_threads is not None and c.loader_threads > 1:
+        raise InvalidInputError(f"--loader-workers {workers} and --loader-threads {c.loader_threads} both build batches "
+                                "in parallel (sampler processes, or threads in the rank); give one of them")
+    if workers and (c.gpu_cache is not None or c.unmapped):
+        flag = "--gpu-cache" if c.gpu_cache is not None else "--unmapped"
+        raise InvalidInputError(f"--loader-workers does not work with {flag} yet (the sampler processes open the "
+                                f"dataset themselves); drop one of them")
     every = c.checkpoint_every
     if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 0:
         raise InvalidInputError(f"--checkpoint-every must be an integer >= 0 (steps), got {every!r}")

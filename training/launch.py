@@ -99,6 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--loader-threads", type=integer(1, 4096), default=None, metavar="N",
                    help="threads per rank sampling and gathering batches, in order (default: usable cores / ranks "
                         "on this host)")
+    p.add_argument("--loader-workers", type=integer(0, 256), default=0, metavar="N",
+                   help="sampler processes beside each rank building its training batches (sampling and feature "
+                        "gather out of the rank's process, past its GIL; the same batches as its threads). Default "
+                        "0: the rank's own loader threads")
     p.add_argument("--loader-only", action="store_true",
                    help="iterate the training loader with no model: batches/s per rank (the rate a model is fed)")
     p.add_argument("--no-progress", action="store_true")
@@ -137,7 +141,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        eval_max_batches=args.eval_max_batches, threads=args.threads, loader_only=args.loader_only,
                        checkpoint_every=args.checkpoint_every, device=args.device,
                        gpu_cache=args.gpu_cache, feature_cache=args.feature_cache, unmapped=args.unmapped,
-                       loader_threads=args.loader_threads, tensorboard=args.tensorboard)
+                       loader_threads=args.loader_threads, loader_workers=args.loader_workers,
+                       tensorboard=args.tensorboard)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:

@@ -62,6 +62,9 @@ class Session:
         As for ``graphstore.open_dataset``.
     threads, loader_threads : int, optional
         Torch threads and loader threads per rank (default: this host's cores shared by its ranks).
+    loader_workers : int
+        Sampler processes beside this rank for each loader (``num_workers`` of a loader overrides it):
+        sampling and feature gathering out of the rank's process, the same batches as its threads.
     unmapped : bool
         Read this rank's partitions with ``pread`` instead of mapping them (uniform node sampling only).
     interface : str, optional
@@ -78,8 +81,8 @@ class Session:
     def __init__(self, url: str, *, device: str | None = None, timeout: float | None = None, seed: int = 0,
                  storage_options: dict[str, Any] | None = None, cache_dir: str | None = None,
                  cache_max_bytes: str | None = None, verify_reads: bool = False, threads: int | None = None,
-                 loader_threads: int | None = None, unmapped: bool = False, interface: str | None = None,
-                 world: World | None = None) -> None:
+                 loader_threads: int | None = None, loader_workers: int = 0, unmapped: bool = False,
+                 interface: str | None = None, world: World | None = None) -> None:
         self.url = str(url)
         self.seed = _seed(seed)
         self.timeout = _timeout(timeout if timeout is not None else os.environ.get(TIMEOUT_ENV, 120.0))
@@ -87,9 +90,11 @@ class Session:
         self._open = dict(storage_options=storage_options, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes,
                           verify_reads=verify_reads)
         self._threads, self.loader_threads, self.unmapped, self.interface = threads, loader_threads, unmapped, interface
-        for name, value in (("threads", threads), ("loader_threads", loader_threads)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InvalidInputError(f"Session({name}={value!r}): give an integer >= 1, or leave it out")
+        for name, value, low in (("threads", threads, 1), ("loader_threads", loader_threads, 1),
+                                 ("loader_workers", loader_workers, 0)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise InvalidInputError(f"Session({name}={value!r}): give an integer >= {low}, or leave it out")
+        self.loader_workers = loader_workers or 0
         self._world = world
         self._scratch: str | None = None  # the rendezvous directory of a session on its own
         self._started = False
@@ -275,7 +280,8 @@ class Session:
 
         Takes PyG's arguments (``batch_size``, ``shuffle``, ``replace``, ``disjoint``, ``time_attr``,
         ``temporal_strategy``, ``weight_attr``, ``input_time``, ``subgraph_type``, ``transform``, ...)
-        and graphstore's (``loader_threads``, ``prefetch``, ``cache_rows``, ``edge_ids``). ``input_nodes``
+        and graphstore's (``loader_threads``, ``prefetch``, ``cache_rows``, ``edge_ids``); ``num_workers=N``
+        builds the batches in N sampler processes beside this rank (:mod:`sampling.processes`). ``input_nodes``
         is a mask name (``"train_mask"``: the stored split), ``(node_type, mask)`` in a heterogeneous
         dataset, global node IDs, or ``None`` (every node of this rank's partitions). An argument it
         cannot honour is refused by name.
@@ -314,13 +320,11 @@ class Session:
     def _build(self, what: str, kwargs: dict[str, Any], make: Any) -> Any:
         unknown = sorted(set(kwargs) - LOADER_OPTIONS[what])
         if unknown:
-            hint = (" (sampler processes are not available yet: give loader_threads=N)"
-                    if "num_workers" in unknown else "")
-            raise InvalidInputError(f"Session.{what}: {', '.join(unknown)} cannot be honoured here{hint}; the "
+            raise InvalidInputError(f"Session.{what}: {', '.join(unknown)} cannot be honoured here; the "
                                     f"arguments it takes: {', '.join(sorted(LOADER_OPTIONS[what]))}")
         options = {"seed": self.seed * 7919 + self.rank, "pin_memory": self.world.use_cuda,
-                   "filter_per_worker": False, **kwargs}
-        if self.loader_threads is not None or "loader_threads" not in options:
+                   "filter_per_worker": False, "num_workers": self.loader_workers, **kwargs}
+        if not options["num_workers"]:  # sampler processes build the batches, or this rank's threads
             options.setdefault("loader_threads", threads.loader_threads(self.loader_threads,
                                                                         self.world.local_world_size))
         return make(**options)

@@ -79,7 +79,9 @@ def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
                 edge_ids=False,  # no task reads e_id: remote sampling answers leave edge IDs out
-                prefetch=PREFETCH, loader_threads=loader_threads(c.loader_threads, trainer.world.local_world_size),
+                prefetch=PREFETCH, num_workers=c.loader_workers if split == "train" else 0,
+                loader_threads=1 if c.loader_workers and split == "train" else
+                loader_threads(c.loader_threads, trainer.world.local_world_size),
                 pin_memory=trainer.world.use_cuda,  # pinned in the loader threads: the copy to the GPU is async
                 **({"time_attr": c.time_attr} if c.time_attr else {}))
 

@@ -199,7 +199,7 @@ def test_one_session_on_its_own(synthetic2, tmp_path):
         with Session(sys.argv[1], seed=3) as s:
             said["who"] = [s.rank, s.world_size, str(s.device), s.num_features, s.num_classes]
             loader = s.loader([5, 5], input_nodes="train_mask", batch_size=100, shuffle=True)
-            refused("workers", lambda: s.loader([5], input_nodes="train_mask", num_workers=2))
+            refused("workers", lambda: s.loader([5], input_nodes="train_mask", persistent_workers=True))
             refused("collate", lambda: s.loader([5], input_nodes="train_mask", collate_fn=list))
             refused("mask", lambda: s.loader([5], input_nodes="nope_mask"))
             refused("garbage", lambda: s.load(sys.argv[2]))
@@ -222,7 +222,7 @@ def test_one_session_on_its_own(synthetic2, tmp_path):
     assert said["who"] == [0, 1, "cpu", 4, 4]
     assert said["len"] == 8 and [len(p) for p in said["ids"]] == [8, 8]  # 800 training nodes, 100 a batch
     assert said["ids"][0] != said["ids"][1]  # a new order every pass
-    assert "num_workers" in said["workers"] and "collate_fn" in said["collate"]
+    assert "persistent_workers" in said["workers"] and "collate_fn" in said["collate"]
     assert "nope_mask" in said["mask"] and "train_mask" in said["mask"]
     assert "not a readable checkpoint" in said["garbage"]
     assert said["resumed"] == said["tail"] and len(said["tail"]) == 5  # went on at the batch after the third

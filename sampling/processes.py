@@ -1,0 +1,218 @@
+"""Sampler processes beside a rank: a distributed loader's batches sampled and gathered in N worker processes.
+
+Each worker is spawned (never forked: the rank runs RPC and numba threads), opens the dataset itself
+(memory-mapped: no copy) and rebuilds the rank's loader from its recipe. The rank draws the seed order
+and sends each index batch, with the pass's stream number, to a worker; the worker samples and gathers
+it and sends the batch back through shared memory (torch's reductions move a tensor's storage into a
+shared segment: its rows are never pickled). A worker's requests to other ranks' partitions are relayed
+by its rank, which alone is in the RPC group. The batches are those of the rank's own threads for any N:
+each batch samples from a stream of its own. A worker dies with its rank (it watches its parent), and a
+worker that dies ends the rank's pass with one line naming it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from graphstore.errors import GraphstoreError
+from sampling.transport import PeerError, Transport
+
+logger = logging.getLogger(__name__)
+_POLL = 0.5  # seconds between checks that a worker (or the parent) is still alive
+
+
+class SamplerProcessLost(GraphstoreError, RuntimeError):
+    """A sampler process died while building a batch; the message names it."""
+
+
+class RelayTransport(Transport):
+    """A sampler process's transport: its calls go to its rank over a pipe, and the rank makes them."""
+
+    def __init__(self, rank: int, world_size: int, timeout: float, conn: Any) -> None:
+        self.rank, self.world_size, self.timeout = rank, world_size, timeout
+        self._conn, self._send = conn, threading.Lock()
+        self._pending: dict[int, Future] = {}
+        self._ids = itertools.count()
+        self.calls = 0
+        threading.Thread(target=self._answers, daemon=True, name="graphstore-relay-answers").start()
+
+    def register(self, name: str, handler: Any) -> None:
+        raise PeerError("a sampler process serves nothing: its rank serves the partitions")
+
+    def call(self, peer: int, name: str, *args: Any) -> Future:
+        future: Future = Future()
+        with self._send:
+            number = next(self._ids)
+            self._pending[number] = future
+            self.calls += 1
+            self._conn.send((number, peer, name, args))
+        return future
+
+    def _answers(self) -> None:
+        while True:
+            try:
+                number, ok, value = self._conn.recv()
+            except (EOFError, OSError):  # the rank is gone: the parent watch ends this process
+                return
+            future = self._pending.pop(number)
+            future.set_result(value) if ok else future.set_exception(value)
+
+
+def _relay(transport: Transport, conn: Any, lock: threading.Lock) -> None:
+    """The rank's side of one worker's relay: make each call the worker asks for, send back the outcome."""
+
+    def answer(number: int, future: Future) -> None:
+        try:
+            reply = (number, True, future.result())
+        except Exception as exc:
+            reply = (number, False, exc if isinstance(exc, PeerError) else PeerError(f"{type(exc).__name__}: {exc}"))
+        with lock:
+            try:
+                conn.send(reply)
+            except (OSError, ValueError):  # the worker is gone
+                pass
+
+    while True:
+        try:
+            number, peer, name, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        future = transport.call(peer, name, *args)
+        future.add_done_callback(lambda f, n=number: answer(n, f))
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(_POLL)
+    os._exit(4)
+
+
+def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, tasks: Any, relay: Any,
+                 parent: int) -> None:
+    """A sampler process: rebuild the loader, then build each index batch it is sent until told to stop."""
+    import torch.multiprocessing  # noqa: F401  (tensors sent over a pipe travel in shared memory)
+
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="graphstore-parent-watch").start()
+    cls, dataset, num_neighbors, seeds, kwargs = recipe
+    transport = RelayTransport(rank, world_size, timeout, relay)
+    loader = cls(dataset, num_neighbors, transport, seeds, **kwargs)
+    sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
+    while True:
+        try:
+            task = tasks.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        stream, index = task
+        try:
+            sampler.set_epoch(stream)
+            out = loader.collate_fn(index)  # sampled (and gathered, when the loader filters per worker)
+            batch = out if loader.filter_per_worker else loader.filter_fn(out)
+            tasks.send((True, batch, loader.stats.snapshot(reset=True)))
+        except Exception as exc:  # delivered to the rank at this batch
+            tasks.send((False, _picklable(exc), None))
+
+
+def _picklable(exc: Exception) -> Exception:
+    import pickle
+
+    try:
+        pickle.dumps(exc)
+        return exc
+    except Exception:
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+class _Worker:
+    def __init__(self, ctx: Any, number: int, recipe: tuple, transport: Transport) -> None:
+        self.number = number
+        self.tasks, theirs = ctx.Pipe()
+        relay, relay_theirs = ctx.Pipe()
+        self.process = ctx.Process(
+            target=_worker_main, name=f"graphstore-sampler-{transport.rank}-{number}", daemon=True,
+            args=(recipe, transport.rank, transport.world_size, transport.timeout, theirs, relay_theirs, os.getpid()))
+        self.process.start()
+        theirs.close()
+        relay_theirs.close()
+        self._relay = threading.Thread(target=_relay, args=(transport, relay, threading.Lock()), daemon=True,
+                                       name=f"graphstore-relay-{number}")
+        self._relay.start()
+
+
+class SamplerProcesses:
+    """``count`` sampler processes for one loader (started on first use, kept for its later passes).
+
+    :meth:`build` hands an index batch to an idle worker and waits for the batch; a rank's loader
+    threads call it, one worker each (``LoaderThreads`` keeps the batches in order).
+    """
+
+    def __init__(self, recipe: tuple, count: int, transport: Transport) -> None:
+        import torch.multiprocessing as mp
+
+        self.rank = transport.rank
+        ctx = mp.get_context("spawn")
+        self._workers = [_Worker(ctx, i, recipe, transport) for i in range(count)]
+        self._idle: list[_Worker] = list(self._workers)
+        self._cond = threading.Condition()
+        self.stats = None  # the loader's RemoteStats: the workers' remote traffic is added to it
+
+    def build(self, stream: int, index: Any) -> Any:
+        with self._cond:
+            while not self._idle:
+                self._cond.wait()
+            worker = self._idle.pop()
+        try:
+            worker.tasks.send((stream, index))
+            ok, value, stats = self._answer(worker)
+        finally:
+            with self._cond:
+                self._idle.append(worker)
+                self._cond.notify()
+        if not ok:
+            raise value
+        if stats and self.stats is not None:
+            self.stats.add(requests=int(stats["requests"]), wait=stats["wait_seconds"], rows=int(stats["rows"]))
+        return value
+
+    def _answer(self, worker: _Worker) -> tuple:
+        while True:
+            if worker.tasks.poll(_POLL):
+                try:
+                    return worker.tasks.recv()
+                except (EOFError, OSError):  # its end of the pipe closed: it died
+                    worker.process.join(2.0)
+                    raise self._lost(worker) from None
+            if not worker.process.is_alive():
+                raise self._lost(worker)
+
+    def _lost(self, worker: _Worker) -> SamplerProcessLost:
+        code = worker.process.exitcode
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return SamplerProcessLost(
+            f"sampler process {worker.number} of rank {self.rank} (pid {worker.process.pid}) died ({how}) while "
+            "building a batch; it was killed, or ran out of memory (fewer loader workers use less)")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop every worker: asked first, killed after ``timeout`` seconds."""
+        for worker in self._workers:
+            try:
+                worker.tasks.send(None)
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + timeout
+        for worker in self._workers:
+            worker.process.join(max(0.1, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join(1.0)
+            worker.tasks.close()
+
+    def alive(self) -> int:
+        return sum(w.process.is_alive() for w in self._workers)

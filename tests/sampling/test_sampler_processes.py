@@ -1,0 +1,74 @@
+"""Sampler processes beside a rank (``num_workers=N`` of the distributed loaders): the same batches as the
+rank's own threads, remote calls relayed through the rank, a dead worker named."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+
+from graphstore.errors import InvalidInputError
+from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
+from sampling.processes import SamplerProcessLost
+from sampling.server import PartitionServer
+from sampling.transport import LoopbackTransport
+from tests.sampling.test_loader_threads import _view
+
+pytestmark = pytest.mark.slow
+
+
+def _group(ds):
+    transports = LoopbackTransport.group(ds.num_parts)
+    for rank, t in enumerate(transports):
+        PartitionServer(ds, rank).register(t)
+    return transports
+
+
+def test_sampler_processes_give_the_batches_of_the_ranks_own_threads(graphs):
+    g = graphs["dataset3"]
+    runs, requests = [], []
+    for workers in (0, 2):
+        transport = _group(g.data)[0]
+        node = DistributedNeighborLoader(g.data, [4, 3], transport, torch.arange(0, 120), batch_size=15, seed=3,
+                                         shuffle=True, num_workers=workers)
+        link = DistributedLinkNeighborLoader(g.data, [3, 2], transport, batch_size=50, seed=4, shuffle=True,
+                                             neg_sampling=dict(mode="binary", amount=1), num_workers=workers)
+        for loader in (node, link):
+            loader.sampler.generator = torch.Generator().manual_seed(0)
+        passes = [[_view(b) for b in loader] for loader in (node, link, node)]  # two passes of the node loader
+        for b in node:
+            assert np.allclose(b.x.numpy(), g.x[b.n_id.numpy()])  # remote rows, relayed, are the right rows
+        runs.append(passes)
+        requests.append(node.stats.snapshot()["requests"])
+        if workers:
+            assert transport.calls > 0 and node._pool.alive() == 2
+            node._pool.close()
+            link._pool.close()
+    assert runs[0] == runs[1] and len(runs[0][0]) == 8 and runs[0][0] != runs[0][2]
+    assert requests[1] == requests[0] > 0  # the workers' remote requests are counted in the rank's stats
+
+
+def test_a_sampler_process_that_dies_is_named(graphs):
+    g = graphs["dataset3"]
+    loader = DistributedNeighborLoader(g.data, [4, 3], _group(g.data)[0], torch.arange(0, 120), batch_size=15,
+                                       seed=3, num_workers=1)
+    it = iter(loader)
+    next(it)
+    os.kill(loader._pool._workers[0].process.pid, signal.SIGKILL)
+    with pytest.raises(SamplerProcessLost, match=r"sampler process 0 of rank 0 \(pid \d+\) died \(signal 9\)"):
+        list(it)
+    loader._pool.close()
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(num_workers=-1), "num_workers=-1"),
+    (dict(num_workers=2, loader_threads=2), "give one"),
+    (dict(num_workers=2, persistent_workers=True), "persistent_workers is torch's worker option"),
+])
+def test_bad_worker_options_are_refused_by_name(graphs, kwargs, words):
+    g = graphs["dataset3"]
+    with pytest.raises(InvalidInputError, match=words):
+        DistributedNeighborLoader(g.data, [4], _group(g.data)[0], torch.arange(10), batch_size=5, **kwargs)
