@@ -167,7 +167,7 @@ REFUSALS: dict[tuple[str, str], tuple[Any, type, str]] = {
     ("DistributedNeighborLoader", "is_sorted"): (True, InvalidInputError, "is_sorted=True applies to an in-memory"),
     ("DistributedLinkNeighborLoader", "is_sorted"): (True, InvalidInputError,
                                                      "is_sorted=True applies to an in-memory"),
-    ("DistributedNeighborLoader", "num_workers"): (2, InvalidInputError, "drop num_workers"),
+    ("DistributedNeighborLoader", "num_workers"): (-1, InvalidInputError, "num_workers=-1"),
 }
 
 # loader options that decide what a batch holds: a non-default value must change the first batch

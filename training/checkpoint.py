@@ -255,7 +255,11 @@ def claimed(directory: str | None) -> Iterator[Claim | None]:
         yield None
         return
     folder = os.path.abspath(os.path.expanduser(directory))
-    made = not os.path.isdir(folder)
+    made = []  # the folders made for the claim, deepest first: removed with it when the job left them empty
+    missing = folder
+    while not os.path.isdir(missing) and os.path.dirname(missing) != missing:
+        made.append(missing)
+        missing = os.path.dirname(missing)
     try:
         os.makedirs(folder, exist_ok=True)
     except OSError as exc:
@@ -265,9 +269,9 @@ def claimed(directory: str | None) -> Iterator[Claim | None]:
         yield claim
     finally:
         claim.release()
-        if made:
+        for path in made:
             with contextlib.suppress(OSError):
-                os.rmdir(folder)  # only when empty: what the job wrote stays
+                os.rmdir(path)  # only when empty: what the job wrote stays
 
 
 def take_claim(folder: str) -> Claim:

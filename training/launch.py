@@ -317,6 +317,8 @@ def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay:
     deadline = None
     ok = (0, preempt.EXIT_PREEMPTED)
     while any(p.poll() is None for p in procs):
+        if not relay.failed.is_set() and any(failures.kind(job_dir, r) == "cause" for r in range(len(procs))):
+            relay.failed.set()  # a rank named its own error and is on its way out: its peers' echoes stay in the log
         for rank, p in enumerate(procs):
             if p.poll() not in (None, *ok) and rank not in failed:
                 relay.failed.set()

@@ -257,7 +257,8 @@ class Session:
 
     @property
     def num_classes(self) -> int | dict[str, int]:
-        """Classes of ``y`` (largest label over every partition + 1): an int, or per labelled node type."""
+        """Classes of ``y`` (largest label over every partition + 1): an int, or per labelled node type.
+        Agreed over the ranks the first time it is read: every rank reads it, at the same point."""
         if not hasattr(self, "_classes"):
             types = [n.name for n in self._joined().dataset.manifest.node_types if "y" in n.attrs]
             if not types:

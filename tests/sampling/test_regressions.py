@@ -191,14 +191,14 @@ def test_prefetcher_finishes_cleanly():
         next(p3)
 
 
-def test_distributed_objects_pickle_and_reject_workers(halo_x_only):
+def test_distributed_objects_pickle_and_reject_torchs_worker_options(halo_x_only):
     ds, _ = halo_x_only
     t = LoopbackTransport.group(2)[0]
     pickle.loads(pickle.dumps(RemoteStats(requests=3))).add(requests=1)
     store = DistributedFeatureStore(ds, t, RankLayout(2, 2))
     assert pickle.loads(pickle.dumps(store.stats)).requests == 0
-    with pytest.raises(InvalidInputError, match="num_workers"):
-        DistributedNeighborLoader(ds, [2], t, torch.arange(5), num_workers=2)
+    with pytest.raises(InvalidInputError, match="persistent_workers is torch's worker option"):
+        DistributedNeighborLoader(ds, [2], t, torch.arange(5), num_workers=2, persistent_workers=True)
 
 
 def test_dataset_store_names_ids_out_of_range(halo_x_only):

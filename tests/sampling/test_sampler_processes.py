@@ -13,18 +13,9 @@ import torch
 from graphstore.errors import InvalidInputError
 from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
 from sampling.processes import SamplerProcessLost
-from sampling.server import PartitionServer
-from sampling.transport import LoopbackTransport
-from tests.sampling.test_loader_threads import _view
+from tests.sampling.test_loader_threads import _group, _view
 
 pytestmark = pytest.mark.slow
-
-
-def _group(ds):
-    transports = LoopbackTransport.group(ds.num_parts)
-    for rank, t in enumerate(transports):
-        PartitionServer(ds, rank).register(t)
-    return transports
 
 
 def test_sampler_processes_give_the_batches_of_the_ranks_own_threads(graphs):

@@ -13,10 +13,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 @pytest.mark.parametrize("task", ["node", "link"])
 def test_loader_workers_train_to_the_loss_of_the_ranks_own_threads(synthetic2, tmp_path, task):
     losses = []
-    for flags in ([], ["--loader-workers", 2]):
+    for flags in ([], ["--loader-workers", 1]):  # one sampler process a rank: the fewest processes to start
         out = tmp_path / f"m{len(losses)}.json"
         done = run_train(synthetic2, "--nproc", 2, "--epochs", 2, "--task", task, "--fanout", "5,5",
-                         "--batch-size", 64, "--eval-max-batches", 2, "--metrics-out", out, *flags)
+                         "--batch-size", 128, "--eval-every", 2, "--eval-max-batches", 1, "--metrics-out", out,
+                         *flags)
         assert done.returncode == 0, done.stderr[-3000:]
         losses.append([e["loss"] for e in metrics(out)["epochs"]])
     assert len(losses[0]) == 2 and losses[1] == losses[0]
