@@ -12,7 +12,7 @@ from typing import Any
 from graphstore.cli.args import Parser, integer, number
 from graphstore.errors import GraphstoreError
 from training import failures, lifetime, placement
-from training.session import DEVICE_ENV, TIMEOUT_ENV
+from training.world import DEVICE_ENV, TIMEOUT_ENV
 
 _RANK_FLAG = "--graphstore-rank"  # how the launcher starts a rank: python -m training.run --graphstore-rank SCRIPT ...
 

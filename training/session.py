@@ -25,12 +25,10 @@ from sampling.server import PartitionServer
 from training import allocator, failures, lifetime, placement, preempt, process, threads
 from training.session_loaders import LOADER_OPTIONS, Loader, link_seeds, node_seeds
 from training.session_state import load_checkpoint, save_checkpoint
-from training.world import World
+from training.world import DEVICE_ENV, TIMEOUT_ENV, World
 
 logger = logging.getLogger(__name__)
 
-TIMEOUT_ENV = "GRAPHSTORE_TIMEOUT"  # set by graphstore-run --timeout: the session's default
-DEVICE_ENV = "GRAPHSTORE_DEVICE"  # set by graphstore-run --device: the session's default
 _HANDLER_STAGES = {"sample": "sampling", "gather": "feature fetch", "edge_attr": "edge-attribute fetch"}
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
         "product": dist.ReduceOp.PRODUCT}

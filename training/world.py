@@ -13,6 +13,10 @@ import torch
 from graphstore.errors import InvalidInputError
 
 
+TIMEOUT_ENV = "GRAPHSTORE_TIMEOUT"  # set by graphstore-run --timeout: a training.Session's default timeout
+DEVICE_ENV = "GRAPHSTORE_DEVICE"  # set by graphstore-run --device: a training.Session's default device
+
+
 @dataclass(frozen=True)
 class World:
     """Rank facts, from torchrun's or SLURM's environment, the local launcher, or explicit arguments.
