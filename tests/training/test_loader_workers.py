@@ -10,8 +10,8 @@ from tests.training.conftest import metrics, run_train
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
 
-@pytest.mark.parametrize("task", ["node", "link"])
-def test_loader_workers_train_to_the_loss_of_the_ranks_own_threads(synthetic2, tmp_path, task):
+def test_loader_workers_train_to_the_loss_of_the_ranks_own_threads(synthetic2, tmp_path):
+    task = "node"  # --task link with --loader-workers is refused at the door until its failure is understood
     losses = []
     for flags in ([], ["--loader-workers", 1]):  # one sampler process a rank: the fewest processes to start
         out = tmp_path / f"m{len(losses)}.json"
