@@ -112,7 +112,8 @@ class _Threaded:
             inner._next_index()
         processes = getattr(self, "sampler_processes", 0)
         if processes:  # a distributed loader's sampler processes build the batches; threads keep their order
-            return LoaderThreads(inner._next_index, self._process_builder(processes), processes, self.prefetch)
+            pinned = bool(getattr(inner, "_pin_memory", False))
+            return LoaderThreads(inner._next_index, self._process_builder(processes, pinned), processes, self.prefetch)
         if self.loader_threads == 1 and not self.prefetch:
             return base
         if not in_process:  # worker processes build the batches: a thread only keeps them coming
@@ -123,9 +124,11 @@ class _Threaded:
         return LoaderThreads(inner._next_index, _builder(base, inner), self.loader_threads, self.prefetch)
 
 
-    def _process_builder(self, count: int) -> Callable[[Any], Any]:
+    def _process_builder(self, count: int, pinned: bool = False) -> Callable[[Any], Any]:
         """What a loader thread does with an index batch when sampler processes build it: hand it, with
-        this pass's stream number, to one of them (started on the first pass, kept for the later ones)."""
+        this pass's stream number, to one of them (started on the first pass, kept for the later ones); the
+        thread copies the batch out of the worker's shared memory, into pinned memory when the loader pins
+        (a GPU rank): the copy is this loader thread's, not the training loop's."""
         pool = getattr(self, "_pool", None)
         if pool is None:
             from sampling.processes import SamplerProcesses
@@ -134,7 +137,7 @@ class _Threaded:
             cls, dataset, fanout, seeds, kwargs = recipe
             kwargs = {k: v for k, v in kwargs.items() if k not in ("num_workers", "loader_threads", "prefetch")}
             pool = self._pool = SamplerProcesses((cls, dataset, fanout, seeds, kwargs), count,
-                                                 self.transport)  # type: ignore[attr-defined]
+                                                 self.transport, pinned)  # type: ignore[attr-defined]
             pool.stats = self.stats  # type: ignore[attr-defined]
             weakref.finalize(self, pool.close)
         sampler = getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)

@@ -3,8 +3,8 @@
 Each worker is spawned (never forked: the rank runs RPC and numba threads), opens the dataset itself
 (memory-mapped: no copy) and rebuilds the rank's loader from its recipe. The rank draws the seed order
 and sends each index batch, with the pass's stream number, to a worker; the worker samples and gathers
-it and sends the batch back through shared memory (torch's reductions move a tensor's storage into a
-shared segment: its rows are never pickled). A worker's requests to other ranks' partitions are relayed
+it and sends the batch back through a block of shared memory it reuses (:mod:`sampling.handoff`: its
+rows are never pickled, and gathered where the rank reads them). A worker's requests to other ranks' partitions are relayed
 by its rank, which alone is in the RPC group. The batches are those of the rank's own threads for any N:
 each batch samples from a stream of its own. A worker dies with its rank (it watches its parent), and a
 worker that dies ends the rank's pass with one line naming it.
@@ -21,6 +21,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from graphstore.errors import GraphstoreError
+from sampling import handoff
+from sampling.device import pin
 from sampling.transport import PeerError, Transport
 
 logger = logging.getLogger(__name__)
@@ -96,13 +98,21 @@ def _watch_parent(parent: int) -> None:
 def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, tasks: Any, relay: Any,
                  parent: int) -> None:
     """A sampler process: rebuild the loader, then build each index batch it is sent until told to stop."""
+    import torch
     import torch.multiprocessing  # noqa: F401  (tensors sent over a pipe travel in shared memory)
 
+    from graphstore.dataset import rowmemory
+    from sampling import handoff
+
+    torch.set_num_threads(1)  # as torch's DataLoader workers: N workers' thread pools would crowd the rank's cores
+    for name in ("graphstore", "sampling", "training"):  # rebuilding the loader repeats the rank's warnings
+        logging.getLogger(name).setLevel(logging.ERROR)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="graphstore-parent-watch").start()
     cls, dataset, num_neighbors, seeds, kwargs = recipe
     transport = RelayTransport(rank, world_size, timeout, relay)
     loader = cls(dataset, num_neighbors, transport, seeds, **kwargs)
     sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
+    slab, fresh = None, None  # the block batches are handed over in; a new one goes with the next batch
     while True:
         try:
             task = tasks.recv()
@@ -113,11 +123,20 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
         stream, index = task
         try:
             sampler.set_epoch(stream)
-            out = loader.collate_fn(index)  # sampled (and gathered, when the loader filters per worker)
-            batch = out if loader.filter_per_worker else loader.filter_fn(out)
-            tasks.send((True, batch, loader.stats.snapshot(reset=True)))
+            if slab is not None:
+                slab.reset()
+            with rowmemory.rows_into(slab):  # the stores gather the rows into the block
+                out = loader.collate_fn(index)  # sampled (and gathered, when the loader filters per worker)
+                batch = out if loader.filter_per_worker else loader.filter_fn(out)
+            batch = handoff.pack(batch, slab)
+            wanted = slab.wanted if slab is not None else handoff.tensor_bytes(batch)
+            tasks.send((True, batch, loader.stats.snapshot(reset=True), fresh))
+            fresh = None
+            if slab is None or slab.wanted > slab.capacity:  # a block the next batches fit in
+                slab = handoff.Slab(handoff.wanted_block(wanted))
+                fresh = slab.block
         except Exception as exc:  # delivered to the rank at this batch
-            tasks.send((False, _picklable(exc), None))
+            tasks.send((False, _picklable(exc), None, None))
 
 
 def _picklable(exc: Exception) -> Exception:
@@ -138,6 +157,7 @@ class _Worker:
         self.process = ctx.Process(
             target=_worker_main, name=f"graphstore-sampler-{transport.rank}-{number}", daemon=True,
             args=(recipe, transport.rank, transport.world_size, transport.timeout, theirs, relay_theirs, os.getpid()))
+        self.block = None  # the worker's block of shared memory (sampling.handoff), once it sent one
         self.process.start()
         theirs.close()
         relay_theirs.close()
@@ -153,10 +173,10 @@ class SamplerProcesses:
     threads call it, one worker each (``LoaderThreads`` keeps the batches in order).
     """
 
-    def __init__(self, recipe: tuple, count: int, transport: Transport) -> None:
+    def __init__(self, recipe: tuple, count: int, transport: Transport, pinned: bool = False) -> None:
         import torch.multiprocessing as mp
 
-        self.rank = transport.rank
+        self.rank, self.pinned = transport.rank, pinned
         ctx = mp.get_context("spawn")
         self._workers = [_Worker(ctx, i, recipe, transport) for i in range(count)]
         self._idle: list[_Worker] = list(self._workers)
@@ -170,13 +190,19 @@ class SamplerProcesses:
             worker = self._idle.pop()
         try:
             worker.tasks.send((stream, index))
-            ok, value, stats = self._answer(worker)
+            ok, value, stats, block = self._answer(worker)
+            if block is not None:
+                worker.block = block
+            if ok:  # copied out of the worker's block before the worker may fill it again
+                value = handoff.unpack(value, worker.block, self.pinned)
         finally:
             with self._cond:
                 self._idle.append(worker)
                 self._cond.notify()
         if not ok:
             raise value
+        if self.pinned:  # what did not travel in the block
+            value = pin(value)
         if stats and self.stats is not None:
             self.stats.add(requests=int(stats["requests"]), wait=stats["wait_seconds"], rows=int(stats["rows"]))
         return value

@@ -119,9 +119,6 @@ def check_config(c: TrainConfig) -> None:
     if workers and c.loader_threads is not None and c.loader_threads > 1:
         raise InvalidInputError(f"--loader-workers {workers} and --loader-threads {c.loader_threads} both build batches "
                                 "in parallel (sampler processes, or threads in the rank); give one of them")
-    if workers and c.task == "link":
-        raise InvalidInputError("--loader-workers trains --task node only for now (link batches through sampler "
-                                "processes failed a check); drop --loader-workers for --task link")
     if workers and (c.gpu_cache is not None or c.unmapped):
         flag = "--gpu-cache" if c.gpu_cache is not None else "--unmapped"
         raise InvalidInputError(f"--loader-workers does not work with {flag} yet (the sampler processes open the "

@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         lifetime.watch_launcher(world.rank)
         logging.basicConfig(level=logging.WARNING, format=f"rank {world.rank}: %(levelname)s %(message)s")
         warnings.filterwarnings("ignore", message="You are using a Backend")  # torch's own object collectives
-        return run_rank(config, world)
+        lifetime.leave(run_rank(config, world))
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:  # a bad flag (one line already printed) or --help
@@ -366,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
             placement.check_local_rank(world.local_rank, cuda, gpus)
             # one job per checkpoint directory: rank 0 holds the claim for the job
             with checkpoint.claimed(config.checkpoint_dir) if world.rank == 0 else contextlib.nullcontext():
-                return run_rank(config, world)
+                code = run_rank(config, world)
+            lifetime.leave(code)
         nproc = _check_job(config, args.nproc, cuda, gpus)
         with checkpoint.claimed(config.checkpoint_dir):
             return launch_local(config, nproc, grace=config.timeout + 15)

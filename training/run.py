@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``graphstore-run`` (and of each rank it starts)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [_RANK_FLAG]:
-        return run_script(argv[1], argv[2:])
+        lifetime.leave(run_script(argv[1], argv[2:]))
     try:
         args = _parser().parse_args(argv)
     except SystemExit as exc:

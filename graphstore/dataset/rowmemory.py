@@ -6,13 +6,16 @@ copy on the host (pinning a batch after the gather copied its rows once more: on
 docs/training.md the loader made 137-146 batches/s that way and makes 198-201 this way, with 0.8 GiB
 less peak memory). Pinned blocks come from torch's caching host allocator, so they are reused batch
 after batch. Needs an accelerator (torch refuses pinned memory without one).
+
+A sampler process gathers into the block of shared memory it hands its batches over in
+(:func:`rows_into`): the rank then reads the rows where they were gathered.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 
@@ -30,13 +33,31 @@ def pinned_rows(on: bool = True) -> Iterator[None]:
         _local.pinned = before
 
 
+@contextlib.contextmanager
+def rows_into(arena: Any) -> Iterator[None]:
+    """Within it, this thread's feature stores gather rows into tensors ``arena.take(shape, dtype)`` hands
+    out (ordinary memory where it returns None: the arena is full). ``arena`` None: no arena."""
+    before = getattr(_local, "arena", None)
+    _local.arena = arena
+    try:
+        yield
+    finally:
+        _local.arena = before
+
+
 def pinned() -> bool:
     """Whether this thread asked for pinned rows."""
     return getattr(_local, "pinned", False)
 
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised tensor for gathered rows: in pinned memory when this thread asked for it."""
+    """An uninitialised tensor for gathered rows: in this thread's arena when it has one with room, else in
+    pinned memory when this thread asked for it."""
+    arena = getattr(_local, "arena", None)
+    if arena is not None:
+        out = arena.take(shape, dtype)
+        if out is not None:
+            return out
     return _allocate(shape, dtype, pinned())
 
 

@@ -63,3 +63,22 @@ def test_bad_worker_options_are_refused_by_name(graphs, kwargs, words):
     g = graphs["dataset3"]
     with pytest.raises(InvalidInputError, match=words):
         DistributedNeighborLoader(g.data, [4], _group(g.data)[0], torch.arange(10), batch_size=5, **kwargs)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_host_batches_from_sampler_processes_come_pinned(graphs):
+    from sampling.device import is_pinned
+
+    g = graphs["dataset3"]
+    transport = _group(g.data)[0]
+    kw = dict(batch_size=15, seed=3, shuffle=True, pin_memory=True)
+    threads, loader = (DistributedNeighborLoader(g.data, [3, 3], transport, torch.arange(0, 60), num_workers=n, **kw)
+                       for n in (0, 1))
+    for one in (threads, loader):
+        one.sampler.generator = torch.Generator().manual_seed(0)
+    want = [_view(b) for b in threads]
+    batches = list(loader)
+    loader._pool.close()
+    assert len(batches) == 4 and all(is_pinned(b) for b in batches), "the rank's loader threads pin each batch"
+    assert [_view(b) for b in batches] == want
