@@ -10,8 +10,8 @@ sampler's other outputs are copied in (:func:`pack`), and the batch crosses the 
 replaced by where it lies in the block (:class:`InSlab`). The rank copies each tensor out (into pinned
 memory for a GPU: the copy it would make to pin anyway) before it sends the worker its next index batch
 (:func:`unpack`), so one block a worker is enough. A batch larger than the block goes the old way for
-the tensors that do not fit, and the worker sends a block a quarter larger than that batch with its
-next one.
+the tensors that do not fit, and the worker sends with it a block a quarter larger than that batch, in
+which its next batches come.
 """
 
 from __future__ import annotations

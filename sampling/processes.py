@@ -112,7 +112,7 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
     transport = RelayTransport(rank, world_size, timeout, relay)
     loader = cls(dataset, num_neighbors, transport, seeds, **kwargs)
     sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
-    slab, fresh = None, None  # the block batches are handed over in; a new one goes with the next batch
+    slab = None  # the block batches are handed over in (none before the first batch: its size is not known)
     while True:
         try:
             task = tasks.recv()
@@ -129,12 +129,14 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
                 out = loader.collate_fn(index)  # sampled (and gathered, when the loader filters per worker)
                 batch = out if loader.filter_per_worker else loader.filter_fn(out)
             batch = handoff.pack(batch, slab)
-            wanted = slab.wanted if slab is not None else handoff.tensor_bytes(batch)
-            tasks.send((True, batch, loader.stats.snapshot(reset=True), fresh))
-            fresh = None
-            if slab is None or slab.wanted > slab.capacity:  # a block the next batches fit in
-                slab = handoff.Slab(handoff.wanted_block(wanted))
-                fresh = slab.block
+            bigger = None  # a block the next batches fit in, sent with this batch, used from the next
+            if slab is None or slab.wanted > slab.capacity:
+                try:
+                    bigger = handoff.Slab(handoff.wanted_block(slab.wanted if slab else handoff.tensor_bytes(batch)))
+                except RuntimeError:  # no shared memory left for it: the batches travel as they are
+                    bigger = None
+            tasks.send((True, batch, loader.stats.snapshot(reset=True), None if bigger is None else bigger.block))
+            slab = bigger or slab
         except Exception as exc:  # delivered to the rank at this batch
             tasks.send((False, _picklable(exc), None, None))
 
@@ -191,10 +193,10 @@ class SamplerProcesses:
         try:
             worker.tasks.send((stream, index))
             ok, value, stats, block = self._answer(worker)
-            if block is not None:
-                worker.block = block
             if ok:  # copied out of the worker's block before the worker may fill it again
                 value = handoff.unpack(value, worker.block, self.pinned)
+            if block is not None:  # the worker's next batches come in this one
+                worker.block = block
         finally:
             with self._cond:
                 self._idle.append(worker)
