@@ -13,7 +13,9 @@ record's figures become a table, with its command, commit, machine, date, proven
 The README holds one table of its own, between its own markers: the newest run of the sampling variants
 against pyg-lib, without commit or file names (the README links this page for those).
 Nothing here measures anything: every figure comes from a record a benchmark wrote (``tools/benchinfo.py``,
-``record``) or one transcribed from an earlier README, whose ``provenance`` says so.
+``record``) or one transcribed from an earlier README, whose ``provenance`` says so; a record run from a
+tree with uncommitted changes (a lent machine's copy) names them in its ``provenance`` ("ran from a working
+tree of ...").
 """
 
 from __future__ import annotations
