@@ -1,15 +1,15 @@
-"""A sampler process's batches handed to its rank through one block of shared memory, reused batch after batch.
+"""A sampler process's batches handed to its rank through blocks of shared memory, reused batch after batch.
 
 Sent as they are, a batch's tensors travel through torch's reductions: each tensor is copied into a new
 shared segment whose pages are faulted in on both sides, and a file descriptor is passed for it. For a
-batch of fanout 15,10,5 and 1,024 seeds over 128 features (about 50 MB) that took 68 ms of the worker's
-and more of the rank's time, twice the sampling and gathering itself (``tools/bench_loader.py`` ways
-``1`` and ``p1``). Here a worker owns one block (:class:`Slab`), sent to its rank once: the feature
+batch of fanout 15,10,5 and 1,024 seeds over 128 features (about 50 MB) that cost a worker more than its
+sampling and gathering together. Here a worker owns a block per slot (:class:`Slab`;
+``sampling.processes.SLOTS``), each sent to its rank once: the feature
 stores gather the rows straight into it (:func:`graphstore.dataset.rowmemory.rows_into`), the
 sampler's other outputs are copied in (:func:`pack`), and the batch crosses the pipe with each tensor
 replaced by where it lies in the block (:class:`InSlab`). The rank copies each tensor out (into pinned
-memory for a GPU: the copy it would make to pin anyway) before it sends the worker its next index batch
-(:func:`unpack`), so one block a worker is enough. A batch larger than the block goes the old way for
+memory for a GPU: the copy it would make to pin anyway) before it hands that slot its next index batch
+(:func:`unpack`). A batch larger than the block goes the old way for
 the tensors that do not fit, and the worker sends with it a block a quarter larger than that batch, in
 which its next batches come.
 """

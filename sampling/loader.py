@@ -112,8 +112,11 @@ class _Threaded:
             inner._next_index()
         processes = getattr(self, "sampler_processes", 0)
         if processes:  # a distributed loader's sampler processes build the batches; threads keep their order
+            from sampling.processes import SLOTS
+
             pinned = bool(getattr(inner, "_pin_memory", False))
-            return LoaderThreads(inner._next_index, self._process_builder(processes, pinned), processes, self.prefetch)
+            return LoaderThreads(inner._next_index, self._process_builder(processes, pinned), processes * SLOTS,
+                                 self.prefetch)
         if self.loader_threads == 1 and not self.prefetch:
             return base
         if not in_process:  # worker processes build the batches: a thread only keeps them coming

@@ -27,6 +27,7 @@ from sampling.transport import PeerError, Transport
 
 logger = logging.getLogger(__name__)
 _POLL = 0.5  # seconds between checks that a worker (or the parent) is still alive
+SLOTS = 2  # index batches in flight a worker: it builds one while its rank copies another out
 
 
 class SamplerProcessLost(GraphstoreError, RuntimeError):
@@ -112,7 +113,7 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
     transport = RelayTransport(rank, world_size, timeout, relay)
     loader = cls(dataset, num_neighbors, transport, seeds, **kwargs)
     sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
-    slab = None  # the block batches are handed over in (none before the first batch: its size is not known)
+    slabs = [None] * SLOTS  # the blocks batches are handed over in (none before a slot's first batch)
     while True:
         try:
             task = tasks.recv()
@@ -120,7 +121,8 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
             return
         if task is None:
             return
-        stream, index = task
+        number, slot, stream, index = task
+        slab = slabs[slot]
         try:
             sampler.set_epoch(stream)
             if slab is not None:
@@ -135,10 +137,11 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
                     bigger = handoff.Slab(handoff.wanted_block(slab.wanted if slab else handoff.tensor_bytes(batch)))
                 except RuntimeError:  # no shared memory left for it: the batches travel as they are
                     bigger = None
-            tasks.send((True, batch, loader.stats.snapshot(reset=True), None if bigger is None else bigger.block))
-            slab = bigger or slab
+            tasks.send((number, True, batch, loader.stats.snapshot(reset=True),
+                        None if bigger is None else bigger.block))
+            slabs[slot] = bigger or slab
         except Exception as exc:  # delivered to the rank at this batch
-            tasks.send((False, _picklable(exc), None, None))
+            tasks.send((number, False, _picklable(exc), None, None))
 
 
 def _picklable(exc: Exception) -> Exception:
@@ -159,7 +162,10 @@ class _Worker:
         self.process = ctx.Process(
             target=_worker_main, name=f"graphstore-sampler-{transport.rank}-{number}", daemon=True,
             args=(recipe, transport.rank, transport.world_size, transport.timeout, theirs, relay_theirs, os.getpid()))
-        self.block = None  # the worker's block of shared memory (sampling.handoff), once it sent one
+        self.blocks: list[Any] = [None] * SLOTS  # its blocks of shared memory (sampling.handoff), once sent
+        self.sending, self.receiving = threading.Lock(), threading.Lock()
+        self.answers: dict[int, tuple] = {}  # answers read by another slot's thread
+        self.numbers = itertools.count()
         self.process.start()
         theirs.close()
         relay_theirs.close()
@@ -171,8 +177,9 @@ class _Worker:
 class SamplerProcesses:
     """``count`` sampler processes for one loader (started on first use, kept for its later passes).
 
-    :meth:`build` hands an index batch to an idle worker and waits for the batch; a rank's loader
-    threads call it, one worker each (``LoaderThreads`` keeps the batches in order).
+    :meth:`build` hands an index batch to an idle slot of a worker and waits for the batch; a rank's
+    loader threads call it, ``SLOTS`` a worker (``LoaderThreads`` keeps the batches in order). A worker
+    has ``SLOTS`` blocks and builds a batch into one while its rank copies the last out of another.
     """
 
     def __init__(self, recipe: tuple, count: int, transport: Transport, pinned: bool = False) -> None:
@@ -181,7 +188,7 @@ class SamplerProcesses:
         self.rank, self.pinned = transport.rank, pinned
         ctx = mp.get_context("spawn")
         self._workers = [_Worker(ctx, i, recipe, transport) for i in range(count)]
-        self._idle: list[_Worker] = list(self._workers)
+        self._idle: list[tuple[_Worker, int]] = [(w, slot) for slot in range(SLOTS) for w in self._workers][::-1]
         self._cond = threading.Condition()
         self.stats = None  # the loader's RemoteStats: the workers' remote traffic is added to it
 
@@ -189,17 +196,19 @@ class SamplerProcesses:
         with self._cond:
             while not self._idle:
                 self._cond.wait()
-            worker = self._idle.pop()
+            worker, slot = self._idle.pop()
         try:
-            worker.tasks.send((stream, index))
-            ok, value, stats, block = self._answer(worker)
-            if ok:  # copied out of the worker's block before the worker may fill it again
-                value = handoff.unpack(value, worker.block, self.pinned)
-            if block is not None:  # the worker's next batches come in this one
-                worker.block = block
+            with worker.sending:
+                number = next(worker.numbers)
+                worker.tasks.send((number, slot, stream, index))
+            ok, value, stats, block = self._answer(worker, number)
+            if ok:  # copied out of the slot's block before the worker may fill it again
+                value = handoff.unpack(value, worker.blocks[slot], self.pinned)
+            if block is not None:  # the slot's next batches come in this one
+                worker.blocks[slot] = block
         finally:
             with self._cond:
-                self._idle.append(worker)
+                self._idle.append((worker, slot))
                 self._cond.notify()
         if not ok:
             raise value
@@ -209,14 +218,23 @@ class SamplerProcesses:
             self.stats.add(requests=int(stats["requests"]), wait=stats["wait_seconds"], rows=int(stats["rows"]))
         return value
 
-    def _answer(self, worker: _Worker) -> tuple:
+    def _answer(self, worker: _Worker, number: int) -> tuple:
+        """The worker's answer to task ``number`` (answers come in order; one read for the other slot's
+        thread is left for it)."""
         while True:
-            if worker.tasks.poll(_POLL):
-                try:
-                    return worker.tasks.recv()
-                except (EOFError, OSError):  # its end of the pipe closed: it died
-                    worker.process.join(2.0)
-                    raise self._lost(worker) from None
+            with worker.receiving:
+                if number in worker.answers:
+                    return worker.answers.pop(number)
+                if worker.tasks.poll(_POLL):
+                    try:
+                        answer = worker.tasks.recv()
+                    except (EOFError, OSError):  # its end of the pipe closed: it died
+                        worker.process.join(2.0)
+                        raise self._lost(worker) from None
+                    if answer[0] == number:
+                        return answer[1:]
+                    worker.answers[answer[0]] = answer[1:]
+                    continue
             if not worker.process.is_alive():
                 raise self._lost(worker)
 
