@@ -3,11 +3,11 @@
 Each worker is spawned (never forked: the rank runs RPC and numba threads), opens the dataset itself
 (memory-mapped: no copy) and rebuilds the rank's loader from its recipe. The rank draws the seed order
 and sends each index batch, with the pass's stream number, to a worker; the worker samples and gathers
-it and sends the batch back through a block of shared memory it reuses (:mod:`sampling.handoff`: its
-rows are never pickled, and gathered where the rank reads them). A worker's requests to other ranks' partitions are relayed
-by its rank, which alone is in the RPC group. The batches are those of the rank's own threads for any N:
-each batch samples from a stream of its own. A worker dies with its rank (it watches its parent), and a
-worker that dies ends the rank's pass with one line naming it.
+it and sends the batch back through blocks of shared memory it reuses (:mod:`sampling.handoff`: its
+rows are never pickled, and gathered where the rank reads them). A worker's requests to other ranks'
+partitions are relayed by its rank, which alone is in the RPC group. The batches are those of the rank's
+own threads for any N: each batch samples from a stream of its own. A worker dies with its rank (it
+watches its parent), and a worker that dies ends the rank's pass with one line naming it.
 """
 
 from __future__ import annotations

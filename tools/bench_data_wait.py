@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{shlex.join(out['flags'])}; epochs 2-{args.epochs}, {args.repeats} interleaved repeats")
         for name in out["ways"]:
             lo, hi = out["data_wait_share_range"][name]
-            print(f"  {name} ({out['ways'][name] or 'no flags'}): data wait {100 * out['median_data_wait_share'][name]:.0f}% "
+            share = out["median_data_wait_share"][name]
+            print(f"  {name} ({out['ways'][name] or 'no flags'}): data wait {100 * share:.0f}% "
                   f"of training ({100 * lo:.0f}-{100 * hi:.0f}%), training {out['median_train_seconds'][name]:.2f} s "
                   f"({out['train_seconds_ratio_to_first'][name]:.2f}x), forward/backward "
                   f"{out['median_forward_backward_seconds'][name]:.2f} s")

@@ -223,3 +223,13 @@ def test_bench_ingest_runs_both_engines_and_verifies(tmp_path):
 def test_bench_verify_writes_its_record(tmp_path):
     out = _run("bench_verify", tmp_path, "--nodes", "3000", "--repeats", "1")
     assert len(out["rows"]) == 5 and all(r["seconds"] > 0 for r in out["rows"])
+
+
+@pytest.mark.slow
+def test_bench_data_wait_reports_each_way_and_the_same_losses_on_cpu(tmp_path):
+    out = _run("bench_data_wait", tmp_path, "--device", "cpu", "--epochs", "2", "--repeats", "1",
+               "--spec", "synthetic:nodes=1500,avg_degree=5,features=8,classes=3,seed=0", "--data", str(tmp_path / "d"),
+               "--way", "threads=", "--way", "p1=--loader-workers 1", "--flag=--hidden", "--flag=16")
+    assert out["ways"] == {"threads": "", "p1": "--loader-workers 1"} and out["same_losses"] is True
+    assert all(0 <= share <= 1 for share in out["median_data_wait_share"].values())
+    assert [len(r["train_seconds"]) for rs in out["runs"].values() for r in rs] == [1, 1]  # epoch 1 not counted

@@ -23,6 +23,8 @@ TOOL_CASES = [
     ("bench_store", ["--repeats", "2.5"], "argument --repeats: '2.5' is not an integer"),
     ("bench_remote", ["--latency-ms", "nan"], "argument --latency-ms: nan is out of range"),
     ("bench_loader", ["--threads", "0,1"], "--threads: '0,1': give loader thread counts"),
+    ("bench_data_wait", ["--way", "p2"], "'p2': give NAME=FLAGS"),
+    ("bench_data_wait", ["--epochs", "1"], "argument --epochs: 1 is out of range"),
     ("bench_train", ["--fanout", "5,x"], "--fanout: '5,x' is not a fanout"),
     ("bench_ingest", ["--memory-limit", "lots"], "--memory-limit: 'lots' is not a size"),
     ("bench_partition", ["--parts", "two"], "argument --parts: 'two' is not an integer"),
