@@ -22,32 +22,30 @@ import torch
 _local = threading.local()
 
 
-@contextlib.contextmanager
-def pinned_rows(on: bool = True) -> Iterator[None]:
+def pinned_rows(on: bool = True) -> contextlib.AbstractContextManager[None]:
     """Within it (with ``on``), this thread's feature stores gather rows into pinned host memory."""
-    before = getattr(_local, "pinned", False)
-    _local.pinned = on
-    try:
-        yield
-    finally:
-        _local.pinned = before
+    return _this_thread("pinned", on)
 
 
-@contextlib.contextmanager
-def rows_into(arena: Any) -> Iterator[None]:
+def rows_into(arena: Any) -> contextlib.AbstractContextManager[None]:
     """Within it, this thread's feature stores gather rows into tensors ``arena.take(shape, dtype)`` hands
     out (ordinary memory where it returns None: the arena is full). ``arena`` None: no arena."""
-    before = getattr(_local, "arena", None)
-    _local.arena = arena
+    return _this_thread("arena", arena)
+
+
+@contextlib.contextmanager
+def _this_thread(name: str, value: Any) -> Iterator[None]:
+    before = getattr(_local, name, None)
+    setattr(_local, name, value)
     try:
         yield
     finally:
-        _local.arena = before
+        setattr(_local, name, before)
 
 
 def pinned() -> bool:
     """Whether this thread asked for pinned rows."""
-    return getattr(_local, "pinned", False)
+    return bool(getattr(_local, "pinned", False))
 
 
 def empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
