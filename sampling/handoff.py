@@ -84,11 +84,11 @@ def _stores(batch: Any) -> list[Any]:
 def pack(batch: Any, slab: Slab | None) -> Any:
     """``batch`` with each tensor in ``slab`` replaced by where it lies (copied in first when it was built
     elsewhere and fits). Tensors that do not fit stay in the batch (and count in ``slab.wanted``)."""
+    if slab is None:
+        return batch
     for store in _stores(batch):
         for key, value in list(store.items()):
             if not isinstance(value, torch.Tensor):
-                continue
-            if slab is None:
                 continue
             where = slab.where(value)
             if where is None:

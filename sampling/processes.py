@@ -103,7 +103,6 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
     import torch.multiprocessing  # noqa: F401  (tensors sent over a pipe travel in shared memory)
 
     from graphstore.dataset import rowmemory
-    from sampling import handoff
 
     torch.set_num_threads(1)  # as torch's DataLoader workers: N workers' thread pools would crowd the rank's cores
     for name in ("graphstore", "sampling", "training"):  # rebuilding the loader repeats the rank's warnings

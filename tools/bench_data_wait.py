@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
 import subprocess
@@ -48,15 +47,15 @@ def train(dataset: Path, args: argparse.Namespace, flags: list[str], out: Path) 
     cmd = [sys.executable, "-m", "training.launch", str(dataset), "--no-progress", "--nproc", str(args.nproc),
            "--device", args.device, "--epochs", str(args.epochs), "--eval-every", str(args.epochs + 1),
            "--metrics-out", str(out), *FLAGS, *args.flags, *flags]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.timeout)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=benchinfo.child_env(), cwd=ROOT, timeout=args.timeout)
     if done.returncode != 0:
         raise SystemExit(f"bench_data_wait: {shlex.join(cmd)} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    epochs = json.loads(out.read_text())["epochs"][1:]
-    return {"train_seconds": [e["train_seconds"] for e in epochs],
-            "data_wait": [e["timing"]["data_wait"] for e in epochs],
-            "forward_backward": [e["timing"]["forward_backward"] for e in epochs],
-            "loss": [e["loss"] for e in json.loads(out.read_text())["epochs"]]}
+    every = json.loads(out.read_text())["epochs"]
+    counted = every[1:]  # the first compiles kernels and warms the page cache
+    return {"train_seconds": [e["train_seconds"] for e in counted],
+            "data_wait": [e["timing"]["data_wait"] for e in counted],
+            "forward_backward": [e["timing"]["forward_backward"] for e in counted],
+            "loss": [e["loss"] for e in every]}
 
 
 def run(args: argparse.Namespace) -> dict:

@@ -170,9 +170,7 @@ def _train(dest: Path, way: str, args: argparse.Namespace) -> Any:
         cmd = [sys.executable, "-m", "training.launch", str(dest), "--loader-only", "--nproc", "1",
                *flag, "--fanout", ",".join(map(str, FANOUT)),
                "--batch-size", str(args.batch_size), "--epochs", "2", "--no-progress", "--metrics-out", str(metrics)]
-        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # the checkout first
-        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800,
-                              env={**os.environ, "PYTHONPATH": path})
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, env=benchinfo.child_env())
         if done.returncode != 0:
             return {"error": done.stderr[-2000:], "command": " ".join(cmd)}
         epochs = json.loads(metrics.read_text())["epochs"]

@@ -115,6 +115,13 @@ def ingested(root: Any, spec: str, parts: int) -> Any:
     return dest
 
 
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a command a benchmark runs: this checkout first on ``PYTHONPATH`` (the code measured),
+    the caller's own entries after it (packages installed beside, e.g. a lent machine's wheels), and ``extra``."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def add_record_arguments(parser: argparse.ArgumentParser) -> None:
     """``--record DIR`` / ``--no-record``: where the run's JSON record goes (default: the repo's benchmarks/)."""
     group = parser.add_mutually_exclusive_group()
