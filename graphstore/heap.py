@@ -3,7 +3,7 @@ activations), handed back between phases, and counted.
 
 Library code of every layer calls :func:`keep_freed_memory` (a feature store, the sampler) and
 :func:`release_freed` (an ingest between stages, the trainer between epochs). Which allocator a training
-rank runs under (jemalloc preloaded by its launcher, or glibc tuned here) is ``training.allocator``'s
+rank runs under (jemalloc preloaded by its launcher, or glibc tuned here) is ``training.launcher.allocator``'s
 choice; ``GRAPHSTORE_MALLOC`` names it:
 
 - unset or ``auto``: jemalloc where the launcher finds it, else glibc tuned by :func:`keep_freed_memory`;

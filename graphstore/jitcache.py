@@ -1,7 +1,7 @@
 """numba's cache of this project's kernels: stale ones dropped, compiles announced, the warm-up's stamp.
 
 numba keys a cached function on its own file only: a kernel that calls kernels of another file (the
-sampling engine's drivers call :mod:`sampling.picks`, :mod:`sampling.draws`, ...) is loaded from the
+sampling engine's drivers call :mod:`sampling.kernels.picks`, :mod:`sampling.kernels.draws`, ...) is loaded from the
 cache unchanged after those files change, and runs the old code. After a ``git pull`` or an edit in a
 checkout that is a wrong result, not a slow one. So the first import after a change removes every
 cached kernel of ``graphstore`` and ``sampling`` (their ``__pycache__/*.nbi``/``*.nbc``), keyed by a

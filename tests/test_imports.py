@@ -196,9 +196,32 @@ def test_the_launcher_checks_a_dataset_without_importing_pyg(tmp_path):
     code = ("import sys, graphstore, training.launch\n"
             f"ds = graphstore.open_dataset({str(tmp_path / 'ds')!r})\n"
             "assert ds.num_parts == 2\n"
-            "print(sorted(m for m in sys.modules if m == 'training.trainer' or m.split('.')[0] == 'torch_geometric'))\n"
+            "print(sorted(m for m in sys.modules if m == 'training.loop.trainer' or m.split('.')[0] == 'torch_geometric'))\n"
             "ds.partition(0)\n"
             "print('torch_geometric' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout  # serving a partition does import it
+
+
+# a package's root holds its public entry points only; the rest sits in sub-packages named by role
+ROOT_MODULES = {"graphstore": {"__init__", "errors", "exports", "heap", "jitcache", "version"},
+                "sampling": {"__init__"},
+                "training": {"__init__", "config", "launch", "run"}}
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_a_package_root_holds_only_its_entry_points(package):
+    at_root = {path.stem for path in (ROOT / package).glob("*.py")}
+    assert at_root <= ROOT_MODULES[package], f"{package}/: move {sorted(at_root - ROOT_MODULES[package])} into a sub-package"
+    assert not [p for p in (ROOT / package).iterdir() if p.is_dir() and p.name != "__pycache__"
+                and not (p / "__init__.py").exists()], "every folder is a package"
+
+
+def test_no_module_name_appears_twice_across_the_layers():
+    seen: dict[str, list[str]] = {}
+    for package in LAYERS:
+        for path in (ROOT / package).rglob("*.py"):
+            if path.stem not in ("__init__", "__main__"):
+                seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -26,9 +26,9 @@ from torch_geometric.data import Data
 import graphstore
 from graphstore.errors import InvalidInputError
 from sampling import LinkNeighborLoader, NeighborLoader, NeighborSampler
-from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.distributed import PartitionServer
-from sampling.transport import LoopbackTransport
+from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
+from sampling.distributed.dist_sampler import PartitionServer
+from sampling.distributed.transport import LoopbackTransport
 from tests.conftest import small_graph
 
 

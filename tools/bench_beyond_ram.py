@@ -53,7 +53,7 @@ def _train(dataset: Path, args: argparse.Namespace, cache: str, group: memcgroup
     cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", "--epochs", "2", "--eval-every", "2", "--fanout",
            args.fanout, "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--no-progress",
            "--feature-cache", cache, "--metrics-out", str(metrics), "--timeout", "600"]
-    from training import allocator
+    from training.launcher import allocator
 
     # the rank alone, as torchrun starts it (no launcher process in the cgroup), under the launcher's allocator
     env = allocator.preload_env({**os.environ, "PYTHONPATH": str(ROOT), "RANK": "0", "WORLD_SIZE": "1",

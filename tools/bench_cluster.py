@@ -92,9 +92,9 @@ def on_rig(dest: Path, hosts: int, rate: str, args: argparse.Namespace, work: Pa
 
 def minimum(dest: Path, args: argparse.Namespace) -> dict:
     """One epoch of every rank's loader over the loopback transport: counted payload vs needed bytes."""
-    from sampling.dist_loader import DistributedNeighborLoader
-    from sampling.distributed import PartitionServer
-    from sampling.transport import LoopbackTransport
+    from sampling.distributed.dist_loader import DistributedNeighborLoader
+    from sampling.distributed.dist_sampler import PartitionServer
+    from sampling.distributed.transport import LoopbackTransport
 
     ds = graphstore.open_dataset(dest)
     transports = LoopbackTransport.group(ds.num_parts)

@@ -75,9 +75,9 @@ def _loader(ds: Any, kind: str, seeds: torch.Tensor, way: str, batch_size: int, 
         from sampling import NeighborLoader
 
         return NeighborLoader(ds, FANOUT, input_nodes=seeds, **options)
-    from sampling.dist_loader import DistributedNeighborLoader
-    from sampling.distributed import PartitionServer
-    from sampling.transport import LoopbackTransport
+    from sampling.distributed.dist_loader import DistributedNeighborLoader
+    from sampling.distributed.dist_sampler import PartitionServer
+    from sampling.distributed.transport import LoopbackTransport
 
     (transport,) = LoopbackTransport.group(1)
     PartitionServer(ds, 0).register(transport)
@@ -179,7 +179,7 @@ def _train(dest: Path, way: str, args: argparse.Namespace) -> Any:
 
 def _under_ranks_allocator(argv: list[str] | None) -> None:
     """Re-execute this script under the allocator graphstore-train preloads for its ranks, once."""
-    from training import allocator
+    from training.launcher import allocator
 
     env = allocator.preload_env(dict(os.environ))
     if env.get("LD_PRELOAD", "") != os.environ.get("LD_PRELOAD", "") and "GRAPHSTORE_BENCH_REEXEC" not in os.environ:
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)  # a bad flag is refused before the re-execution
     _under_ranks_allocator(argv)
     info = benchinfo.start(args, args.json)
-    from training import allocator
+    from training.launcher import allocator
 
     result = run(args)
     out = {**info, "allocator": allocator.name(), **result}

@@ -30,7 +30,7 @@ from torch_geometric.sampler import NodeSamplerInput
 import graphstore
 from graphstore.errors import DatasetNotFoundError
 from sampling import NeighborLoader, NeighborSampler
-from sampling.fastpath import FastPath
+from sampling.drivers.batch_driver import FastPath
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)

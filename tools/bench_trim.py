@@ -25,7 +25,7 @@ from torch_geometric.data import Data
 from graphstore.ingest.synthetic import parse_synthetic_spec
 from graphstore.ingest.synthetic_chunks import synthetic_graph
 from sampling import NeighborLoader
-from training.tasks import TRIMMED_MODELS, build_model, trim_arguments
+from training.loop.tasks import TRIMMED_MODELS, build_model, trim_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)

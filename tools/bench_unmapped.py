@@ -5,7 +5,7 @@ Usage::
     python tools/bench_unmapped.py [DATASET] [--every 1,8,32] [--batches 64] [--repeats 3] [--fanout 10,5]
                                    [--batch-size 1024] [--seed S] [--json]
 
-The sampler reads its partitions' topology through memory maps, prefaulted (``sampling.topology.prefault``),
+The sampler reads its partitions' topology through memory maps, prefaulted (``sampling.graph.topology.prefault``),
 so a rank's resident set (RSS) holds every page of it that it has read: page cache, shared and reclaimable,
 yet counted in RSS, which therefore grows with the partition. One way to hold RSS flat is to unmap those
 pages every few batches (``madvise(MADV_DONTNEED)``): the page cache keeps them, and the next read maps them
@@ -35,7 +35,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
 from sampling import NeighborSampler
-from sampling.topology import prefault
+from sampling.graph.topology import prefault
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)

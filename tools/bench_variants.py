@@ -117,8 +117,8 @@ def hetero_sampler(papers: int, batches: int, batch_size: int, seed: int, tmp: P
 def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path, fanout: list[int] = FANOUT
                         ) -> tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]:
     """Rank 0 of 2 (own partition local, the other over a loopback transport), and its seed batches."""
-    from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
-    from sampling.transport import LoopbackTransport
+    from sampling.distributed.dist_sampler import DistributedSampler, PartitionServer, RankLayout
+    from sampling.distributed.transport import LoopbackTransport
 
     dest = tmp / "parts2"
     graphstore.ingest(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), dest, num_parts=2, method="random")

@@ -13,12 +13,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import
   .venv/bin/pip install -q -e ".[test,s3]"
   echo "$want" > "$stamp"
 fi
-# jemalloc: graphstore-train runs its ranks under it where the machine has it (training/allocator.py:
+# jemalloc: graphstore-train runs its ranks under it where the machine has it (training/launcher/allocator.py:
 # flat memory per rank). Installed here when this runs as root on Debian/Ubuntu and it is missing, tried
 # once per .venv (.venv/.jemalloc-tried); set GRAPHSTORE_NO_APT=1 to skip. Without it ranks use glibc's
 # allocator, tuned.
-have_jemalloc() {  # where training/allocator.py looks (GRAPHSTORE_JEMALLOC aside)
-  .venv/bin/python -c "import sys; from training.allocator import find_jemalloc; sys.exit(find_jemalloc({}) is None)"
+have_jemalloc() {  # where training/launcher/allocator.py looks (GRAPHSTORE_JEMALLOC aside)
+  .venv/bin/python -c "import sys; from training.launcher.allocator import find_jemalloc; sys.exit(find_jemalloc({}) is None)"
 }
 if [ -z "${GRAPHSTORE_NO_APT:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null \
     && [ ! -e .venv/.jemalloc-tried ] && ! have_jemalloc; then

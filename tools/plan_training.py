@@ -14,10 +14,10 @@ import numpy as np
 
 from plan_model import _number, load_records, spec_fields
 
-DENSE_MAX_NODES = 1 << 24  # sampling/idmap.py: up to this many nodes the de-dup map is dense, 4.125 B per node
-PERHOP_DENSE_MAX_NODES = 1 << 21  # sampling/idmap.py: the per-hop driver's (several partitions) dense map limit
+DENSE_MAX_NODES = 1 << 24  # sampling/kernels/idmap.py: up to this many nodes the de-dup map is dense, 4.125 B per node
+PERHOP_DENSE_MAX_NODES = 1 << 21  # sampling/kernels/idmap.py: the per-hop driver's (several partitions) dense map limit
 SYNTHETIC_TRAIN_FRACTION = 0.6  # synthetic:'s default: the bench_rank_memory datasets' training nodes
-SEED_BYTES = 12  # int64 seed list and its int32 shuffled order, per training seed of a rank (sampling/order.py)
+SEED_BYTES = 12  # int64 seed list and its int32 shuffled order, per training seed of a rank (sampling/loader/seed_order.py)
 
 
 

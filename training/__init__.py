@@ -8,7 +8,7 @@ from graphstore.exports import exports
 __all__ = ["Session", "TrainConfig", "Trainer", "World"]
 
 # imported on first use: the launchers, which only start and watch ranks, need not import PyG
-_LAZY = {"Session": "training.session", "TrainConfig": "training.config", "Trainer": "training.trainer",
-         "World": "training.world"}
+_LAZY = {"Session": "training.loop.session", "TrainConfig": "training.config", "Trainer": "training.loop.trainer",
+         "World": "training.cluster.world"}
 
 __getattr__ = exports(globals(), _LAZY)

@@ -27,7 +27,7 @@ class TrainConfig:
 
     dataset: str
     epochs: int = 3
-    model: str = "sage"  # a built-in (MODELS) or MODULE:FACTORY, your own (training.usercode)
+    model: str = "sage"  # a built-in (MODELS) or MODULE:FACTORY, your own (training.loop.usercode)
     loss: str | None = None  # MODULE:FN, your own loss of a node batch's seeds (default: cross entropy)
     fanout: tuple[int, ...] = (15, 10)
     batch_size: int = 512

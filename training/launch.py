@@ -17,14 +17,16 @@ import warnings
 from dataclasses import asdict
 from typing import Any
 
-from training import allocator
+from training.launcher import allocator
 from graphstore.cli.args import Parser, integer, number, size
 from graphstore.cli.storage_options import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
-from training import checkpoint, failures, featurecache, lifetime, placement, preempt, threads, validate
-from training.timing import describe
+from training.loop import checkpoint, featurecache
+from training.launcher import checks, failures, lifetime, placement
+from training.cluster import preempt, threads
+from training.report.timing import describe
 from training.config import MODELS, TrainConfig
-from training.world import World
+from training.cluster.world import World
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -148,7 +150,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def run_rank(config: TrainConfig, world: World) -> int:
     """Run this process's rank; exit code 0, 2 (bad input), 75 (stopped on SIGTERM, checkpoint written)
     or 1 (failure, named on stderr)."""
-    from training.trainer import Trainer  # PyG and the loaders: ranks only, not the launcher
+    from training.loop.trainer import Trainer  # PyG and the loaders: ranks only, not the launcher
 
     preempt.install()
     try:
@@ -241,7 +243,7 @@ def run_ranks(command: list[str], nproc: int, grace: float, omp_threads: int, jo
         scratch = os.path.join(tmp, "tmp")  # every rank's temporary files (PyG's generated modules, ...)
         os.mkdir(scratch)
         procs, logs = [], []
-        base = allocator.preload_env(dict(os.environ))  # jemalloc where the machine has it (training.allocator)
+        base = allocator.preload_env(dict(os.environ))  # jemalloc where the machine has it (training.launcher.allocator)
         for rank in range(nproc):
             env = {**base, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
                    lifetime.LAUNCHER_PID_ENV: str(os.getpid()), lifetime.JOB_DIR_ENV: tmp,
@@ -249,7 +251,7 @@ def run_ranks(command: list[str], nproc: int, grace: float, omp_threads: int, jo
                    "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
                    "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
                    "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, through the relay
-                   **extra,  # OpenMP/BLAS pools sized like torch's (training.threads)
+                   **extra,  # OpenMP/BLAS pools sized like torch's (training.cluster.threads)
                    "OMP_NUM_THREADS": str(omp_threads)}
             # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
             relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
@@ -393,17 +395,17 @@ def _check_job(config: TrainConfig, nproc: int | None, cuda: bool, gpus: int) ->
     (any count over any partition count, but no more ranks than GPUs on CUDA)."""
     import graphstore
 
-    validate.check_outputs(config)
+    checks.check_outputs(config)
     for flag, spec in (("--model", config.model), ("--loss", config.loss)):
         if spec and ":" in spec:  # your own code: imported here, so a typo is one line before any rank starts
-            from training.usercode import load
+            from training.loop.usercode import load
 
             load(spec, flag)
     allocator.preload_env(dict(os.environ))  # raises with the fix for a bad GRAPHSTORE_MALLOC/GRAPHSTORE_JEMALLOC
     ds = graphstore.open_dataset(config.dataset, config.storage_options or None, cache_dir=config.cache_dir)
-    validate.check_dataset(config, ds)
+    checks.check_dataset(config, ds)
     ranks = placement.local_ranks(nproc, ds.num_parts, cuda, gpus)
-    for line in validate.check_resume(config, ds, ranks):  # a checkpoint of another job: refused here
+    for line in checks.check_resume(config, ds, ranks):  # a checkpoint of another job: refused here
         print(f"graphstore-train: {line}", file=sys.stderr)
     return ranks
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from graphstore.cli.args import Parser, integer, number
 from graphstore.errors import GraphstoreError
-from training import failures, lifetime, placement
-from training.world import DEVICE_ENV, TIMEOUT_ENV
+from training.launcher import failures, lifetime, placement
+from training.cluster.world import DEVICE_ENV, TIMEOUT_ENV
 
 _RANK_FLAG = "--graphstore-rank"  # how the launcher starts a rank: python -m training.run --graphstore-rank SCRIPT ...
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except GraphstoreError as exc:
         print(f"graphstore-run: error: {exc}", file=sys.stderr)
         return 2
-    from training import threads
+    from training.cluster import threads
 
     def job_env(job_dir: str) -> dict[str, str]:
         return {DEVICE_ENV: args.device, TIMEOUT_ENV: str(args.timeout)}

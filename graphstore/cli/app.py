@@ -24,7 +24,7 @@ from graphstore.cli.storage_options import (ChunkBar, add_storage_arguments, io_
 from graphstore.errors import GraphstoreError
 from graphstore.ingest.partition import METHODS, METIS_MAX_EDGES
 from graphstore.ingest.sources import describe_schemes
-from graphstore.ingest.writer import COMPRESSIONS
+from graphstore.ingest.chunk_writer import COMPRESSIONS
 from graphstore.outputs import plots
 
 
@@ -279,7 +279,7 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
-COMMANDS_ENTRY_POINT = "graphstore.commands"  # subcommands of the layers above (warmup: sampling.warmup:register)
+COMMANDS_ENTRY_POINT = "graphstore.commands"  # subcommands of the layers above (warmup: sampling.warmup.runner:register)
 
 
 def entry_points(group: str) -> list[Any]:

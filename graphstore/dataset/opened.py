@@ -155,7 +155,7 @@ class Dataset:
         """From now on, in this process (and in copies pickled from it), read partitions ``parts`` without
         mapping them: their node and edge arrays (features, labels, input IDs, edge attributes) as
         :class:`~graphstore.storage.fileio.FileRows`, and their topology, by the samplers built after this
-        call, with ``pread`` too (:func:`sampling.topology.from_dataset`). What such a partition's reads touch
+        call, with ``pread`` too (:func:`sampling.graph.topology.from_dataset`). What such a partition's reads touch
         then stays out of this process's resident set: its memory does not grow with the partition. Each read
         is a system call. Needs a local, uncompressed dataset; raises :class:`InvalidInputError` otherwise."""
         parts = sorted({int(p) for p in parts})

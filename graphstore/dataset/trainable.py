@@ -1,6 +1,6 @@
 """What training reads from a dataset, checked from its stored arrays: labels, splits, features and topology.
 
-The training door (``training.validate``) and ``graphstore verify`` call the same functions, so a dataset
+The training door (``training.launcher.checks``) and ``graphstore verify`` call the same functions, so a dataset
 that verifies is one training accepts; ingest refuses sources that would fail them
 (:mod:`graphstore.ingest.validate`). Each problem is one line naming the node type, the array and the
 first bad row.

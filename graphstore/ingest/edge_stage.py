@@ -24,7 +24,7 @@ from graphstore.ingest.engine import Engine, Progress
 from graphstore.ingest.relabel import Relabel
 from graphstore.ingest.scratch import Scratch, StoredArray
 from graphstore.ingest.validate import read_edge_block
-from graphstore.ingest.writer import ArrayWriter, StreamArray
+from graphstore.ingest.chunk_writer import ArrayWriter, StreamArray
 from graphstore.dataset.manifest import ArrayInfo
 from graphstore.storage.local import Location
 from graphstore.dataset.types import EdgeType, NodeType

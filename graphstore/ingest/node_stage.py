@@ -22,7 +22,7 @@ from graphstore.ingest.engine import Engine, Progress
 from graphstore.ingest.relabel import Relabel
 from graphstore.ingest.scratch import Scratch, StoredArray
 from graphstore.ingest.validate import SPLIT_MASKS, check_labels
-from graphstore.ingest.writer import ArrayWriter
+from graphstore.ingest.chunk_writer import ArrayWriter
 from graphstore.dataset.manifest import ArrayInfo
 from graphstore.dataset.types import NodeType
 

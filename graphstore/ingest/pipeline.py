@@ -29,7 +29,7 @@ from graphstore.ingest.scratch import scratch_dir
 from graphstore.ingest.sources import as_chunked, reads_in_chunks, resolve_chunked, resolve_source
 from graphstore.ingest.validate import (check_finite_rows, check_options, read_edge_block, validate_chunked,
                                         validate_source)
-from graphstore.ingest.writer import ArrayWriter
+from graphstore.ingest.chunk_writer import ArrayWriter
 from graphstore.dataset.linksplit import LinkSplit, check_fractions
 from graphstore.storage.local import LocalLocation, Location, local_error, open_location
 

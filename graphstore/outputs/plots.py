@@ -13,7 +13,7 @@ from graphstore.errors import InvalidInputError, MissingBackendError, SourceNotF
 __all__ = ["INSTALL", "check_output", "load_metrics", "plot_metrics", "plot_partitions", "require"]
 
 INSTALL = "pip install 'graphstore[plot]'"
-# graphstore-train's foreground timers (training.timing.FOREGROUND), for metrics files that do not list them
+# graphstore-train's foreground timers (training.report.timing.FOREGROUND), for metrics files that do not list them
 _FOREGROUND = ("data_wait", "forward_backward", "optimizer", "step_sync", "epoch_end")
 _METRICS = {"acc": "accuracy", "auc": "AUC", "mrr": "MRR"}
 _SPLITS = ("train", "val", "test")

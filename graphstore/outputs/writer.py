@@ -20,7 +20,7 @@ from graphstore.dataset.opened import Dataset, read_manifest
 from graphstore.errors import (CorruptDatasetError, DatasetExistsError, InvalidInputError, PartitionIndexError,
                                UnknownAttributeError)
 from graphstore.ingest.source import SUPPORTED_DTYPES
-from graphstore.ingest.writer import ArrayWriter, ChecksumStore, chunk_rows_for
+from graphstore.ingest.chunk_writer import ArrayWriter, ChecksumStore, chunk_rows_for
 from graphstore.dataset.manifest import ArrayInfo, AttrSchema, Manifest, NodeTypeInfo, OutputInfo
 from graphstore.storage.local import Location, open_location
 from graphstore.dataset.types import NodeType

@@ -493,10 +493,10 @@ def _raise(code: int):
 
 
 OS_ERRORS = [  # (what fails, how, a word of the one-line message)
-    ("graphstore.ingest.writer.ArrayWriter._set", errno.ENOSPC, "No space left on device [ENOSPC]); the disk is full"),
-    ("graphstore.ingest.writer.ArrayWriter._set", errno.EROFS, "read-only"),
-    ("graphstore.ingest.writer.ArrayWriter._set", errno.EACCES, "permission denied"),
-    ("graphstore.ingest.writer.ArrayWriter._set", errno.EIO, "I/O error"),
+    ("graphstore.ingest.chunk_writer.ArrayWriter._set", errno.ENOSPC, "No space left on device [ENOSPC]); the disk is full"),
+    ("graphstore.ingest.chunk_writer.ArrayWriter._set", errno.EROFS, "read-only"),
+    ("graphstore.ingest.chunk_writer.ArrayWriter._set", errno.EACCES, "permission denied"),
+    ("graphstore.ingest.chunk_writer.ArrayWriter._set", errno.EIO, "I/O error"),
     ("graphstore.ingest.scratch.Scratch.put", errno.ENOSPC, "the disk is full"),
     ("graphstore.ingest.scratch.Scratch.put", errno.EDQUOT, "quota"),
     ("graphstore.storage.local.FileSlot.create", errno.ENOSPC, "taking the ingest claim"),

@@ -12,7 +12,7 @@ import zarr
 
 import graphstore
 from graphstore.dataset import layout
-from graphstore.ingest.writer import chunk_rows_for
+from graphstore.ingest.chunk_writer import chunk_rows_for
 from tests.conftest import small_graph, small_hetero
 
 FORMAT_MD = Path(__file__).resolve().parents[2] / "FORMAT.md"

@@ -91,7 +91,7 @@ def test_ingest_stores_the_split_aligned_with_the_csc(tmp_path):
     assert record["by"] == "random" and record["seed"] == 5 and record["fractions"] == [0.8, 0.1, 0.1]
     assert all(len(v) == 1 for v in _pair_split(src, dst, stored).values())
     # the trainer's fallback (same rule, computed from the dataset) gives the stored split exactly
-    from sampling.edgemask import computed_split
+    from sampling.graph.edgemask import computed_split
 
     computed = computed_split(ds, None, LinkSplit(seed=5))
     assert all((c == ds.partition(p)[1].edge_attr("link_split", None).numpy()).all() for p, c in enumerate(computed))

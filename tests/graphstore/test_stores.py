@@ -172,7 +172,7 @@ def test_the_topology_check_leaves_no_pages_in_the_resident_set(tmp_path):
     """Opening topology checks every CSC array (a full read) through mappings of its own, so a sampler that
     reads only the packed pairs does not hold indices and eid in its resident set (they were 1.8 of a
     rank's 3.3 GB of mapped pages at 12M nodes, measured)."""
-    from sampling.topology import from_dataset
+    from sampling.graph.topology import from_dataset
 
     source, _ = small_graph(n=4000, e=120_000, seed=3)
     graphstore.ingest(source, tmp_path / "ds", num_parts=1)

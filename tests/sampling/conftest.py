@@ -84,9 +84,9 @@ def serve_and_run(rank: int, world_size: int, rdzv: str, url: str, out_dir: str,
     import traceback
 
     try:
-        from sampling.distributed import PartitionServer
-        from training.process import start, stop
-        from training.world import World
+        from sampling.distributed.dist_sampler import PartitionServer
+        from training.cluster.process_groups import start, stop
+        from training.cluster.world import World
 
         transport = start(World(rank, world_size, rank, rdzv), timeout=60, use_rpc=True)
         ds = graphstore.open_dataset(url)

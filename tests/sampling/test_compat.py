@@ -9,9 +9,9 @@ from torch_geometric.data import Data, HeteroData
 
 from graphstore.errors import InvalidInputError
 from sampling import LinkNeighborLoader, NeighborLoader, NeighborSampler
-from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.distributed import PartitionServer, RankLayout
-from sampling.transport import LoopbackTransport
+from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
+from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+from sampling.distributed.transport import LoopbackTransport
 
 BACKENDS = ("data", "dataset1", "dataset3")
 

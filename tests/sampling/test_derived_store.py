@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from graphstore.errors import ConfigError
-from sampling import derived
+from sampling.graph import derived
 
 
 def _store(cache: str, name: str, nbytes: int = 1 << 20) -> tuple[np.ndarray, ...]:

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from sampling.device_cache import DeviceRowCache
-from sampling.dist_loader import DistributedNeighborLoader
-from sampling.distributed import PartitionServer, RankLayout
-from sampling.transport import LoopbackTransport
+from sampling.loader.gpu_cache import DeviceRowCache
+from sampling.distributed.dist_loader import DistributedNeighborLoader
+from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+from sampling.distributed.transport import LoopbackTransport
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from torch_geometric.sampler import NodeSamplerInput
 import graphstore
 from tests.conftest import join_spawned
 from tests.sampling.conftest import serve_and_run
-from sampling.dist_loader import DistributedNeighborLoader
-from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
-from sampling.transport import LoopbackTransport, PeerError
+from sampling.distributed.dist_loader import DistributedNeighborLoader
+from sampling.distributed.dist_sampler import DistributedSampler, PartitionServer, RankLayout
+from sampling.distributed.transport import LoopbackTransport, PeerError
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def test_loopback_full_fanout_is_the_raw_neighbourhood(ds, graphs, dense, monkey
     from tests.sampling.test_exact import oracle_hops
 
     if not dense:  # as on a graph above PERHOP_DENSE_MAX_NODES: the de-duplication map is the hash table
-        monkeypatch.setattr("sampling.perhop.PERHOP_DENSE_MAX_NODES", 0)
+        monkeypatch.setattr("sampling.drivers.hop_driver.PERHOP_DENSE_MAX_NODES", 0)
     g = graphs["dataset3"]
     transports = _group(ds)
     layout = RankLayout(3, 3)
@@ -53,7 +53,7 @@ def test_a_damaged_sampling_answer_is_refused_in_one_line(ds):
     """A peer whose answer's per-node counts do not add up to its edges (a damaged rank) stops the batch
     with one line naming the partition, instead of merging edges onto the wrong nodes."""
     from graphstore.errors import CorruptDatasetError
-    from sampling.wire import pack
+    from sampling.distributed.wire import pack
 
     transports = _group(ds)
     answer = transports[1]._table[(1, "graphstore.sample")]
@@ -85,7 +85,7 @@ def _recording(transport):
 
 
 def test_one_request_per_remote_partition_per_hop_and_batch(ds, graphs):
-    from sampling.server import EDGE_ATTR, GATHER, SAMPLE
+    from sampling.distributed.server import EDGE_ATTR, GATHER, SAMPLE
 
     transports = _group(ds)
     log = _recording(transports[0])
@@ -181,7 +181,7 @@ def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
 def test_any_rank_count_over_three_partitions_is_the_raw_neighbourhood(ds, graphs, world_size):
     """Ranks owning several partitions (1, 2 ranks) or sharing one (4, 5) sample and gather exactly."""
     from graphstore.dataset.whole import DatasetFeatureStore
-    from sampling.dist_features import DistributedFeatureStore
+    from sampling.distributed.dist_features import DistributedFeatureStore
     from tests.sampling.test_exact import oracle_hops
 
     g, layout = graphs["dataset3"], RankLayout(3, world_size)
@@ -211,7 +211,7 @@ def test_a_peer_that_died_is_told_from_a_handler_that_raised(text, lost):
     """The survivor names a lost peer ("did not answer": the trainer says which rank and host) only for the
     RPC agent's own errors, whatever channel carried the call: a peer on the same machine killed mid-transfer
     fails tensorpipe's memory read with ESRCH (a CI run named it a handler error instead)."""
-    from sampling.transport import RpcTransport
+    from sampling.distributed.transport import RpcTransport
 
     error = RpcTransport(0, 2)._error(1, "graphstore.gather", RuntimeError(text))
     assert ("did not answer" in str(error)) is lost, str(error)
@@ -219,7 +219,7 @@ def test_a_peer_that_died_is_told_from_a_handler_that_raised(text, lost):
 
 
 def test_a_homogeneous_batch_sizes_its_arrays_once():
-    from sampling.perhop import _most_picks
+    from sampling.drivers.hop_driver import _most_picks
 
     assert _most_picks(1024, [{None: 15}, {None: 10}, {None: 5}]) == 1024 * (15 + 150 + 750)
     assert _most_picks(1024, [{None: 15}, {None: -1}]) == 0  # every neighbour: no bound, the arrays grow

@@ -8,9 +8,9 @@ import torch
 from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
-from sampling.dist_loader import DistributedLinkNeighborLoader
-from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
-from sampling.transport import LoopbackTransport
+from sampling.distributed.dist_loader import DistributedLinkNeighborLoader
+from sampling.distributed.dist_sampler import DistributedSampler, PartitionServer, RankLayout
+from sampling.distributed.transport import LoopbackTransport
 from tests.conftest import small_hetero
 
 

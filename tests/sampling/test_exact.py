@@ -12,8 +12,8 @@ from scipy.stats import chisquare
 from torch_geometric.sampler import NodeSamplerInput
 
 from sampling import NeighborSampler
-from sampling.distributed import DistributedSampler, PartitionServer, RankLayout
-from sampling.transport import LoopbackTransport
+from sampling.distributed.dist_sampler import DistributedSampler, PartitionServer, RankLayout
+from sampling.distributed.transport import LoopbackTransport
 from tests.sampling.test_sampler import _hops, _sample, g  # noqa: F401  (g: the per-backend fixture)
 
 

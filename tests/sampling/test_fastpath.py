@@ -14,7 +14,7 @@ from torch_geometric.sampler import NodeSamplerInput
 from graphstore.errors import CorruptDatasetError, NotOwnedError
 from graphstore.dataset.linksplit import LinkSplit
 from sampling import MessageEdges, NeighborSampler
-from sampling.fastpath import FastPath
+from sampling.drivers.batch_driver import FastPath
 
 
 def _sample(sampler, seeds):
@@ -142,7 +142,7 @@ def test_out_of_range_seeds_are_named(graphs):
 
 @pytest.mark.parametrize("offsets", [[0, 5000], [0, 100, 100, 2600, 70000], [300, 1000, 5000, 10**6]])
 def test_frontier_sort_by_id(offsets):
-    from sampling.multihop import _by_block, _by_id
+    from sampling.kernels.frontier import _by_block, _by_id
 
     offsets = np.array(offsets, np.int64)
     rng = np.random.default_rng(1)
@@ -206,21 +206,22 @@ def test_a_zero_hop_ends_the_frontier_as_in_the_general_path(graphs, backend, fa
 def test_an_error_inside_the_kernel_leaves_no_stale_nodes(graphs, monkeypatch):
     """A MemoryError mid-batch used to leave the batch's nodes marked as seen: later batches mapped
     them to stale local IDs."""
-    from sampling import fastpath, idmap, variants
+    from sampling.drivers import batch_driver
+    from sampling.kernels import hop_kernel, idmap
 
     data = graphs["dataset3"].data
     sampler = NeighborSampler(data, [-1, -1])
     before = _per_hop(_sample(sampler, [3, 17]))
-    real = variants.sample_variants
+    real = hop_kernel.sample_variants
 
     def fails_midway(topo, seeds, fanouts, replace, state, seen, dense, table, *rest):
         idmap.insert_seeds(seen, dense, table, np.array([17, 250, 99]), np.empty(3, np.int64))
         raise MemoryError("simulated: allocation failed inside the kernel")
 
-    monkeypatch.setattr(fastpath.variants, "sample_variants", fails_midway)
+    monkeypatch.setattr(batch_driver.hop_kernel, "sample_variants", fails_midway)
     with pytest.raises(MemoryError):
         _sample(sampler, [250, 99])
-    monkeypatch.setattr(fastpath.variants, "sample_variants", real)
+    monkeypatch.setattr(batch_driver.hop_kernel, "sample_variants", real)
     assert _per_hop(_sample(sampler, [3, 17])) == before
 
 
@@ -241,7 +242,7 @@ def test_prefault_picks_the_arrays_the_sampler_will_read(graphs, monkeypatch):
     """The packed pairs wherever the dataset has them: both drivers of the one engine (one-call, per-hop)
     and the partition servers read those; the int64 arrays only for a dataset without them."""
     from graphstore.dataset.stores import ZarrGraphStore
-    from sampling import topology
+    from sampling.graph import topology
 
     ds = graphs["dataset3"].data
     touched: list[int] = []

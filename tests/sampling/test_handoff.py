@@ -1,4 +1,4 @@
-"""A sampler process's batches in one reused block of shared memory (``sampling.handoff``), on both sides."""
+"""A sampler process's batches in one reused block of shared memory (``sampling.loader.handoff``), on both sides."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import torch
 from torch_geometric.data import Data, HeteroData
 
 from graphstore.dataset import rowmemory
-from sampling import handoff
+from sampling.loader import handoff
 
 
 def _batch() -> Data:

@@ -1,11 +1,11 @@
-"""sampling.topology.in_huge_pages: the topology of an in-memory graph is copied into memory advised
+"""sampling.graph.topology.in_huge_pages: the topology of an in-memory graph is copied into memory advised
 for huge pages; the copy must be the same array, writable, and small arrays are left alone."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from sampling.topology import in_huge_pages
+from sampling.graph.topology import in_huge_pages
 
 
 def test_a_large_array_is_copied_whole_and_stays_writable():

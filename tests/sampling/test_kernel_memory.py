@@ -19,7 +19,9 @@ import graphstore.storage.arrays as arrays
 import graphstore.storage.mapped as mapped
 from graphstore.storage.integrity import mapped_checksum
 from graphstore.storage.local import LocalLocation
-from sampling import NeighborSampler, derived, picks
+from sampling import NeighborSampler
+from sampling.graph import derived
+from sampling.kernels import picks
 
 
 def _sample(sampler, seeds, time=None):

@@ -148,8 +148,8 @@ def test_message_edges_on_an_in_memory_graph_and_refusals():
 
 def test_a_node_loader_refuses_exclude_seed_edges(linked):
     from graphstore.errors import InvalidInputError
-    from sampling.dist_loader import DistributedNeighborLoader
-    from sampling.transport import LoopbackTransport
+    from sampling.distributed.dist_loader import DistributedNeighborLoader
+    from sampling.distributed.transport import LoopbackTransport
 
     _, ds, _ = linked
     transport = LoopbackTransport.group(2)[0]
@@ -159,7 +159,7 @@ def test_a_node_loader_refuses_exclude_seed_edges(linked):
 
 def _rank(ds, transport, rank: int, world_size: int, raw_path: str) -> dict:
     """Training batches of one rank over RPC, checked against the raw edge list (``serve_and_run``'s body)."""
-    from sampling.dist_loader import DistributedLinkNeighborLoader
+    from sampling.distributed.dist_loader import DistributedLinkNeighborLoader
 
     raw = dict(np.load(raw_path))
     oracle = Oracle(raw, ds)
@@ -183,7 +183,7 @@ def _rank(ds, transport, rank: int, world_size: int, raw_path: str) -> dict:
 
 def _full_fanout_exact(ds, transport, oracle: Oracle, rank: int, world_size: int) -> bool:
     """With fanout -1 the remote partition's server applies the mask: exactly the admitted in-edges."""
-    from sampling.distributed import DistributedSampler, RankLayout
+    from sampling.distributed.dist_sampler import DistributedSampler, RankLayout
 
     seeds = np.arange(int(ds.node_offsets()[rank]), int(ds.node_offsets()[rank + 1]), 5)
     sampler = DistributedSampler(ds, [-1, -1], transport, RankLayout(ds.num_parts, world_size),

@@ -16,11 +16,11 @@ from torch_geometric.data import HeteroData
 
 from graphstore.errors import InvalidInputError
 from sampling import DeviceFeeder, LinkNeighborLoader, NeighborLoader
-from sampling.device import is_pinned
-from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.distributed import PartitionServer, RankLayout
-from sampling.pipeline import LoaderThreads
-from sampling.transport import LoopbackTransport
+from sampling.loader.device_feed import is_pinned
+from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
+from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+from sampling.loader.loader_threads import LoaderThreads
+from sampling.distributed.transport import LoopbackTransport
 
 THREADS = (1, 2, 3)
 
@@ -210,8 +210,8 @@ def test_a_pass_started_mid_way_samples_only_the_rest(graphs):
 
 def test_steps_resumed_past_a_whole_pass_are_those_of_an_uninterrupted_run(graphs):
     """A rank with fewer batches than the agreed step count starts its seeds over within the epoch; a run
-    resumed past that point draws the skipped pass's order and streams too (training.batches.cycle)."""
-    from training.batches import cycle, restart_streams
+    resumed past that point draws the skipped pass's order and streams too (training.loop.batches.cycle)."""
+    from training.loop.batches import cycle, restart_streams
 
     g = graphs["dataset3"]
     loader = NeighborLoader(g.data, [3], input_nodes=torch.arange(100), batch_size=20, shuffle=True, seed=1)
@@ -225,8 +225,8 @@ def test_steps_resumed_past_a_whole_pass_are_those_of_an_uninterrupted_run(graph
 
 
 def test_timers_add_up_over_the_loader_threads(graphs):
-    from training.batches import time_loader
-    from training.timing import Timers
+    from training.loop.batches import time_loader
+    from training.report.timing import Timers
 
     g, timers = graphs["dataset3"], Timers()
     loader = NeighborLoader(g.data, [3, 3], input_nodes=torch.arange(200), batch_size=20, seed=0, loader_threads=3)
@@ -297,7 +297,7 @@ def allocations(monkeypatch):
 @pytest.mark.parametrize("store", ["pair", "dataset1", "dataset3", "distributed"])
 def test_the_stores_gather_rows_into_pinned_memory_when_the_thread_asks(graphs, allocations, store):
     from graphstore.dataset import rowmemory
-    from sampling.dist_features import DistributedFeatureStore
+    from sampling.distributed.dist_features import DistributedFeatureStore
 
     g = graphs["dataset3" if store == "distributed" else store]
     if store == "distributed":  # rank 0 of 3: its own rows, the rest from the other partitions' servers
@@ -329,7 +329,7 @@ def test_the_stores_check_a_batchs_attributes_without_comparing_its_index(graphs
     from torch_geometric.data import TensorAttr
 
     from graphstore.dataset.whole import DatasetFeatureStore
-    from sampling.dist_features import DistributedFeatureStore
+    from sampling.distributed.dist_features import DistributedFeatureStore
 
     ds = graphs["dataset3"].data
     features = {"pair": lambda: graphs["pair"].data[0], "dataset3": lambda: DatasetFeatureStore(ds),
@@ -350,12 +350,12 @@ def test_the_stores_check_a_batchs_attributes_without_comparing_its_index(graphs
 def test_a_pinning_loader_gathers_its_rows_into_pinned_memory(graphs, allocations, monkeypatch):
     """With ``pin_memory`` and an accelerator (here pretended: this machine has none), each loader thread
     gathers the batch's rows into pinned memory and pins only the rest."""
-    import sampling.loader
+    import sampling.loader.neighbor_loader
 
     pinned_batches = []
     monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
     monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device("cuda"))
-    monkeypatch.setattr(sampling.loader, "pin", lambda batch: pinned_batches.append(batch) or batch)
+    monkeypatch.setattr(sampling.loader.neighbor_loader, "pin", lambda batch: pinned_batches.append(batch) or batch)
     g = graphs["dataset3"]
     loader = NeighborLoader(g.data, [3, 3], input_nodes=torch.arange(100), batch_size=25, seed=0,
                             pin_memory=True, loader_threads=2)

@@ -10,7 +10,7 @@ from torch.utils.data import RandomSampler, SequentialSampler
 from torch_geometric.data import Data
 
 from sampling import NeighborLoader
-from sampling.order import CHUNK, ShuffledOrder
+from sampling.loader.seed_order import CHUNK, ShuffledOrder
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -51,7 +51,7 @@ def test_loader_shuffles_in_torchs_order_through_one_shared_sampler():
                 num_nodes=60)
     loader = NeighborLoader(data, [2], input_nodes=torch.arange(60), batch_size=16, shuffle=True)
     assert type(loader.sampler) is ShuffledOrder and loader.batch_sampler.sampler is loader.sampler
-    loader.sampler.generator = _gen(3)  # as training.batches.restart_streams reseeds each pass
+    loader.sampler.generator = _gen(3)  # as training.loop.batches.restart_streams reseeds each pass
     torch.manual_seed(9)  # the iterator's base seed draws from the global generator
     seeds = torch.cat([b.n_id[:b.batch_size] for b in loader]).tolist()
     assert seeds == list(RandomSampler(range(60), generator=_gen(3)))

@@ -14,17 +14,17 @@ from torch_geometric.sampler import NodeSamplerInput
 import graphstore
 from graphstore.errors import InvalidInputError, NotOwnedError
 from sampling import NeighborSampler
-from sampling.dist_loader import DistributedNeighborLoader
-from sampling.pipeline import Prefetcher
-from sampling.dist_features import DistributedFeatureStore
-from sampling.distributed import PartitionServer, RankLayout, RemoteStats
-from sampling.transport import LoopbackTransport
+from sampling.distributed.dist_loader import DistributedNeighborLoader
+from sampling.loader.loader_threads import Prefetcher
+from sampling.distributed.dist_features import DistributedFeatureStore
+from sampling.distributed.dist_sampler import PartitionServer, RankLayout, RemoteStats
+from sampling.distributed.transport import LoopbackTransport
 
 
 def test_maps_are_empty_after_batches_with_growth_and_repeated_seeds():
     """(Was a test of the deleted general path's NodeTable.reset.) After batches whose hash tables grow
     and whose seeds repeat, both drivers leave this thread's maps empty for the next batch."""
-    from sampling.fastpath import FastPath
+    from sampling.drivers.batch_driver import FastPath
 
     rng = np.random.default_rng(0)
     data = HeteroData()

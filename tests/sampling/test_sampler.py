@@ -10,7 +10,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 from graphstore.errors import InvalidInputError
 from sampling import NeighborSampler
-from sampling.fastpath import FastPath
+from sampling.drivers.batch_driver import FastPath
 
 BACKENDS = ["data", "dataset1", "dataset3", "pair"]
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from graphstore.errors import InvalidInputError
-from sampling.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.processes import SamplerProcessLost
+from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
+from sampling.loader.sampler_processes import SamplerProcessLost
 from tests.sampling.test_loader_threads import _group, _view
 
 pytestmark = pytest.mark.slow
@@ -68,7 +68,7 @@ def test_bad_worker_options_are_refused_by_name(graphs, kwargs, words):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_on_a_gpu_host_batches_from_sampler_processes_come_pinned(graphs):
-    from sampling.device import is_pinned
+    from sampling.loader.device_feed import is_pinned
 
     g = graphs["dataset3"]
     transport = _group(g.data)[0]

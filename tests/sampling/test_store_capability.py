@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import graphstore
-from sampling.topology import from_graph_store
+from sampling.graph.topology import from_graph_store
 from tests.conftest import small_graph
 
 

@@ -16,8 +16,8 @@ import graphstore
 from graphstore.errors import CorruptDatasetError, InvalidInputError, PartitionIndexError
 from graphstore.storage.fileio import FileRows
 from sampling import NeighborSampler
-from sampling.dist_loader import DistributedNeighborLoader
-from sampling.warmup_runs import ranks
+from sampling.distributed.dist_loader import DistributedNeighborLoader
+from sampling.warmup.groups import ranks
 from tests.conftest import small_graph
 
 

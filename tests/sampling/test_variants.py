@@ -1,4 +1,4 @@
-"""The variant kernel (sampling.variants): statistical and exact checks of weighted, temporal, disjoint
+"""The variant kernel (sampling.kernels.hop_kernel): statistical and exact checks of weighted, temporal, disjoint
 and edge-masked sampling, on every backend, judged from the raw edge list."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from torch_geometric.data import Data
 from torch_geometric.sampler import NodeSamplerInput
 
 from sampling import NeighborSampler
-from sampling.rng import rng_state
-from sampling.draws import _weighted, cumulative_weights
+from sampling.kernels.rng import rng_state
+from sampling.kernels.draws import _weighted, cumulative_weights
 
 BACKENDS = ["data", "dataset1", "dataset3", "pair"]
 
@@ -56,8 +56,8 @@ def test_the_alias_rest_draws_successively_from_the_alias_tables_shares(bits):
     """When the redraws run out, the rest is drawn from the node's alias entries (both layouts): after a
     given first pick (3), two more of weights 1, 0, 2, 4, 3 come in successive draws ∝ weight; the zero
     weight never does."""
-    from sampling import derived
-    from sampling.draws import _alias_rest
+    from sampling.graph import derived
+    from sampling.kernels.draws import _alias_rest
 
     w = np.array([1.0, 0.0, 2.0, 4.0, 3.0])
     alias = derived.alias_table(np.array([0, 5]), w)
@@ -112,7 +112,7 @@ def test_weighted_without_replacement_never_draws_a_zero_weight_edge():
 def test_compact_weighted_records_keep_every_offset_and_mark_weightless_destinations():
     """12-byte records: the alias offset in the low bits, the threshold above them (a kept column keeps at
     least 2**bits), a destination without a positive weight all offset bits set and no threshold."""
-    from sampling import derived
+    from sampling.graph import derived
 
     indptr = np.array([0, 3, 3, 6, 8])
     weight = np.array([1.0, 2.0, 3.0, 0.0, 1e-12, 5.0, 0.0, np.nan])
@@ -132,7 +132,7 @@ def test_compact_weighted_records_keep_every_offset_and_mark_weightless_destinat
 def test_the_compact_weighted_layout_draws_what_the_full_one_draws(monkeypatch):
     """Where every degree fits the offset bits the packed weighted layout is 12 bytes an edge, else 16; the
     same seeds draw the same edges in both, zero weights never, a weightless destination nothing."""
-    from sampling import derived
+    from sampling.graph import derived
 
     rng = np.random.default_rng(12)
     src, dst = rng.integers(0, 300, 6000), rng.integers(0, 299, 6000)
@@ -225,7 +225,7 @@ def test_disjoint_maps_stay_apart_when_their_tags_wrap():
     zeroed, else an entry left by the first subgraph would answer for the one that reuses its tag.
     Node 0 has a self-loop, node 1 an edge from node 2 (other slots of the table); the first seed and
     the one past the wrap are node 0, every other seed is node 1."""
-    from sampling.idmap import _TAGS
+    from sampling.kernels.idmap import _TAGS
 
     data = Data(edge_index=torch.tensor([[0, 2], [0, 1]]), num_nodes=3)
     seeds = np.ones(_TAGS + 1, np.int64)
@@ -275,7 +275,7 @@ def test_alias_draws_without_replacement_are_successive_draws():
 
 
 def test_time_records_order_each_destination_and_break_ties_by_earlier_position():
-    from sampling.derived import narrow_times, time_records
+    from sampling.graph.derived import narrow_times, time_records
 
     indptr = np.array([0, 4, 4, 7])
     time = np.array([5, 1, 5, 3, 9, 2, 9]) + 10**12
@@ -295,7 +295,7 @@ def test_time_records_order_each_destination_and_break_ties_by_earlier_position(
 def test_blocked_time_records_hold_each_destinations_keys_beside_its_pairs():
     """The blocked layout holds the same keys and pairs as the apart one, where key_at/pair_at say: a
     destination's keys at 3 * start, then its pairs."""
-    from sampling.derived import key_at, pair_at, time_records
+    from sampling.graph.derived import key_at, pair_at, time_records
 
     indptr = np.array([0, 4, 4, 7, 8])
     time = np.array([5, 1, 5, 3, 9, 2, 9, 4]) + 10**12
@@ -318,7 +318,7 @@ def test_blocked_time_records_hold_each_destinations_keys_beside_its_pairs():
 def test_blocked_and_apart_time_records_sample_the_same_edges(graphs, options):
     """Over the packed pairs the time records are blocked; without them (the int64 arrays) apart. The same
     seeds draw the same edges, positions and nodes either way."""
-    from sampling.fastpath import FastPath
+    from sampling.drivers.batch_driver import FastPath
 
     g = graphs["data"]
     seeds, times = np.arange(0, 400, 7), np.arange(0, 400, 7) * 3 + 200
@@ -396,7 +396,7 @@ def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp
     """Alias tables and time-sorted edges of a dataset block go to its cache directory (keyed by the
     manifest) and a later process maps them instead of building them; the samples are the same."""
     import graphstore
-    from sampling import derived
+    from sampling.graph import derived
 
     monkeypatch.setattr(derived, "STORE_MIN_BYTES", 0)  # the test graph is far below the threshold
     g = graphs["dataset3"]
@@ -443,7 +443,7 @@ def test_the_cut_at_and_around_the_latest_edge_time():
 def test_edge_ranges_are_each_frontier_nodes_run_of_edges():
     """Disjoint de-duplication reads each frontier node's edges from its (first, count): one run of equal ``col``
     per node, in any order of nodes; a node without edges keeps count 0."""
-    from sampling.idmap import _edge_ranges
+    from sampling.kernels.idmap import _edge_ranges
 
     col = np.array([-1, 12, 12, 10, 14, 14, 14, 10, -1], np.int64)  # outside [1, 7): another hop's edges
     first, count = _edge_ranges(col, 1, 7, 10, 15)  # frontier nodes 10..14

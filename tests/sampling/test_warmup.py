@@ -12,8 +12,8 @@ import pytest
 
 from graphstore import jitcache
 from graphstore.cli import app as cli
-from sampling import warmup
-from sampling.warmup import Group, Workspace, run_groups
+from sampling.warmup import runner
+from sampling.warmup.runner import Group, Workspace, run_groups
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,7 +23,7 @@ def test_warmup_is_a_subcommand_from_the_layers_above(capsys):
     assert "--force" in capsys.readouterr().out
     assert cli.main(["--help"]) == 0
     assert "warmup" in capsys.readouterr().out
-    assert {"ingest", "memory", "distributed", "train"} <= {g.name for g in warmup.groups()}, "training's group too"
+    assert {"ingest", "memory", "distributed", "train"} <= {g.name for g in runner.groups()}, "training's group too"
 
 
 def test_builtin_commands_load_no_plugin():
@@ -38,7 +38,7 @@ def test_every_option_changes_the_run_and_a_stamp_makes_it_a_no_op(tmp_path, mon
     index.write_bytes(b"x")
     ran: list[str] = []
     fake = [Group(name, f"group {name}", lambda ws, name=name: ran.append(name)) for name in ("a", "b")]
-    monkeypatch.setattr(warmup, "groups", lambda: fake)
+    monkeypatch.setattr(runner, "groups", lambda: fake)
     assert cli.main(["warmup", "--list"]) == 0 and ran == []
     assert "group a" in capsys.readouterr().out
     assert cli.main(["warmup", "--only", "b", "--json"]) == 0 and ran == ["b"]

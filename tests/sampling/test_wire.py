@@ -8,10 +8,10 @@ import torch
 
 import graphstore
 
-from sampling.dist_loader import DistributedNeighborLoader
-from sampling.distributed import PartitionServer
-from sampling.transport import LoopbackTransport
-from sampling.wire import Packed, WireStats, answer_edges, pack, pack_sample, payload_bytes, totals, unpack, unpack_into
+from sampling.distributed.dist_loader import DistributedNeighborLoader
+from sampling.distributed.dist_sampler import PartitionServer
+from sampling.distributed.transport import LoopbackTransport
+from sampling.distributed.wire import Packed, WireStats, answer_edges, pack, pack_sample, payload_bytes, totals, unpack, unpack_into
 
 
 def test_payload_bytes_counts_arrays_tensors_strings_and_scalars():

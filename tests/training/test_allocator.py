@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 
 PROBE = """
 import ctypes, json, os, sys, threading
-from training import allocator
+from training.launcher import allocator
 if sys.argv[1] == "tuned":
     allocator.keep_freed_memory()
 elif sys.argv[1] == "per-thread-arenas":  # the tuning this project had before: thresholds only
@@ -77,7 +77,7 @@ def test_freed_memory_is_kept_until_released():
 
 
 def test_stats_count_what_is_handed_out():
-    from training import allocator
+    from training.launcher import allocator
 
     stats = allocator.heap_stats()
     assert stats is not None and stats.in_use > 0
@@ -91,7 +91,7 @@ def test_stats_count_what_is_handed_out():
 
 JE_PROBE = """
 import json, os, numpy as np
-from training import allocator
+from training.launcher import allocator
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 out = {"name": allocator.name(), "conf": os.environ.get("MALLOC_CONF")}
@@ -111,7 +111,7 @@ print(json.dumps(out))
 
 
 def _jemalloc() -> str:
-    from training import allocator
+    from training.launcher import allocator
 
     path = allocator.find_jemalloc({})  # where the tests look: the standard places
     if path is None:
@@ -122,7 +122,7 @@ def _jemalloc() -> str:
 
 
 def test_ranks_run_under_jemalloc_that_keeps_and_releases_freed_pages():
-    from training import allocator
+    from training.launcher import allocator
 
     path = _jemalloc()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -141,14 +141,14 @@ def test_ranks_run_under_jemalloc_that_keeps_and_releases_freed_pages():
 
 @pytest.mark.parametrize("mode", ["glibc", "default"])
 def test_other_allocator_choices_preload_nothing(mode):
-    from training import allocator
+    from training.launcher import allocator
 
     env = {"GRAPHSTORE_MALLOC": mode, "LD_PRELOAD": "/lib/other.so"}
     assert allocator.preload_env(env) == env
 
 
 def test_a_preload_of_the_user_is_kept_beside_jemalloc():
-    from training import allocator
+    from training.launcher import allocator
 
     path = _jemalloc()
     env = allocator.preload_env({"LD_PRELOAD": "/lib/other.so", "MALLOC_CONF": "narenas:2"})
@@ -158,7 +158,7 @@ def test_a_preload_of_the_user_is_kept_beside_jemalloc():
 
 
 def test_library_code_reads_an_unknown_choice_as_auto(monkeypatch, caplog):
-    from training import allocator
+    from training.launcher import allocator
 
     monkeypatch.setenv("GRAPHSTORE_MALLOC", "tcmalloc")
     assert allocator.tuned() == (not allocator.jemalloc_active())
@@ -172,7 +172,7 @@ def test_library_code_reads_an_unknown_choice_as_auto(monkeypatch, caplog):
                                                                    "apt install libjemalloc2", "GRAPHSTORE_JEMALLOC"]),
 ])
 def test_a_bad_allocator_choice_is_named_with_its_fix(env, words, monkeypatch):
-    from training import allocator
+    from training.launcher import allocator
     from graphstore.errors import InvalidInputError
 
     monkeypatch.setattr(allocator, "_JEMALLOC_DIRS", ())  # a machine without jemalloc
@@ -182,7 +182,7 @@ def test_a_bad_allocator_choice_is_named_with_its_fix(env, words, monkeypatch):
 
 
 def test_a_rank_asked_for_jemalloc_without_it_stops_with_the_fix(monkeypatch):
-    from training import allocator
+    from training.launcher import allocator
     from graphstore.errors import InvalidInputError
 
     path = _jemalloc()
@@ -209,8 +209,8 @@ print(json.dumps({"kept": kept, "ok": ok, "after": heap.heap_stats().free}))
 
 
 def test_a_rank_short_of_memory_hands_freed_memory_back_at_once():
-    """Features larger than memory (training.featurecache): jemalloc's decay goes to 0 in every arena."""
-    from training import allocator
+    """Features larger than memory (training.loop.featurecache): jemalloc's decay goes to 0 in every arena."""
+    from training.launcher import allocator
 
     _jemalloc()
     env = allocator.preload_env({k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}

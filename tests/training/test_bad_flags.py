@@ -300,7 +300,7 @@ SUMMARY_CASES = [
 def test_one_line_names_the_first_cause(tmp_path, monkeypatch, records, codes, stopped, words, code):
     import json
 
-    from training import failures
+    from training.launcher import failures
 
     job = tmp_path / "job"
     job.mkdir()
@@ -316,7 +316,7 @@ def test_one_line_names_the_first_cause(tmp_path, monkeypatch, records, codes, s
 def test_a_log_directory_that_cannot_be_written_falls_back_and_keeps_the_ranks_error(tmp_path, monkeypatch):
     import json
 
-    from training import failures
+    from training.launcher import failures
 
     job = tmp_path / "job"
     job.mkdir()

@@ -17,8 +17,9 @@ import graphstore
 from graphstore.errors import GraphstoreError, StorageError
 from graphstore.ingest.claim import Holder
 from tests.graphstore.test_bad_input_table import STORED_CASES, damage_stored
-from training import checkpoint, resume, validate
-from training.checkpoint import CheckpointDirClaimedError, CheckpointMismatchError, NotACheckpointError
+from training.loop import checkpoint, resume
+from training.launcher import checks
+from training.loop.checkpoint import CheckpointDirClaimedError, CheckpointMismatchError, NotACheckpointError
 from training.config import TrainConfig
 from training.launch import main
 
@@ -69,7 +70,7 @@ def test_a_checkpoint_of_another_job_is_refused_at_the_door(datasets, tmp_path, 
     path = _write(ds, ck, **written)
     world_size = given.pop("world_size", 2)
     with pytest.raises(CheckpointMismatchError) as info:
-        validate.check_resume(_config(ds, ck, **given), ds, world_size)
+        checks.check_resume(_config(ds, ck, **given), ds, world_size)
     assert words in str(info.value) and path in str(info.value), str(info.value)
     assert len(str(info.value).splitlines()) == 1
 
@@ -79,7 +80,7 @@ def test_another_dataset_of_the_same_shape_is_refused(datasets, tmp_path):
     _write(datasets["ds"], ck)
     twin = datasets["twin"]
     with pytest.raises(CheckpointMismatchError) as info:
-        validate.check_resume(_config(twin, ck), twin, 2)
+        checks.check_resume(_config(twin, ck), twin, 2)
     text = str(info.value)
     assert "belongs to another job: dataset 'synthetic" in text and twin.url in text, text
     assert "resume on the dataset it was trained on" in text and len(text.splitlines()) == 1
@@ -91,7 +92,7 @@ def test_the_same_dataset_copied_elsewhere_is_the_same_job(datasets, tmp_path):
     ck, ds = tmp_path / "ck", datasets["ds"]
     _write(ds, ck)
     copy = graphstore.open_dataset(shutil.copytree(ds.url, tmp_path / "copy"))
-    assert validate.check_resume(_config(copy, ck), copy, 2) == []
+    assert checks.check_resume(_config(copy, ck), copy, 2) == []
 
 
 # (id, how the checkpoint was written, the job resuming it, words of the line said once)
@@ -108,16 +109,16 @@ def test_what_may_change_on_resume_is_said_once(datasets, tmp_path, case, writte
     ds, ck = datasets["ds"], tmp_path / "ck"
     _write(ds, ck, **written)
     world_size = given.pop("world_size", 2)
-    said = validate.check_resume(_config(ds, ck, **given), ds, world_size)
+    said = checks.check_resume(_config(ds, ck, **given), ds, world_size)
     assert len(said) == 1 and words in said[0] and "\n" not in said[0], said
 
 
 def test_the_same_job_resumes_silently_and_without_resume_nothing_is_read(datasets, tmp_path):
     ds, ck = datasets["ds"], tmp_path / "ck"
     _write(ds, ck)
-    assert validate.check_resume(_config(ds, ck), ds, 2) == []
-    assert validate.check_resume(dataclasses.replace(_config(ds, ck), resume=False), ds, 2) == []
-    assert validate.check_resume(_config(ds, tmp_path / "empty"), ds, 2) == []
+    assert checks.check_resume(_config(ds, ck), ds, 2) == []
+    assert checks.check_resume(dataclasses.replace(_config(ds, ck), resume=False), ds, 2) == []
+    assert checks.check_resume(_config(ds, tmp_path / "empty"), ds, 2) == []
 
 
 def test_restore_applies_the_new_learning_rate(datasets, tmp_path):
@@ -179,7 +180,7 @@ def test_a_file_that_is_no_checkpoint_of_ours_is_refused(datasets, tmp_path, cas
     _write(ds, ck)
     damage(ck)
     with pytest.raises(GraphstoreError) as info:
-        validate.check_resume(_config(ds, ck), ds, 2)
+        checks.check_resume(_config(ds, ck), ds, 2)
     assert words in str(info.value) and len(str(info.value).splitlines()) == 1, str(info.value)
     with pytest.raises(GraphstoreError):
         checkpoint.load_latest(str(ck))  # the trainer's read refuses it too
@@ -224,7 +225,7 @@ def test_a_failed_write_is_named_and_leaves_no_partial_file(datasets, tmp_path, 
         os.write(fd, bytes(data)[:100])  # part of it on disk, then the device refuses
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr("training.checkpoint._write_all", fail)
+    monkeypatch.setattr("training.loop.checkpoint._write_all", fail)
     with pytest.raises(kind) as info:
         _write(ds, ck, epoch=1)
     text = str(info.value)

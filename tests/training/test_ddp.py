@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 def _trainer_worker(rank: int, world_size: int, rdzv: str, dataset: str, out_dir: str) -> None:
     try:
-        from training.trainer import TrainConfig, Trainer
-        from training.world import World
+        from training.loop.trainer import TrainConfig, Trainer
+        from training.cluster.world import World
 
         class Recording(Trainer):
             def _after_epoch(self, epoch, model, optimizer, history):  # every rank: its own parameters
@@ -70,8 +70,8 @@ def _step_worker(rank: int, world_size: int, rdzv: str, out_dir: str) -> None:
         import torch.nn.functional as F
 
         from sampling import NeighborLoader
-        from training.tasks import build_model
-        from training.timing import Timers, timed_allreduce_hook
+        from training.loop.tasks import build_model
+        from training.report.timing import Timers, timed_allreduce_hook
 
         import datetime
 

@@ -6,7 +6,7 @@ import pytest
 
 from graphstore.errors import InvalidInputError
 from training.config import TrainConfig
-from training.evaluation import EvalPlan, evaluate, limited
+from training.loop.evaluation import EvalPlan, evaluate, limited
 
 
 @pytest.mark.parametrize("every,cap,epochs,kinds", [

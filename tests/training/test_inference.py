@@ -24,10 +24,10 @@ def _model(seed: int = 0):
 
 def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> None:
     try:
-        from sampling.distributed import PartitionServer, RankLayout
-        from training.inference import layerwise_inference
-        from training.process import start, stop
-        from training.world import World
+        from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+        from training.loop.inference import layerwise_inference
+        from training.cluster.process_groups import start, stop
+        from training.cluster.world import World
 
         transport = start(World(rank, world_size, rank, rdzv), timeout=60, use_rpc=True)
         ds = graphstore.open_dataset(url)

@@ -133,7 +133,7 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(synthetic2):
 
 _RANK = """
 import ctypes, os, sys, time
-from training import lifetime
+from training.launcher import lifetime
 lifetime.watch_launcher(0)
 print("ready", flush=True)
 if sys.argv[1] == "gil":
@@ -160,7 +160,7 @@ def test_a_rank_whose_stderr_was_the_launcher_still_ends_with_it(tmp_path, stuck
     call is killed about lifetime.BACKSTOP_SECONDS after its launcher dies, and the job directory goes. Both
     must also work when the rank's stderr is a pipe to the dead launcher (rank 0's relay): saying why they
     stop must not stop them (a CI run had rank 0 alive 18 s after kill -9)."""
-    from training import lifetime
+    from training.launcher import lifetime
 
     job = tmp_path / "graphstore-train-x"
     job.mkdir()

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from training.memory import PeakMeter
+from training.report.memory import PeakMeter
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM: Linux only")
 

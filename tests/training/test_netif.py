@@ -10,11 +10,11 @@ import pytest
 from graphstore.errors import InvalidInputError
 from tests.training.conftest import ROOT
 from tests.training.multihost import clean_env
-from training import netif
+from training.launcher import netif
 
 PROBE = """
 import json, sys
-from training import netif
+from training.launcher import netif
 out = []
 for master, interface, env in json.loads(sys.argv[1]):
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from graphstore.errors import InvalidInputError
-from sampling.distributed import RankLayout
-from training import placement
+from sampling.distributed.dist_sampler import RankLayout
+from training.launcher import placement
 
 # (partitions, ranks, each rank's partitions, each partition's ranks)
 LAYOUTS = [
@@ -53,7 +53,7 @@ def test_local_ranks_fit_the_host(device, gpus, nproc, parts, want):
 
 
 def test_torchrun_local_rank_1_on_a_one_gpu_host_is_refused():
-    from training.world import World
+    from training.cluster.world import World
 
     env = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_PORT": "29500"}
     world = World.from_env(env, use_cuda=True)

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from training import allocator
+from training.launcher import allocator
 
 from tests.training.conftest import metrics, run_train
 
@@ -73,7 +73,7 @@ def test_compiled_per_rank_counts_a_compile_in_this_process(tmp_path):
     import torch.distributed as dist
 
     from graphstore import jitcache
-    from training.memory import compiled_per_rank
+    from training.report.memory import compiled_per_rank
 
     before = jitcache.compile_counts()
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)

@@ -12,7 +12,7 @@ import pytest
 import graphstore
 from tests.training.conftest import metrics, run_train, synthetic_source
 from training.launch import main
-from training.tensorboard import EpochWriter, scalars
+from training.report.tensorboard import EpochWriter, scalars
 
 needs_tensorboard = pytest.mark.skipif(importlib.util.find_spec("tensorboard") is None,
                                        reason="the tensorboard extra (pip install 'graphstore[tensorboard]')")
@@ -36,7 +36,7 @@ def _board(directory):
 
 
 def _record(epoch: int, loss: float) -> dict:
-    """An epoch record shaped like training.trainer's (after reduce_record and _per_step)."""
+    """An epoch record shaped like training.loop.trainer's (after reduce_record and _per_step)."""
     return {"epoch": epoch, "loss": loss, "train_acc": 0.6, "val_acc": 0.7, "test_acc": 0.65, "train_seconds": 2.0,
             "eval_seconds": 0.5, "epoch_seconds": 2.5, "steps": 10, "evaluation": "full",
             "timing": {"data_wait": 0.5, "forward_backward": 1.0, "optimizer": 0.2, "step_sync": 0.1,

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from tests.training.conftest import ROOT
-from training.threads import choose, usable_cores
-from training.world import World
+from training.cluster.threads import choose, usable_cores
+from training.cluster.world import World
 
 
 @pytest.mark.parametrize("cores,ranks,threads", [(8, 2, 4), (8, 3, 2), (2, 2, 1), (2, 4, 1), (16, 1, 16)])
@@ -49,7 +49,7 @@ def test_local_ranks_from_each_launcher():
 
 def test_a_rank_applies_its_choice():
     """In a fresh process (torch's thread count is process-wide): the choice becomes torch's."""
-    code = ("import torch; from training.threads import choose, apply; apply(choose(None, 1, env={}, cores=3)); "
+    code = ("import torch; from training.cluster.threads import choose, apply; apply(choose(None, 1, env={}, cores=3)); "
             "print(torch.get_num_threads()); apply(choose(2, 1)); print(torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}, check=True)
@@ -62,8 +62,8 @@ def test_loader_threads_default_to_the_ranks_share_and_reach_the_loaders():
     from graphstore.errors import InvalidInputError
     from training.config import TrainConfig
     from training.launch import _parser, config_from_args
-    from training.tasks import _loader_options
-    from training.threads import loader_threads
+    from training.loop.tasks import _loader_options
+    from training.cluster.threads import loader_threads
 
     assert loader_threads(None, 2, env={}, cores=8) == 4 and loader_threads(None, 4, env={}, cores=2) == 1
     assert loader_threads(3, 2, env={}, cores=8) == 3  # --loader-threads wins

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.training.conftest import metrics, run_train
-from training.timing import BACKGROUND, FOREGROUND, WITHIN
+from training.report.timing import BACKGROUND, FOREGROUND, WITHIN
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import torch
 from torch_geometric.data import Data
 
 from sampling import NeighborLoader
-from training.tasks import TRIMMED_MODELS, build_model, trim_arguments
+from training.loop.tasks import TRIMMED_MODELS, build_model, trim_arguments
 
 
 def _batch(seed: int = 0):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from graphstore.errors import InvalidInputError
-from sampling.distributed import RankLayout
-from training.world import World, _first_slurm_host
+from sampling.distributed.dist_sampler import RankLayout
+from training.cluster.world import World, _first_slurm_host
 
 
 def test_torchrun_environment():

@@ -1,0 +1,1 @@
+"""Distributed sampling: the rank layout, remote hops and rows, what a rank serves, transport and wire."""

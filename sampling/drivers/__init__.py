@@ -1,0 +1,1 @@
+"""The drivers that call the kernels: ``NeighborSampler``, the one-call batch driver, the per-hop driver, subgraphs."""

@@ -1,0 +1,177 @@
+"""Which edges messages may pass over (a link split mask) and which a batch must not see (its own links)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graphstore.dataset import layout
+from graphstore.errors import InvalidInputError
+from graphstore.dataset.linksplit import SPLIT_NAMES, LinkSplit, assign, check_edge_type, log_computed
+
+_EMPTY_I8 = np.zeros(0, np.int8)
+_COMPUTED: dict[tuple, list[np.ndarray]] = {}
+_LOCK = threading.RLock()
+
+
+@dataclass(frozen=True)
+class MessageEdges:
+    """Messages pass only over the edges of ``edge_type`` whose link split is in ``allowed``
+    (0 train, 1 val, 2 test; PyG's convention: ``(0,)`` to train and validate, ``(0, 1)`` to test).
+    A bipartite type's reverse relation (``rev_writes`` of ``writes``) is held out with its links;
+    other edge types are not restricted. The split is the dataset's stored one (edge attribute
+    ``link_split``, ``graphstore ingest --link-split``), an in-memory graph's edge attribute ``attr``,
+    or, when ``rule`` is given, computed by that rule exactly as ingest would (every process that
+    samples computes the same split: deterministic, no communication).
+
+    Examples
+    --------
+    >>> MessageEdges(allowed=(0, 1)).bits
+    3
+    """
+
+    edge_type: Any = None
+    allowed: tuple[int, ...] = (0,)
+    rule: LinkSplit | None = None
+    attr: str = layout.LINK_SPLIT
+
+    def __post_init__(self) -> None:
+        allowed = tuple(sorted({int(v) for v in self.allowed}))
+        if not allowed or any(v not in (0, 1, 2) for v in allowed):
+            names = ", ".join(f"{i} ({name})" for i, name in enumerate(SPLIT_NAMES))
+            raise InvalidInputError(f"MessageEdges allowed={self.allowed!r}: give split values among {names}")
+        object.__setattr__(self, "allowed", allowed)
+        if isinstance(self.edge_type, list):
+            object.__setattr__(self, "edge_type", tuple(self.edge_type))
+
+    @property
+    def bits(self) -> int:
+        return sum(1 << v for v in self.allowed)
+
+    def target(self, edge_types: list[Any]) -> Any:
+        """The masked edge type as the graph names it (``edge_type`` may be a relation alone)."""
+        if self.edge_type is None:
+            return edge_types[0]
+        for etype in edge_types:
+            if etype == self.edge_type or (etype is not None and len(self.edge_type) == 1
+                                           and etype[1] == self.edge_type[0]):
+                return etype
+        raise InvalidInputError(f"MessageEdges edge_type {self.edge_type!r} is not in the graph: {edge_types}")
+
+    def applies_to(self, etype: Any, edge_types: list[Any]) -> bool:
+        return etype == self.target(edge_types)
+
+    def reverses(self, etype: Any, edge_types: list[Any]) -> bool:
+        """Whether ``etype`` is a reverse relation of the masked bipartite type (``rev_writes`` of
+        ``writes``): its edges ``v -> u`` take the split of the link ``u -> v``."""
+        target = self.target(edge_types)
+        return (etype is not None and target is not None and etype != target and target[0] != target[2]
+                and (etype[0], etype[2]) == (target[2], target[0]))
+
+
+def dataset_split(dataset: Any, part: int, etype: Any, mask: MessageEdges) -> np.ndarray:
+    """The split of every edge of ``etype`` in partition ``part``, aligned with its CSC (int8)."""
+    info = dataset.manifest.edge_type(etype)
+    if mask.rule is None:
+        if mask.attr not in info.attrs:
+            raise InvalidInputError(
+                f"{dataset.url}: edge type {info.name!r} has no stored link split ({mask.attr!r}); ingest with "
+                "--link-split 0.8,0.1,0.1, or give MessageEdges a rule to compute one"
+            )
+        return dataset.partition(part)[1].edge_attr(mask.attr, info.name).numpy().astype(np.int8, copy=False)
+    key = (dataset.url, id(dataset.manifest), info.name, mask.rule)
+    with _LOCK:
+        if key not in _COMPUTED:
+            _COMPUTED[key] = computed_split(dataset, info.name, mask.rule)
+        return _COMPUTED[key][part]
+
+
+def reverse_split(dataset: Any, part: int, etype: Any, mask: MessageEdges) -> np.ndarray:
+    """The split of the reverse relation ``etype``'s edges in partition ``part`` (CSC order): an edge
+    ``v -> u`` takes the split of the link ``u -> v`` of the masked type; edges that reverse no link
+    are train (they carry messages). Reads every partition's links once per process."""
+    forward = dataset.manifest.edge_type(mask.target(dataset.edge_types))
+    dst_t = next(t for t in dataset.manifest.node_types if t.key == forward.dst)
+    with _LOCK:
+        key = (dataset.url, id(dataset.manifest), "reverse", mask)
+        if key not in _COMPUTED:
+            keys, splits = [], []
+            for p in range(dataset.num_parts):
+                indptr, indices, _ = dataset.partition(p)[1].csc_arrays(forward.name)
+                lo = dst_t.offsets[p]
+                dst = np.repeat(np.arange(lo, lo + len(indptr) - 1), np.diff(indptr))
+                keys.append(np.asarray(indices) * dst_t.num_nodes + dst)
+                splits.append(dataset_split(dataset, p, forward.name, mask))
+            all_keys = np.concatenate(keys)
+            order = np.argsort(all_keys, kind="stable")
+            _COMPUTED[key] = [all_keys[order], np.concatenate(splits)[order]]
+        keys, splits = _COMPUTED[key]
+    info = dataset.manifest.edge_type(etype)
+    indptr, indices, _ = dataset.partition(part)[1].csc_arrays(info.name)
+    lo = next(t for t in dataset.manifest.node_types if t.key == info.dst).offsets[part]
+    link = np.repeat(np.arange(lo, lo + len(indptr) - 1), np.diff(indptr)) * dst_t.num_nodes + np.asarray(indices)
+    pos = np.searchsorted(keys, link).clip(0, max(len(keys) - 1, 0))
+    found = keys[pos] == link if len(keys) else np.zeros(len(link), bool)
+    return np.where(found, splits[pos] if len(keys) else 0, 0).astype(np.int8)
+
+
+def computed_split(dataset: Any, etype: Any, rule: LinkSplit) -> list[np.ndarray]:
+    """Per partition, the split ``rule`` gives every edge of ``etype`` (CSC order): the ingest rule over
+    the input node IDs (``orig_id``), so it equals the split ingest would store. Reads every partition."""
+    manifest = dataset.manifest
+    info = manifest.edge_type(etype)
+    check_edge_type(rule, [info.name], {info.name: info.num_edges}, {info.name: list(info.attrs)}, dataset.url)
+    src_t = next(t for t in manifest.node_types if t.key == info.src)
+    dst_t = next(t for t in manifest.node_types if t.key == info.dst)
+    orig = {t.name: np.concatenate([dataset.partition(p)[0][t.name, layout.ORIG_ID, None].numpy()
+                                    for p in range(dataset.num_parts)]) for t in (src_t, dst_t)}
+    src, dst, times, sizes = [], [], [], []
+    for p in range(dataset.num_parts):
+        gs = dataset.partition(p)[1]
+        indptr, indices, _ = gs.csc_arrays(info.name)
+        lo = dst_t.offsets[p]
+        src.append(orig[src_t.name][np.asarray(indices)])
+        dst.append(orig[dst_t.name][np.repeat(np.arange(lo, lo + len(indptr) - 1), np.diff(indptr))])
+        if rule.by == "time":
+            times.append(gs.edge_attr(rule.time_attr, info.name).numpy())
+        sizes.append(len(indices))
+    log_computed(rule, f"{dataset.url} edge type {info.name!r}")
+    split, _ = assign(np.concatenate(src), np.concatenate(dst), np.concatenate(times) if times else None, rule,
+                      info.name is None or info.name[0] == info.name[2])
+    return np.split(split, np.cumsum(sizes)[:-1])
+
+
+def pyg_split(store: Any, mask: MessageEdges, eid: np.ndarray) -> np.ndarray:
+    """The split of an in-memory graph's edge store, in CSC order (``eid`` = CSC position → edge)."""
+    if mask.rule is not None or mask.attr not in store:
+        raise InvalidInputError(f"MessageEdges: the graph's edge type has no edge attribute {mask.attr!r} holding "
+                                "the link split (0 train, 1 val, 2 test); add it (rule= needs a graphstore dataset)")
+    value = store[mask.attr]
+    value = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+    return value.astype(np.int8)[eid]
+
+
+def exclusion(edge_types: list[Any], input_type: Any, row: Any, col: Any, num_dst: int
+              ) -> dict[Any, tuple[np.ndarray, int, int]]:
+    """Per edge type, the ``(sorted keys, multiplier, mode)`` the kernels use to drop the links
+    ``row[i] -> col[i]`` of a batch and their reverses (see :mod:`sampling.kernels.picks`)."""
+    keys = np.unique(_np(row) * num_dst + _np(col))
+    out = {}
+    for etype in edge_types:
+        if etype == input_type or input_type is None:
+            same = etype is None or etype[0] == etype[2]
+            out[etype] = (keys, num_dst, 3 if same else 1)
+        elif input_type[0] != input_type[2] and (etype[0], etype[2]) == (input_type[2], input_type[0]):
+            out[etype] = (keys, num_dst, 2)  # the reverse relation (e.g. rev_writes) of a bipartite type
+    return out
+
+
+def _np(value: Any) -> np.ndarray:
+    return value.detach().cpu().numpy().astype(np.int64) if hasattr(value, "detach") else np.asarray(value, np.int64)
+
+
+NO_EXCLUSION = (np.zeros(0, np.int64), 0, 0)
+EMPTY_SPLIT = _EMPTY_I8

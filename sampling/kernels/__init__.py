@@ -1,0 +1,4 @@
+"""The sampling kernels (numba only): generator, draws, picks, one hop's memory phases, the hop kernel,
+ID maps, and one hop over blocks read with ``pread``.
+
+One unit for numba's compile cache: these modules call each other's kernels."""

@@ -1,0 +1,1 @@
+"""``graphstore warmup``: the runner and the warm-up groups of ``graphstore`` and ``sampling``."""

@@ -1,0 +1,213 @@
+"""``graphstore warmup``: compile the numba kernels of every command and loader ahead of the first run.
+
+numba compiles a kernel for each combination of argument types it is called with, and caches the
+machine code on disk (``cache=True``; :mod:`graphstore.jitcache`). Left to itself that happens in a
+user's first batch: a minute or more of silence. The warm-up runs the real code paths instead (ingest,
+the samplers and loaders, the distributed sampler, the training tasks) on tiny graphs in a scratch
+directory, so what it compiles is what the runs use. The groups it runs are found through the
+``graphstore.warmup`` entry points (``training`` adds its own), and the command itself is a
+``graphstore.commands`` entry point, so ``graphstore`` never imports the layers above it.
+
+A warm-up that finds its stamp (:func:`graphstore.jitcache.warm_stamp`: same sources, numba, Python,
+CPU and cache) does nothing; ``--force`` runs every group anyway (then each kernel loads from the cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graphstore import jitcache
+from graphstore.cli.app import entry_points
+from graphstore.errors import InvalidInputError
+
+logger = logging.getLogger(__name__)
+
+GROUPS_ENTRY_POINT = "graphstore.warmup"  # each: a function returning a list of Group
+DESCRIPTION = ("Compile the numba kernels that ingest, the samplers and loaders and graphstore-train use, by "
+               "running each on tiny graphs, so no run compiles them in its first batch. The machine code is "
+               "cached beside the sources (or in NUMBA_CACHE_DIR) and kept until the sources, numba, Python or "
+               "the CPU change; until then the command does nothing (--force runs it anyway). tools/bootstrap.sh "
+               "runs it. The first time takes a few minutes.")
+
+
+@dataclass(frozen=True)
+class Group:
+    """Code paths that share kernels, run on tiny graphs: ``run(workspace)``; ``order`` sorts the groups."""
+
+    name: str
+    what: str
+    run: Callable[[Workspace], None]
+    order: int = 50
+
+
+class Workspace:
+    """A scratch directory, and the tiny datasets the groups share (each written on first use)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._datasets: dict[str, Any] = {}
+
+    def dataset(self, name: str, write: Callable[[Path], None]) -> Any:
+        """The dataset ``name``, written by ``write(dest)`` the first time, then opened."""
+        if name not in self._datasets:
+            import graphstore
+
+            dest = self.path / name
+            if not dest.exists():
+                write(dest)
+            self._datasets[name] = graphstore.open_dataset(str(dest))
+        return self._datasets[name]
+
+
+@dataclass
+class GroupResult:
+    name: str
+    seconds: float
+    compiled: int  # kernel specialisations compiled (numba's cache misses)
+    compile_seconds: float
+    error: str | None = None
+    kernels: dict[str, list] = field(default_factory=dict)  # kernel -> [specialisations, seconds]
+
+
+def groups() -> list[Group]:
+    """Every warm-up group of the installed packages (``graphstore.warmup`` entry points), in order."""
+    found: list[Group] = []
+    for entry in entry_points(GROUPS_ENTRY_POINT):
+        found.extend(entry.load()())
+    if not found:
+        raise InvalidInputError(f"no warm-up groups are installed (entry points {GROUPS_ENTRY_POINT!r}); "
+                                "reinstall graphstore: pip install -e .")
+    return sorted(found, key=lambda g: (g.order, g.name))
+
+
+Progress = Callable[[Group, GroupResult | None], None]  # called as each group starts (None) and ends
+
+
+def run_groups(chosen: list[Group], workspace: Workspace, progress: Progress | None = None) -> list[GroupResult]:
+    """Run every group of ``chosen`` (a failing one is reported, the others still run)."""
+    results = []
+    quiet = [logging.getLogger(name) for name in ("graphstore", "sampling", "training", "torch_geometric")]
+    levels = [log.level for log in quiet]
+    if not logger.isEnabledFor(logging.INFO):  # tiny graphs make ingest warn (unbalanced parts): not the user's
+        for log in quiet:
+            log.setLevel(logging.ERROR)
+    try:
+        for group in chosen:
+            if progress:
+                progress(group, None)
+            results.append(_run_group(group, workspace))
+            if progress:
+                progress(group, results[-1])
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+    return results
+
+
+def _run_group(group: Group, workspace: Workspace) -> GroupResult:
+    """One group, timed, with the kernels it compiled; an error is kept in the result, not raised."""
+    before, start, error = jitcache.compile_counts(), time.perf_counter(), None
+    try:
+        group.run(workspace)
+    except Exception as exc:  # reported with the group's name; the rest still warms up
+        logger.info("warm-up group %s failed", group.name, exc_info=True)  # the traceback with -v
+        error = f"{type(exc).__name__}: {exc}"
+    done = jitcache.compile_counts().since(before)
+    return GroupResult(group.name, round(time.perf_counter() - start, 2), done.compiled, round(done.seconds, 2),
+                       error, {k: [n, round(done.times[k], 2)] for k, n in done.names.most_common()})
+
+
+def warm_up(only: list[str] | None = None, force: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """Compile the kernels of every group (or of ``only``) unless the stamp says they are compiled.
+
+    Returns the summary (``skipped``: the stamp held; ``groups``: each group's seconds and compiles).
+
+    Examples
+    --------
+    >>> from sampling.warmup.runner import warm_up
+    >>> warm_up()["skipped"]  # doctest: +SKIP
+    True
+    """
+    stamp = None if force or only else jitcache.warm_stamp()
+    if stamp is not None:
+        return {"skipped": True, "stamp": stamp, "groups": [], "compiled": 0, "seconds": 0.0, "failed": []}
+    said = os.environ.get(jitcache.NOTICE_ENV)
+    os.environ[jitcache.NOTICE_ENV] = "0"  # no compile notice: compiling is what was asked for
+    try:
+        return _warm_up(only, progress)
+    finally:
+        if said is None:
+            os.environ.pop(jitcache.NOTICE_ENV, None)
+        else:
+            os.environ[jitcache.NOTICE_ENV] = said
+
+
+def _warm_up(only: list[str] | None, progress: Progress | None) -> dict[str, Any]:
+    """Run the groups (all, or ``only``) in a scratch directory; stamp the cache when all of them ran."""
+    key, chosen = jitcache.warm_key(), groups()
+    if only:
+        unknown = sorted(set(only) - {g.name for g in chosen})
+        if unknown:
+            raise InvalidInputError(f"--only {','.join(unknown)}: no such warm-up group; groups are "
+                                    f"{', '.join(g.name for g in chosen)}")
+        chosen = [g for g in chosen if g.name in only]
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="graphstore-warmup-") as tmp:
+        results = run_groups(chosen, Workspace(Path(tmp)), progress)
+    summary = {"skipped": False, "groups": [asdict(r) for r in results], "compiled": sum(r.compiled for r in results),
+               "seconds": round(time.perf_counter() - start, 2), "failed": [r.name for r in results if r.error]}
+    if not only and not summary["failed"]:
+        jitcache.mark_warm({"compiled": summary["compiled"], "seconds": summary["seconds"]}, key)
+    return summary
+
+
+# -- the command --------------------------------------------------------------------------------------------
+
+
+def register(sub: Any) -> Callable[[argparse.Namespace], int]:
+    """Add ``warmup`` to the ``graphstore`` command's subcommands; returns its handler."""
+    cmd = sub.add_parser("warmup", help="compile the numba kernels ahead of the first run (once per installation)",
+                         description=DESCRIPTION)
+    cmd.add_argument("--force", action="store_true", help="run every group even when the kernels are compiled")
+    cmd.add_argument("--only", metavar="GROUPS", help="comma-separated groups to run (see --list)")
+    cmd.add_argument("--list", action="store_true", help="list the groups and exit")
+    cmd.add_argument("--json", action="store_true", help="print the summary as JSON")
+    return _command
+
+
+def _command(args: argparse.Namespace) -> int:
+    if args.list:
+        for group in groups():
+            print(f"{group.name:12s} {group.what}")
+        return 0
+    only = [g for g in args.only.split(",") if g] if args.only else None
+    summary = warm_up(only, args.force, None if args.json else _progress)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    elif summary["skipped"]:
+        print(f"graphstore warmup: nothing to compile: the warm-up of {summary['stamp'].get('at', '?')} covers these "
+              f"sources (cache {jitcache.cache_location()}; --force runs it again)")
+    else:
+        failed = f", {len(summary['failed'])} group(s) failed: {', '.join(summary['failed'])}" if summary["failed"] \
+            else ""
+        print(f"graphstore warmup: {summary['compiled']} kernel specialisation(s) compiled in "
+              f"{summary['seconds']:.1f} s ({len(summary['groups'])} groups; cache {jitcache.cache_location()}){failed}")
+    return 1 if summary.get("failed") else 0
+
+
+def _progress(group: Group, result: GroupResult | None) -> None:
+    if result is None:
+        print(f"warmup: {group.name:12s} {group.what} ...", file=sys.stderr, flush=True)
+        return
+    state = f"FAILED: {result.error}" if result.error else f"{result.compiled} kernel(s) compiled"
+    print(f"warmup: {group.name:12s} {result.seconds:.1f} s, {state}", file=sys.stderr, flush=True)

@@ -1,0 +1,1 @@
+"""Starting and watching ranks: the door checks, placement, allocator, interfaces, lifetime, failures."""

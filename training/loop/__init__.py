@@ -1,0 +1,1 @@
+"""The training loop and the session a script holds: tasks, batches, evaluation, inference, checkpoints."""

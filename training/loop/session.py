@@ -1,0 +1,472 @@
+"""A rank's handle on a training job (``Session``): joins the job, opens the dataset, serves this rank's
+partitions, hands out loaders that agree on their length, checkpoints with loader positions, and shuts
+everything down, bounded."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import tempfile
+import threading
+import warnings
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import graphstore
+from graphstore.errors import GraphstoreError, InvalidInputError
+from sampling.distributed.dist_sampler import RankLayout, RemoteStats
+from sampling.distributed.server import PartitionServer
+from training.launcher import allocator, failures, lifetime, placement
+from training.cluster import preempt, process_groups, threads
+from training.loop.session_loaders import LOADER_OPTIONS, Loader, link_seeds, node_seeds
+from training.loop.session_state import load_checkpoint, save_checkpoint
+from training.cluster.world import DEVICE_ENV, TIMEOUT_ENV, World
+
+logger = logging.getLogger(__name__)
+
+_HANDLER_STAGES = {"sample": "sampling", "gather": "feature fetch", "edge_attr": "edge-attribute fetch"}
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN,
+        "product": dist.ReduceOp.PRODUCT}
+
+
+class Session:
+    """One rank of a training job, as a context manager: what a training script holds.
+
+    ``Session(url, **options)`` joins the job that ``graphstore-run``, ``torchrun`` or ``srun`` described
+    in the environment (one process on its own when none did), opens the dataset, starts the process
+    group (gloo on CPU; nccl for GPU tensors), RPC and this rank's partition servers, a watchdog that
+    names a dead peer within ``timeout`` seconds, and turns SIGTERM into :attr:`should_stop`. Leaving the
+    ``with`` block shuts all of it down, bounded, also when the block raised.
+
+    Parameters
+    ----------
+    url : str
+        The dataset (a path or any URL ``graphstore.open_dataset`` takes), the same on every rank.
+    device : {"auto", "cpu", "cuda"}, optional
+        Where :attr:`device` points: ``cuda:<local rank>`` under ``cuda`` or ``auto`` on a GPU host.
+        Default: ``$GRAPHSTORE_DEVICE`` (``graphstore-run --device``), else ``auto``.
+    timeout : float, optional
+        Seconds before a silent peer, a stuck collective or a missing loader ends the job, naming the
+        rank. Default: ``$GRAPHSTORE_TIMEOUT`` (``graphstore-run --timeout``), else 120.
+    seed : int
+        Seeds torch, numpy and ``random`` (the same initial weights on every rank) and every loader's
+        order and sampling streams: the same seed gives the same batches.
+    storage_options, cache_dir, cache_max_bytes, verify_reads
+        As for ``graphstore.open_dataset``.
+    threads, loader_threads : int, optional
+        Torch threads and loader threads per rank (default: this host's cores shared by its ranks).
+    loader_workers : int
+        Sampler processes beside this rank for each loader (``num_workers`` of a loader overrides it):
+        sampling and feature gathering out of the rank's process, the same batches as its threads.
+    unmapped : bool
+        Read this rank's partitions with ``pread`` instead of mapping them (uniform node sampling only).
+    interface : str, optional
+        Network interface for gloo and RPC across hosts (default: the route to ``MASTER_ADDR``).
+
+    Examples
+    --------
+    >>> with Session("graphs/tiny") as s:  # doctest: +SKIP
+    ...     loader = s.loader([10, 5], input_nodes="train_mask", batch_size=256, shuffle=True)
+    ...     for batch in loader:
+    ...         batch = batch.to(s.device)
+    """
+
+    def __init__(self, url: str, *, device: str | None = None, timeout: float | None = None, seed: int = 0,
+                 storage_options: dict[str, Any] | None = None, cache_dir: str | None = None,
+                 cache_max_bytes: str | None = None, verify_reads: bool = False, threads: int | None = None,
+                 loader_threads: int | None = None, loader_workers: int = 0, unmapped: bool = False,
+                 interface: str | None = None, world: World | None = None) -> None:
+        self.url = str(url)
+        self.seed = _seed(seed)
+        self.timeout = _timeout(timeout if timeout is not None else os.environ.get(TIMEOUT_ENV, 120.0))
+        self._device_choice = device or os.environ.get(DEVICE_ENV) or "auto"
+        self._open = dict(storage_options=storage_options, cache_dir=cache_dir, cache_max_bytes=cache_max_bytes,
+                          verify_reads=verify_reads)
+        self._threads, self.loader_threads, self.unmapped, self.interface = threads, loader_threads, unmapped, interface
+        for name, value, low in (("threads", threads, 1), ("loader_threads", loader_threads, 1),
+                                 ("loader_workers", loader_workers, 0)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise InvalidInputError(f"Session({name}={value!r}): give an integer >= {low}, or leave it out")
+        self.loader_workers = loader_workers or 0
+        self._world = world
+        self._scratch: str | None = None  # the rendezvous directory of a session on its own
+        self._started = False
+        self._stopped = False  # the ranks agreed to stop (SIGTERM)
+        self.loaders: list[Loader] = []
+        self._positions: list[tuple[int, int, int]] | None = None  # from load(), for loaders made after it
+        self.transport: Any = None
+        self.watchdog: process_groups.Watchdog | None = None
+        self.cpu_group: Any = None
+        self.stats = RemoteStats()
+
+    # -- joining and leaving --
+
+    def __enter__(self) -> Session:
+        self.start()
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> bool:
+        self.close(exc)
+        if exc is None and self._stopped:  # the script saved and left the loop: the job ends as preempted
+            raise SystemExit(preempt.EXIT_PREEMPTED)
+        return False
+
+    def start(self) -> Session:
+        """Join the job and start serving (``with`` calls it); idempotent."""
+        if self._started:
+            return self
+        self.world = self._world or self._join_env()
+        warnings.filterwarnings("ignore", message="You are using a Backend")  # torch's own object collectives
+        if threading.current_thread() is threading.main_thread():
+            preempt.install()  # SIGTERM: stop at the next step every rank agrees on (should_stop)
+        launched = lifetime.watch_launcher(self.world.rank)  # graphstore-run's ranks die with it
+        hint = allocator.check_rank()
+        if hint and launched is False and self.world.world_size > 1 and self.world.rank == 0:
+            logger.warning(hint)
+        allocator.keep_freed_memory()  # before any thread starts (see training.launcher.allocator)
+        _seed_everything(self.seed)
+        self.dataset = graphstore.open_dataset(self.url, self._open["storage_options"] or None,
+                                               cache_dir=self._open["cache_dir"],
+                                               cache_max_bytes=self._open["cache_max_bytes"],
+                                               verify_reads=self._open["verify_reads"])
+        self.layout = RankLayout(self.dataset.num_parts, self.world.world_size)
+        self.parts = self.layout.parts_of(self.world.rank)
+        if self.unmapped:
+            self.dataset.read_unmapped(self.parts)
+        for part in self.parts:
+            for etype in self.dataset.edge_types:  # damaged topology ends this rank before it talks to peers
+                self.dataset.topology(part, etype)
+        self.threads = threads.choose(self._threads, self.world.local_world_size)
+        threads.apply(self.threads)
+        self._started = True
+        try:
+            self._serve()
+        except BaseException as exc:
+            self.close(exc)
+            raise
+        return self
+
+    def _serve(self) -> None:
+        """Join the process group and RPC, start the watchdog and this rank's partition servers."""
+        self.transport = process_groups.start(self.world, self.timeout, use_rpc=self.dataset.num_parts > 1,
+                                       interface=self.interface)
+        # bookkeeping collectives use CPU tensors: a gloo group for them when the default is nccl
+        self.cpu_group = dist.new_group(backend="gloo") if self.world.use_cuda else None
+        self.watchdog = process_groups.Watchdog(self.world, limit=self.timeout)
+        PartitionServer(self.dataset, self.parts).register(self.transport)
+        process_groups.set_stage("start-up")  # no rank asks a peer that has not registered its handlers yet
+        self.barrier()
+        process_groups.set_stage("training")
+
+    def _join_env(self) -> World:
+        cuda = placement.use_cuda(self._device_choice, placement.gpu_count())
+        world = World.from_env(use_cuda=cuda)
+        if world is None:  # a script run on its own: a job of one rank
+            self._scratch = tempfile.mkdtemp(prefix="graphstore-session-")
+            world = World(0, 1, 0, f"file://{self._scratch}/rendezvous", use_cuda=cuda)
+        placement.check_local_rank(world.local_rank, cuda, placement.gpu_count())
+        if world.use_cuda:
+            torch.cuda.set_device(world.device)
+        return world
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Leave the job: a barrier when all went well (every rank finishes together), then RPC and the
+        process group; bounded to 15 s after a failure. With ``exc``, this rank's error is recorded for
+        the launcher's one line, explained when it came from a lost peer."""
+        if not self._started:
+            self._remove_scratch()
+            return
+        self._started = False
+        graceful = exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None))
+        try:
+            if graceful:
+                process_groups.set_stage("shutdown")
+                try:
+                    self.barrier()
+                except Exception as late:  # a peer failed at the end: this rank leaves as a failed one
+                    graceful, exc = False, late
+                    raise
+            elif exc is not None and not isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                failures.record(self.world.rank, self.explain(exc))
+        finally:
+            if self.watchdog is not None:
+                self.watchdog.stop()
+            if not graceful:  # leaving a failed job must be bounded too, whatever the peers do
+                process_groups.exit_after(15.0, f"graphstore rank {self.world.rank}: shutdown after the failure did not "
+                                         "finish within 15 s; exiting")
+            process_groups.stop(self.transport, graceful=graceful)
+            self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+    def explain(self, exc: BaseException) -> BaseException:
+        """``exc`` as this rank saw it, or, when it came from a lost peer or a broken collective, an
+        error naming this rank, the lost rank and its host, and the stage."""
+        from sampling.distributed.transport import PeerError
+
+        me = f"rank {self.world.rank} at {process_groups.HOSTS.get(self.world.rank, '?')}"
+        if isinstance(exc, PeerError) and "did not answer" in str(exc):
+            peer = getattr(exc, "peer", None)
+            if peer is not None and self.watchdog is not None:
+                self.watchdog.let_it_judge(peer)  # a hung peer: the watchdog's verdict names the cause
+            where = _HANDLER_STAGES.get(getattr(exc, "handler", ""), process_groups.stage())
+            lost = process_groups.describe([peer]) if peer is not None else "a peer"
+            return process_groups.PeerFailure(f"{me}: lost {lost} during {where}: {exc}")
+        if isinstance(exc, (GraphstoreError, process_groups.PeerFailure)) or not (failures.is_echo(exc) or collective(exc)):
+            return exc  # names its problem already, or the script's own error
+        dead = self.watchdog.stalled_ranks() if self.watchdog else []
+        who = f"lost {process_groups.describe(dead)}" if dead else "a peer or collective failed"
+        where = f"the {process_groups.stage()} all-reduce" if collective(exc) else process_groups.stage()
+        return process_groups.PeerFailure(f"{me}: {who} during {where}: {type(exc).__name__}: {exc}")
+
+    # -- who and where --
+
+    @property
+    def rank(self) -> int:
+        return self._joined().world.rank
+
+    @property
+    def world_size(self) -> int:
+        return self._joined().world.world_size
+
+    @property
+    def device(self) -> torch.device:
+        """``cuda:<local rank>`` on a GPU rank, else the CPU: move batches and the model here."""
+        return self._joined().world.device
+
+    @property
+    def num_features(self) -> int | dict[str, int]:
+        """Width of ``x``: an int, or per node type (types with ``x``) in a heterogeneous dataset."""
+        widths = {n.name: int(np.prod(n.attrs["x"].shape)) for n in self._joined().dataset.manifest.node_types
+                  if "x" in n.attrs}
+        if not self.dataset.is_hetero:
+            if None not in widths:
+                raise InvalidInputError(f"{self.dataset.url} has no node features x")
+            return widths[None]
+        return widths
+
+    @property
+    def num_classes(self) -> int | dict[str, int]:
+        """Classes of ``y`` (largest label over every partition + 1): an int, or per labelled node type.
+        Agreed over the ranks the first time it is read: every rank reads it, at the same point."""
+        if not hasattr(self, "_classes"):
+            types = [n.name for n in self._joined().dataset.manifest.node_types if "y" in n.attrs]
+            if not types:
+                raise InvalidInputError(f"{self.dataset.url} has no labels y")
+            mine = torch.tensor([_max_label(self.dataset, self.parts, t) for t in types], dtype=torch.int64)
+            self.all_reduce(mine, "max")
+            self._classes = {t: int(m) + 1 for t, m in zip(types, mine)}
+        return self._classes if self.dataset.is_hetero else self._classes[None]
+
+    def _joined(self) -> Session:
+        if not self._started:
+            raise InvalidInputError("this Session has not started: use it as `with Session(url) as s:` (or call "
+                                    "s.start())")
+        return self
+
+    # -- loaders --
+
+    def loader(self, num_neighbors: Any, input_nodes: Any = None, *, even: bool = True, **kwargs: Any) -> Loader:
+        """PyG's ``NeighborLoader`` over the whole dataset, for this rank's share of the seeds.
+
+        Takes PyG's arguments (``batch_size``, ``shuffle``, ``replace``, ``disjoint``, ``time_attr``,
+        ``temporal_strategy``, ``weight_attr``, ``input_time``, ``subgraph_type``, ``transform``, ...)
+        and graphstore's (``loader_threads``, ``prefetch``, ``cache_rows``, ``edge_ids``); ``num_workers=N``
+        builds the batches in N sampler processes beside this rank (:mod:`sampling.loader.sampler_processes`). ``input_nodes``
+        is a mask name (``"train_mask"``: the stored split), ``(node_type, mask)`` in a heterogeneous
+        dataset, global node IDs, or ``None`` (every node of this rank's partitions). An argument it
+        cannot honour is refused by name.
+
+        **Every rank's loader yields the same number of batches per pass** (``even=True``): the ranks
+        agree on the largest count, and a rank with fewer batches starts its own seeds over (in a new
+        order) until it has that many, so DDP never waits on a rank that ran out. ``even=False`` yields
+        exactly this rank's own batches once each (for evaluation, which needs no lock-step).
+        """
+        seeds = node_seeds(self._joined(), input_nodes)
+        inner = self._build("loader", kwargs, lambda **kw: _node_loader(self, num_neighbors, seeds, kw))
+        return self._register(inner, even)
+
+    def link_loader(self, num_neighbors: Any, split: str | None = "train", *, edge_type: Any = None,
+                    even: bool = True, **kwargs: Any) -> Loader:
+        """PyG's ``LinkNeighborLoader`` over this rank's links of the stored link split ``split``
+        (``"train"``, ``"val"`` or ``"test"``; ``graphstore ingest --link-split``): messages pass over
+        training links only (and validation links when testing), and a batch never holds its own links
+        or their reverses. ``edge_label_index`` (global IDs) instead of ``split=None`` gives links of your
+        own. Same arguments and the same agreement on length as :meth:`loader`."""
+        from sampling.distributed.dist_loader import DistributedLinkNeighborLoader
+
+        self._joined()
+        if split is not None and "edge_label_index" in kwargs:
+            raise InvalidInputError("link_loader: give split='train'/'val'/'test' (the stored split) or "
+                                    "edge_label_index with split=None, not both")
+        if split is not None:
+            index, mask, extra = link_seeds(self, split, edge_type, kwargs.get("time_attr"))
+            kwargs = {"message_edges": mask, "exclude_seed_edges": True, **extra, **kwargs,
+                      "edge_label_index": index}
+        index = kwargs.pop("edge_label_index", None)
+        inner = self._build("link_loader", kwargs, lambda **kw: DistributedLinkNeighborLoader(
+            self.dataset, num_neighbors, self.transport, index, layout=self.layout, stats=self.stats, **kw))
+        return self._register(inner, even)
+
+    def _build(self, what: str, kwargs: dict[str, Any], make: Any) -> Any:
+        unknown = sorted(set(kwargs) - LOADER_OPTIONS[what])
+        if unknown:
+            raise InvalidInputError(f"Session.{what}: {', '.join(unknown)} cannot be honoured here; the "
+                                    f"arguments it takes: {', '.join(sorted(LOADER_OPTIONS[what]))}")
+        options = {"seed": self.seed * 7919 + self.rank, "pin_memory": self.world.use_cuda,
+                   "filter_per_worker": False, "num_workers": self.loader_workers, **kwargs}
+        if not options["num_workers"]:  # sampler processes build the batches, or this rank's threads
+            options.setdefault("loader_threads", threads.loader_threads(self.loader_threads,
+                                                                        self.world.local_world_size))
+        return make(**options)
+
+    def _register(self, inner: Any, even: bool) -> Loader:
+        index = len(self.loaders)
+        steps = self._agree_steps(index, len(inner)) if even else len(inner)
+        loader = Loader(inner, steps, index, self.seed, self.rank, even)
+        if self._positions is not None and index < len(self._positions):
+            loader.restore(self._positions[index])
+        self.loaders.append(loader)
+        return loader
+
+    def _agree_steps(self, index: int, mine: int) -> int:
+        """The largest batch count any rank's loader ``index`` has: through the rendezvous store, with
+        the ranks that never create it named after ``timeout`` seconds."""
+        store = dist.distributed_c10d._get_default_store()
+        prefix = f"graphstore/session/loader/{index}/"
+        store.set(f"{prefix}{self.rank}", str(mine))
+        keys = [f"{prefix}{r}" for r in range(self.world_size)]
+        process_groups.set_stage(f"creating loader {index}")
+        try:
+            store.wait(keys, timedelta(seconds=self.timeout))
+        except Exception as exc:
+            missing = [r for r in range(self.world_size) if not _has(store, keys[r])]
+            raise process_groups.PeerFailure(
+                f"rank {self.rank}: {process_groups.describe(missing) if missing else 'a rank'} did not create loader "
+                f"{index} within {self.timeout:.0f} s (timeout): every rank must create the same loaders in the "
+                "same order") from exc
+        finally:
+            process_groups.set_stage("training")
+        return max(int(store.get(k)) for k in keys)
+
+    # -- together --
+
+    def all_reduce(self, tensor: torch.Tensor, op: str | Any = "sum") -> torch.Tensor:
+        """Reduce ``tensor`` over every rank in place (``op``: sum, max, min, product, or a
+        ``torch.distributed.ReduceOp``) and return it; bounded by ``timeout``, a lost peer named."""
+        reduce_op = _OPS.get(op, op) if isinstance(op, str) else op
+        if isinstance(op, str) and op not in _OPS:
+            raise InvalidInputError(f"all_reduce op {op!r} is not one of {sorted(_OPS)}")
+        group = self.cpu_group if tensor.device.type == "cpu" else None
+        try:
+            dist.all_reduce(tensor, op=reduce_op, group=group)
+        except Exception as exc:
+            raise self.explain(exc) from exc
+        return tensor
+
+    def barrier(self) -> None:
+        """Wait for every rank, at most ``timeout`` seconds; the ranks that did not come are named."""
+        try:
+            dist.monitored_barrier(group=self.cpu_group, timeout=timedelta(seconds=self.timeout),
+                                   wait_all_ranks=True)
+        except Exception as exc:
+            raise self.explain(exc) from exc
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether the job was asked to stop (SIGTERM to any rank: preemption, ``scancel``, the launcher).
+
+        Every rank must read it at the same step (it is agreed over the ranks); when it is ``True``, save
+        (:meth:`save`) and leave the loop: the session then ends the job with exit code 75, and the same
+        command with :meth:`load` goes on at the exact batch.
+        """
+        if not self._stopped:
+            self._stopped = preempt.agreed(self.cpu_group)
+        return self._stopped
+
+    def ddp(self, model: torch.nn.Module, **kwargs: Any) -> torch.nn.parallel.DistributedDataParallel:
+        """``model`` on :attr:`device`, wrapped in ``DistributedDataParallel`` (materialise lazy ``-1``
+        input sizes with one forward pass first); unused parameters allowed on heterogeneous datasets."""
+        model = model.to(self.device)
+        kwargs.setdefault("find_unused_parameters", self.dataset.is_hetero)
+        ids = [self.world.local_rank] if self.world.use_cuda else None
+        return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids, **kwargs)
+
+    # -- checkpoints --
+
+    def save(self, state: dict[str, Any], path: str) -> str:
+        """Write ``state`` (your model's and optimizer's ``state_dict()``, epoch, ...) to ``path`` with
+        every loader's position and every rank's random state; rank 0 writes it atomically, every rank
+        returns once it is there. Call it on every rank, at a step boundary (after the step).
+
+        ``state`` is rank 0's: keep in it what the ranks share (DDP's weights, the optimizer, the epoch),
+        and reduce numbers each rank counts itself (:meth:`all_reduce`) before you save them."""
+        return save_checkpoint(self, state, path)
+
+    def load(self, path: str) -> dict[str, Any]:
+        """The ``state`` :meth:`save` wrote to ``path``; every loader (made before or after this call)
+        goes on at the batch after the one it had handed out, and each rank's random state is restored."""
+        return load_checkpoint(self, path)
+
+
+def collective(exc: BaseException) -> bool:
+    """Whether ``exc`` came out of a gloo collective (DDP's gradient all-reduce, a metrics all-reduce)."""
+    text = str(exc).lower()
+    return any(w in text for w in ("gloo", "allreduce", "all_reduce", "collective", "barrier"))
+
+
+def _node_loader(session: Session, num_neighbors: Any, seeds: Any, kwargs: dict[str, Any]) -> Any:
+    from sampling.distributed.dist_loader import DistributedNeighborLoader
+
+    return DistributedNeighborLoader(session.dataset, num_neighbors, session.transport, seeds,
+                                     layout=session.layout, stats=session.stats, **kwargs)
+
+
+def _max_label(dataset: Any, parts: tuple[int, ...], node_type: Any) -> int:
+    """The largest label in this rank's partitions (-1 when they hold none); the ranks agree on the largest."""
+    largest = -1
+    for part in parts:
+        y = dataset.partition(part)[0][node_type, "y", None]
+        if y.numel():
+            largest = max(largest, int(y.max()))
+    return largest
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _seed(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**63:
+        raise InvalidInputError(f"Session(seed={value!r}): give an integer in [0, 2**63)")
+    return int(value)
+
+
+def _timeout(value: Any) -> float:
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise InvalidInputError(f"timeout {value!r} (Session(timeout=...) or ${TIMEOUT_ENV}): give a finite number "
+                                "of seconds > 0")
+    return seconds
+
+
+def _has(store: Any, key: str) -> bool:
+    try:
+        return bool(store.check([key]))
+    except Exception:
+        return False
+

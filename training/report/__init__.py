@@ -1,0 +1,1 @@
+"""What a job reports: timers, epoch records, memory, TensorBoard."""
