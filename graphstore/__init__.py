@@ -15,7 +15,9 @@ from graphstore.ingest import ingest
 from graphstore.jitcache import drop_stale
 from graphstore.dataset.linksplit import LinkSplit
 from graphstore.storage.retry import RetryPolicy
-from graphstore.version import __version__
+from graphstore.version import VERSION
+
+__version__ = VERSION
 
 drop_stale()  # before any kernel is loaded from numba's cache (kernels load at their first call, not import)
 

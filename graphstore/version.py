@@ -2,4 +2,5 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+VERSION = "0.1.0"
+__version__ = VERSION

@@ -225,3 +225,15 @@ def test_no_module_name_appears_twice_across_the_layers():
             if path.stem not in ("__init__", "__main__"):
                 seen.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_no_module_imports_another_modules_private_name():
+    """A name another module needs is public where it is defined: ``from m import _x`` is refused."""
+    found = []
+    for package in LAYERS:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ImportFrom):
+                    found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {node.module}.{a.name}"
+                              for a in node.names if a.name.startswith("_")]
+    assert found == []

@@ -9,7 +9,6 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
-from torch_geometric.data.feature_store import _FieldStatus
 from torch_geometric.data.graph_store import EdgeLayout
 
 from graphstore.dataset import layout, rowmemory
@@ -52,11 +51,14 @@ def _tensor(array: Any) -> torch.Tensor:
     return torch.from_numpy(array)
 
 
-class _TensorAttr(TensorAttr):
+_UNSET = TensorAttr().attr_name  # PyG's marker of a field not given (every field of a bare TensorAttr)
+
+
+class FastTensorAttr(TensorAttr):
     """PyG's ``TensorAttr`` with an O(1) ``is_set`` (PyG's compares the index tensor element-wise)."""
 
     def is_set(self, key: str) -> bool:
-        return getattr(self, key) is not _FieldStatus.UNSET
+        return getattr(self, key) is not _UNSET
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ class _Reader:
     hi: int
 
 
-def _ids(index: Any, lo: int, hi: int) -> np.ndarray | None:
+def asked_ids(index: Any, lo: int, hi: int) -> np.ndarray | None:
     """Global IDs asked for, as int64 numpy (``None`` = all own rows)."""
     if index is None:
         return None
@@ -95,7 +97,7 @@ class ZarrFeatureStore(FeatureStore):
     """
 
     def __init__(self, dataset: Dataset, part: int) -> None:
-        super().__init__(tensor_attr_cls=_TensorAttr)
+        super().__init__(tensor_attr_cls=FastTensorAttr)
         keep_freed_memory()  # every batch allocates its rows anew (often hundreds of MB)
         self.dataset, self.part = dataset, dataset.check_part(part)
         self._readers: dict[tuple[Any, str], _Reader] = {}
@@ -133,7 +135,7 @@ class ZarrFeatureStore(FeatureStore):
                 return torch.index_select(r.rows_t, 0, index - r.lo, out=out)
             except (IndexError, RuntimeError):
                 pass  # some IDs are not own rows: halo replicas or an error naming the owner, below
-        ids = _ids(index, r.lo, r.hi)
+        ids = asked_ids(index, r.lo, r.hi)
         return _tensor(self._gather(r.info, r.name, r.rows, ids, r.lo, r.hi))
 
     def _gather(self, info: Any, name: str, rows: Any, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:
@@ -175,7 +177,7 @@ class ZarrFeatureStore(FeatureStore):
         out = []
         for info in self.dataset.manifest.node_types:
             for name in [*info.attrs, layout.ORIG_ID]:
-                out.append(_TensorAttr(info.name, name))
+                out.append(FastTensorAttr(info.name, name))
         return out
 
     def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
@@ -236,7 +238,7 @@ class ZarrGraphStore(GraphStore):
         if name not in info.attrs:
             raise UnknownAttributeError(f"edge type {edge_type!r} has no attribute {name!r}; it has {sorted(info.attrs)}")
         rows = self.dataset.array(layout.edge_array(self.part, info.key, name))
-        return _tensor(rows if index is None else rows[_ids(index, 0, len(rows))])
+        return _tensor(rows if index is None else rows[asked_ids(index, 0, len(rows))])
 
     def _size(self, edge_type: Any) -> tuple[int, int]:
         info = self.dataset.manifest.edge_type(edge_type)

@@ -12,7 +12,7 @@ from torch_geometric.data.graph_store import EdgeLayout
 from graphstore.dataset import layout, rowgather, rowmemory
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import NotOwnedError, UnknownAttributeError
-from graphstore.dataset.stores import ReadOnlyError, ZarrFeatureStore, _ids, _TensorAttr
+from graphstore.dataset.stores import ReadOnlyError, ZarrFeatureStore, asked_ids, FastTensorAttr
 
 
 class DatasetFeatureStore(FeatureStore):
@@ -26,7 +26,7 @@ class DatasetFeatureStore(FeatureStore):
     """
 
     def __init__(self, dataset: Dataset) -> None:
-        super().__init__(tensor_attr_cls=_TensorAttr)
+        super().__init__(tensor_attr_cls=FastTensorAttr)
         self.dataset = dataset
         self._parts = [ZarrFeatureStore(dataset, p) for p in range(dataset.num_parts)]
         self._views: dict[tuple[Any, str], tuple[np.ndarray, ...] | None] = {}
@@ -44,7 +44,7 @@ class DatasetFeatureStore(FeatureStore):
         if attr.attr_name not in info.attrs and attr.attr_name != layout.ORIG_ID:
             raise UnknownAttributeError(
                 f"{attr.group_name!r} has no attribute {attr.attr_name!r}; it has {sorted(info.attrs)}")
-        ids = _ids(attr.index, 0, info.num_nodes)
+        ids = asked_ids(attr.index, 0, info.num_nodes)
         if ids is not None and len(ids) and (ids.min() < 0 or ids.max() >= info.num_nodes):
             bad = ids[(ids < 0) | (ids >= info.num_nodes)]
             raise NotOwnedError(f"node IDs {bad[:5].tolist()} of {info.name!r} are outside [0, {info.num_nodes}): "

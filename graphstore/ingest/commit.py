@@ -19,7 +19,7 @@ from graphstore.dataset.trainable import is_labelled, node_name
 from graphstore.errors import InvalidInputError
 from graphstore.storage.local import redact_url
 from graphstore.dataset.types import EdgeType, NodeType
-from graphstore.version import __version__
+from graphstore.version import VERSION
 
 
 def _ends(etype: EdgeType) -> tuple[NodeType, NodeType]:
@@ -108,7 +108,7 @@ def build_manifest(source: ChunkedSource, books: dict[NodeType, Relabel], keys: 
                         link_splits=link_splits, stats=stats,
                         storage={"compression": opts["compression"], "chunk_bytes": opts["chunk_bytes"]},
                         provenance={"source": redact_url(source.origin), "tool": "graphstore",
-                                    "tool_version": __version__,
+                                    "tool_version": VERSION,
                                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                     "seconds": round(time.perf_counter() - opts["started"], 3)})
     _check_trainable(manifest)

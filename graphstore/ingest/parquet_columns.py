@@ -59,7 +59,7 @@ def column_schema(arrow_type: Any, name: str, where: str, width: int | None) -> 
     """The stored dtype and row shape of a column, from its Arrow type (``width`` for variable lists)."""
     import pyarrow as pa
 
-    if _is_list(arrow_type):
+    if is_list_column(arrow_type):
         value_dtype = _numpy_dtype(arrow_type.value_type, name, where)
         if pa.types.is_fixed_size_list(arrow_type):
             width = arrow_type.list_size
@@ -67,7 +67,7 @@ def column_schema(arrow_type: Any, name: str, where: str, width: int | None) -> 
     return ColumnSchema(_numpy_dtype(arrow_type, name, where).str, ())
 
 
-def _is_list(arrow_type: Any) -> bool:
+def is_list_column(arrow_type: Any) -> bool:
     import pyarrow as pa
 
     return bool(pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)
@@ -111,7 +111,7 @@ def to_numpy(column: Any, name: str, schema: ColumnSchema, where: str) -> np.nda
         row = int(np.flatnonzero(np.asarray(column.is_null().to_numpy(zero_copy_only=False)))[0])
         raise InvalidInputError(f"{where}: column {name!r} has {column.null_count} null value(s), the first in "
                                 f"row {row}; fill or drop them before writing (graphstore stores no nulls)")
-    if not _is_list(column.type):
+    if not is_list_column(column.type):
         return np.asarray(column.to_numpy(zero_copy_only=False)).astype(schema.dtype, copy=False)
     width = schema.shape[0]
     if not pa.types.is_fixed_size_list(column.type):

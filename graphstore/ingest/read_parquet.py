@@ -22,7 +22,7 @@ import numpy as np
 
 from graphstore.errors import InvalidInputError, MissingBackendError, SourceNotFoundError
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock
-from graphstore.ingest.parquet_columns import (_is_list, attr_names, column_schema, list_width, schema_difference,
+from graphstore.ingest.parquet_columns import (is_list_column, attr_names, column_schema, list_width, schema_difference,
                                                to_numpy)
 from graphstore.dataset.types import EdgeType, NodeType
 
@@ -242,7 +242,7 @@ def _columns(fs: Any, pieces: list[Piece], arrow: Any, keys: tuple[str, ...],
     schema = {}
     for col, name in names.items():
         kind_ = arrow.field(col).type
-        width = _first_width(fs, pieces, col) if _is_list(kind_) else None
+        width = _first_width(fs, pieces, col) if is_list_column(kind_) else None
         schema[name] = column_schema(kind_, col, where, width)
     return names, schema
 

@@ -29,13 +29,13 @@ ACCEPTED_KEYS: dict[str, str] = {
 }
 
 _INT_KEYS = frozenset({"nodes", "features", "classes", "seed"})
-_COMMUNITIES_PER_CLASS = 4
-_PARETO_SHAPE = 2.0  # tail exponent of the degree weights: finite mean, infinite variance
-_CENTROID_SCALE = 2.0  # class-centroid distance in noise units; ~70% linear accuracy at defaults
-_EDGE_CHUNK = 1 << 22  # undirected edges drawn per vectorized step
+COMMUNITIES_PER_CLASS = 4
+PARETO_SHAPE = 2.0  # tail exponent of the degree weights: finite mean, infinite variance
+CENTROID_SCALE = 2.0  # class-centroid distance in noise units; ~70% linear accuracy at defaults
+EDGES_PER_STEP = 1 << 22  # undirected edges drawn per vectorized step
 _TAKE_BLOCK = 1 << 20  # feature values computed per vectorized step
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 # four 16-bit uniforms summed (Irwin-Hall): mean 4 * 65535 / 2, variance ~ 4 * 65536**2 / 12
@@ -205,7 +205,7 @@ def parse_synthetic_spec(spec: str) -> SyntheticSpec:
     return SyntheticSpec(**values)  # type: ignore[arg-type]
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     """The splitmix64 finalizer, in place on a uint64 array (wrapping arithmetic)."""
     x ^= x >> np.uint64(30)
     x *= _MIX1
@@ -288,15 +288,15 @@ def feature_rows(rows: np.ndarray, labels: np.ndarray, centroids: np.ndarray, ke
     """``x`` of nodes ``rows`` (int64) whose labels are ``labels``: centroid plus hashed unit noise."""
     width = centroids.shape[1]
     counter = rows.astype(np.uint64)[:, None] * np.uint64(width) + np.arange(width, dtype=np.uint64)
-    counter *= _GOLDEN
+    counter *= GOLDEN
     counter += np.uint64(key)
-    noise = _unit_noise(_mix64(counter))
+    noise = _unit_noise(mix64(counter))
     noise *= np.float32(noise_scale)
     noise += centroids[labels]
     return noise
 
 
-def _search_sorted(cumw: np.ndarray, keys: np.ndarray) -> np.ndarray:
+def search_sorted(cumw: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """``searchsorted(cumw, keys, side="right")``, searched in key order for cache locality (~5x faster)."""
     perm = np.argsort(keys)
     pos = np.empty(len(keys), dtype=np.int64)
@@ -305,7 +305,7 @@ def _search_sorted(cumw: np.ndarray, keys: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _Communities:
+class Communities:
     """Nodes grouped by community with cumulative degree weights, for weighted sampling."""
 
     community: np.ndarray | None  # community of each node (None: not kept, sampling needs only the rest)
@@ -318,7 +318,7 @@ class _Communities:
 
     @classmethod
     def build(cls, community: np.ndarray, weights: np.ndarray, count: int, keep_community: bool = True
-              ) -> _Communities:
+              ) -> Communities:
         """The tables of nodes in ``community`` (``0..count-1``) with degree ``weights``.
 
         Holds 12 bytes a node (``order``, ``cumw``), and ``community`` when kept.
@@ -336,13 +336,13 @@ class _Communities:
     def sample_pairs(self, rng: np.random.Generator, count: int, homophily: float) -> tuple[np.ndarray, np.ndarray]:
         """``count`` undirected edges: a weighted node, then a weighted partner (own community w.p. ``homophily``)."""
         total, last = self.cumw[-1], len(self.order) - 1
-        first = np.minimum(_search_sorted(self.cumw, rng.random(count) * total), last)
+        first = np.minimum(search_sorted(self.cumw, rng.random(count) * total), last)
         u = self.order[first].astype(np.int64)
         cu = np.searchsorted(self.end, first, side="right")  # the community of position ``first`` of ``order``
         inside = rng.random(count) < homophily
         r = rng.random(count)
         target = np.where(inside, self.base[cu] + r * self.mass[cu], r * total)
-        pos = _search_sorted(self.cumw, target)
+        pos = search_sorted(self.cumw, target)
         # float rounding at a community's upper edge must not leak into the next community
         pos = np.clip(pos, np.where(inside, self.start[cu], 0), np.where(inside, self.end[cu] - 1, last))
         return u, self.order[pos].astype(np.int64)

@@ -20,8 +20,8 @@ import numpy as np
 
 from graphstore.ingest.chunks import ChunkedSource, ColumnSchema, EdgeBlock, process_cache
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
-from graphstore.ingest.synthetic import (_CENTROID_SCALE, _COMMUNITIES_PER_CLASS, _GOLDEN, _PARETO_SHAPE,
-                                         SyntheticFeatures, SyntheticSpec, _Communities, _mix64, feature_rows)
+from graphstore.ingest.synthetic import (CENTROID_SCALE, COMMUNITIES_PER_CLASS, GOLDEN, PARETO_SHAPE,
+                                         SyntheticFeatures, SyntheticSpec, Communities, mix64, feature_rows)
 
 NODE_BLOCK = 1 << 16  # nodes per random block (part of the generator's definition: never change it)
 EDGE_CHUNK = 1 << 20  # undirected edges per edge chunk (likewise): 2**21 directed edges, ~100 MB to draw
@@ -41,8 +41,8 @@ def _node_block(spec: SyntheticSpec, block: int) -> tuple[np.ndarray, np.ndarray
     """``(community, degree weight)`` of the nodes of random block ``block``."""
     rng = _stream(spec, _NODES, block)
     size = min(NODE_BLOCK, spec.nodes - block * NODE_BLOCK)
-    community = rng.integers(0, spec.classes * _COMMUNITIES_PER_CLASS, size, dtype=np.int64)
-    return community, np.minimum(rng.pareto(_PARETO_SHAPE, size) + 1.0, math.sqrt(spec.nodes))  # tame a freak hub
+    community = rng.integers(0, spec.classes * COMMUNITIES_PER_CLASS, size, dtype=np.int64)
+    return community, np.minimum(rng.pareto(PARETO_SHAPE, size) + 1.0, math.sqrt(spec.nodes))  # tame a freak hub
 
 
 def synthetic_nodes(spec: SyntheticSpec, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
@@ -59,17 +59,17 @@ def synthetic_nodes(spec: SyntheticSpec, lo: int, hi: int) -> tuple[np.ndarray, 
 
 @process_cache
 @functools.lru_cache(maxsize=2)
-def _groups(spec: SyntheticSpec) -> _Communities:
+def _groups(spec: SyntheticSpec) -> Communities:
     """The community tables edges are drawn from (12 bytes a node, once per process; the engines clear them
     after every stage). Filled block by block: no node-sized temporary beyond the weights and the sort."""
-    count = spec.classes * _COMMUNITIES_PER_CLASS
+    count = spec.classes * COMMUNITIES_PER_CLASS
     community = np.empty(spec.nodes, np.min_scalar_type(count))
     weights = np.empty(spec.nodes, np.float64)
     for block in range(-(-spec.nodes // NODE_BLOCK)):
         lo = block * NODE_BLOCK
         c, w = _node_block(spec, block)
         community[lo: lo + len(c)], weights[lo: lo + len(w)] = c, w
-    return _Communities.build(community, weights, count, keep_community=False)
+    return Communities.build(community, weights, count, keep_community=False)
 
 
 def _feistel(x: np.ndarray, keys: np.ndarray, half: int) -> np.ndarray:
@@ -77,8 +77,8 @@ def _feistel(x: np.ndarray, keys: np.ndarray, half: int) -> np.ndarray:
     mask, shift = np.uint64((1 << half) - 1), np.uint64(half)
     left, right = x >> shift, x & mask
     for key in keys:
-        mixed = (right ^ key) * _GOLDEN
-        left, right = right, left ^ (_mix64(mixed) & mask)
+        mixed = (right ^ key) * GOLDEN
+        left, right = right, left ^ (mix64(mixed) & mask)
     return (left << shift) | right
 
 
@@ -105,7 +105,7 @@ def split_masks(spec: SyntheticSpec, ids: np.ndarray) -> dict[str, np.ndarray]:
 
 def feature_params(spec: SyntheticSpec) -> tuple[np.ndarray, int, float]:
     """``(class centroids, hash key, noise)`` of the features."""
-    scale = _CENTROID_SCALE / math.sqrt(spec.features)
+    scale = CENTROID_SCALE / math.sqrt(spec.features)
     centroids = _stream(spec, _FEATURES, 0).normal(0.0, scale, (spec.classes, spec.features)).astype(np.float32)
     key = int(np.random.SeedSequence([spec.seed, _KEY, 0]).generate_state(1, dtype=np.uint64)[0])
     return centroids, key, spec.noise

@@ -11,7 +11,7 @@ import numpy as np
 
 from graphstore.errors import InvalidInputError
 from graphstore.ingest.source import ArrayRows, EdgeTable, GraphSource, NodeTable
-from graphstore.ingest.synthetic import (_EDGE_CHUNK, _PARETO_SHAPE, SyntheticFeatures, _Communities, _search_sorted,
+from graphstore.ingest.synthetic import (EDGES_PER_STEP, PARETO_SHAPE, SyntheticFeatures, Communities, search_sorted,
                                         coerce_fields, parse_pairs)
 from graphstore.dataset.types import EdgeType
 
@@ -51,7 +51,7 @@ _INT_KEYS = frozenset({"papers", "seed", "features", "classes"})
 _YEARS = np.arange(2010, 2020, dtype=np.int64)
 _YEAR_GROWTH = 1.15  # each year publishes 15% more papers than the one before
 _REDRAW_ROUNDS = 12  # rounds of redrawing repeated pairs
-_CENTROID_SCALE = 2.5  # oracle nearest-centroid accuracy ~34% at 349 venues x 128 features (mag's MLP: ~27%)
+CENTROID_SCALE = 2.5  # oracle nearest-centroid accuracy ~34% at 349 venues x 128 features (mag's MLP: ~27%)
 
 
 def _accepted() -> str:
@@ -170,13 +170,13 @@ def parse_synthetic_mag_spec(spec: str) -> SyntheticMagSpec:
     return SyntheticMagSpec(**values)  # type: ignore[arg-type]
 
 
-def _groups(seq: np.random.SeedSequence, count: int, classes: int) -> _Communities:
+def _groups(seq: np.random.SeedSequence, count: int, classes: int) -> Communities:
     """``count`` nodes spread evenly over ``classes`` venue communities, with capped Pareto weights."""
     rng = np.random.default_rng(seq)
     community = rng.permutation(count).astype(np.int64) % classes
-    weights = rng.pareto(_PARETO_SHAPE, count) + 1.0
+    weights = rng.pareto(PARETO_SHAPE, count) + 1.0
     np.minimum(weights, math.sqrt(count), out=weights)  # no single freak hub
-    return _Communities.build(community, weights, classes)
+    return Communities.build(community, weights, classes)
 
 
 def _firsts(rng: np.random.Generator, count: int, edges: int) -> np.ndarray:
@@ -187,25 +187,25 @@ def _firsts(rng: np.random.Generator, count: int, edges: int) -> np.ndarray:
     return first.astype(np.int64, copy=False)
 
 
-def _partners(groups: _Communities, rng: np.random.Generator, community: np.ndarray, homophily: float) -> np.ndarray:
+def _partners(groups: Communities, rng: np.random.Generator, community: np.ndarray, homophily: float) -> np.ndarray:
     """A weighted node of ``groups`` per entry: from ``community`` w.p. ``homophily`` (if it has nodes), else any."""
     count, total, last = len(community), groups.cumw[-1], len(groups.order) - 1
     inside = (rng.random(count) < homophily) & (groups.mass[community] > 0)
     r = rng.random(count)
     target = np.where(inside, groups.base[community] + r * groups.mass[community], r * total)
-    pos = _search_sorted(groups.cumw, target)
+    pos = search_sorted(groups.cumw, target)
     # float rounding at a community's upper edge must not leak into the next community
     pos = np.clip(pos, np.where(inside, groups.start[community], 0), np.where(inside, groups.end[community] - 1, last))
     return groups.order[pos]
 
 
-def _link(rng: np.random.Generator, first: _Communities, second: _Communities, edges: int, homophily: float,
+def _link(rng: np.random.Generator, first: Communities, second: Communities, edges: int, homophily: float,
           report: Callable[[int], None]) -> tuple[np.ndarray, np.ndarray]:
     """``edges`` edges from nodes of ``first`` (each at least once) to homophilous weighted nodes of ``second``."""
     src = _firsts(rng, len(first.community), edges)
     dst = np.empty(edges, dtype=np.int64)
-    for lo in range(0, edges, _EDGE_CHUNK):
-        hi = min(lo + _EDGE_CHUNK, edges)
+    for lo in range(0, edges, EDGES_PER_STEP):
+        hi = min(lo + EDGES_PER_STEP, edges)
         dst[lo:hi] = _partners(second, rng, first.community[src[lo:hi]], homophily)
         report(hi - lo)
     return src, dst
@@ -228,8 +228,8 @@ def _later_repeats(keys: np.ndarray) -> np.ndarray:
     return repeated
 
 
-def _make_distinct(rng: np.random.Generator, fixed: np.ndarray, fixed_groups: _Communities, free: np.ndarray,
-                   free_groups: _Communities, homophily: float, either_way: bool = False) -> None:
+def _make_distinct(rng: np.random.Generator, fixed: np.ndarray, fixed_groups: Communities, free: np.ndarray,
+                   free_groups: Communities, homophily: float, either_way: bool = False) -> None:
     """Draw ``free`` again, in place, where a pair repeats an earlier one (or, ``either_way``, is a self-loop).
 
     One sort of all pairs, then rounds over the redrawn ones only, checked against the pairs kept so far.
@@ -252,7 +252,7 @@ def _make_distinct(rng: np.random.Generator, fixed: np.ndarray, fixed_groups: _C
         taken, again = np.insert(taken, np.searchsorted(taken, fresh), fresh), again[bad]
 
 
-def _writes(rng: np.random.Generator, authors: _Communities, papers: _Communities, edges: int, homophily: float,
+def _writes(rng: np.random.Generator, authors: Communities, papers: Communities, edges: int, homophily: float,
             report: Callable[[int], None]) -> EdgeTable:
     """Every author writes a paper, then every paper gets authors; an author never writes a paper twice."""
     covered = min(len(authors.community), edges)
@@ -264,7 +264,7 @@ def _writes(rng: np.random.Generator, authors: _Communities, papers: _Communitie
     return EdgeTable(author, paper)
 
 
-def _cites(rng: np.random.Generator, papers: _Communities, time: np.ndarray, edges: int, homophily: float,
+def _cites(rng: np.random.Generator, papers: Communities, time: np.ndarray, edges: int, homophily: float,
            report: Callable[[int], None]) -> EdgeTable:
     """Every paper cites or is cited; no self-citations or mutual pairs; the newer paper cites the older."""
     citing, cited = _link(rng, papers, papers, edges, homophily, report)
@@ -273,7 +273,7 @@ def _cites(rng: np.random.Generator, papers: _Communities, time: np.ndarray, edg
     return EdgeTable(np.where(flip, cited, citing), np.where(flip, citing, cited))
 
 
-def _relations(spec: SyntheticMagSpec, groups: dict[str, _Communities], time: np.ndarray,
+def _relations(spec: SyntheticMagSpec, groups: dict[str, Communities], time: np.ndarray,
                rng: np.random.Generator, report: Callable[[int], None]) -> dict[EdgeType, EdgeTable]:
     """The four forward edge types of ogbn-mag, in PyG's order, without repeated pairs."""
     counts, h = spec.num_edges, spec.homophily
@@ -358,7 +358,7 @@ def synthetic_mag_graph(spec: SyntheticMagSpec, *, progress: Callable[[int, int]
     labels = groups[PAPER].community
     paper = {"y": ArrayRows(labels), "time": ArrayRows(time), **{k: ArrayRows(v) for k, v in masks.items()}}
     if spec.features > 0:
-        scale = _CENTROID_SCALE / math.sqrt(spec.features)
+        scale = CENTROID_SCALE / math.sqrt(spec.features)
         centroids = np.random.default_rng(seqs["centroids"]).normal(0.0, scale, (spec.classes, spec.features))
         key = int(seqs["key"].generate_state(1, dtype=np.uint64)[0])
         paper = {"x": SyntheticFeatures(labels, centroids, key, spec.noise), **paper}

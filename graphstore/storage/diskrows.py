@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from numba import njit
 
-from graphstore.storage.mapped import _load_libc
+from graphstore.storage.mapped import load_libc
 
 _MADV_RANDOM, _MADV_WILLNEED = 1, 3
 GAP_PAGES = 2  # pages between two wanted ranges that are read with them (one larger read beats two)
@@ -85,7 +85,7 @@ class GatherCounts:
 
 
 def _madvise() -> Any:
-    libc = _load_libc()
+    libc = load_libc()
     if libc is None or not hasattr(libc, "madvise"):
         return None
     fn = libc.madvise

@@ -35,7 +35,7 @@ HUGE_PAGE = 2 << 20  # x86-64 and arm64 (4 KiB base pages): a PMD maps 2 MiB
 _libc: ctypes.CDLL | None = None
 
 
-def _load_libc() -> ctypes.CDLL | None:
+def load_libc() -> ctypes.CDLL | None:
     global _libc
     if _libc is None and os.name == "posix":
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -48,8 +48,8 @@ def _load_libc() -> ctypes.CDLL | None:
 
 
 def _mmap(addr: int | None, length: int, prot: int, flags: int, fd: int) -> int:
-    libc = _load_libc()
-    assert libc is not None  # callers check _load_libc() first
+    libc = load_libc()
+    assert libc is not None  # callers check load_libc() first
     out = libc.mmap(addr, length, prot, flags, fd, 0)
     if out is None or out == _MAP_FAILED:
         err = ctypes.get_errno()
@@ -67,7 +67,7 @@ def advise_huge_pages(array: np.ndarray) -> None:
     Only for arrays that are read at random and meant to stay resident (topology, derived arrays): a miss
     reads 2 MiB from disk.
     """
-    libc = _load_libc()
+    libc = load_libc()
     if libc is None or array.nbytes < HUGE_PAGE or not sys.platform.startswith("linux"):
         return
     start = array.ctypes.data // mmap.PAGESIZE * mmap.PAGESIZE
@@ -97,7 +97,7 @@ def map_chunks(paths: Sequence[str | None], shape: tuple[int, ...], dtype: np.dt
         if huge:
             advise_huge_pages(array)
         return array
-    if chunk_bytes % mmap.PAGESIZE == 0 and _load_libc() is not None:
+    if chunk_bytes % mmap.PAGESIZE == 0 and load_libc() is not None:
         return _map_contiguous(paths, shape, dtype, chunk_bytes, huge)
     logger.info("%s: chunks of %d bytes are not page multiples; reading them into memory", where, chunk_bytes)
     parts = [np.memmap(p, dtype=np.uint8, mode="r", shape=(chunk_bytes,)) if p else np.zeros(chunk_bytes, np.uint8)
@@ -125,7 +125,7 @@ def _map_contiguous(paths: Sequence[str | None], shape: tuple[int, ...], dtype: 
 
 def can_map_slots(num_chunks: int, chunk_bytes: int) -> bool:
     """Whether chunks of ``chunk_bytes`` can be mapped back to back (page multiples, or a single chunk)."""
-    return (num_chunks == 1 or chunk_bytes % mmap.PAGESIZE == 0) and _load_libc() is not None
+    return (num_chunks == 1 or chunk_bytes % mmap.PAGESIZE == 0) and load_libc() is not None
 
 
 class SlotMap:
@@ -168,6 +168,6 @@ class SlotMap:
 
 
 def _unmap(base: int, total: int) -> None:
-    libc = _load_libc()
+    libc = load_libc()
     if libc is not None:
         libc.munmap(base, total)

@@ -14,8 +14,8 @@ from torch_geometric.data import FeatureStore, TensorAttr
 
 from graphstore.dataset import rowmemory
 from graphstore.dataset.opened import Dataset
-from graphstore.dataset.stores import ReadOnlyError, _ids, _TensorAttr
-from sampling.distributed.dist_sampler import RankLayout, RemoteStats, _waited
+from graphstore.dataset.stores import ReadOnlyError, asked_ids, FastTensorAttr
+from sampling.distributed.dist_sampler import RankLayout, RemoteStats, waited
 from sampling.distributed.server import GATHER
 from sampling.distributed.transport import Transport
 from sampling.distributed.wire import pack, unpack
@@ -50,7 +50,7 @@ class DistributedFeatureStore(FeatureStore):
 
     def __init__(self, dataset: Dataset, transport: Transport, layout: RankLayout, stats: RemoteStats | None = None,
                  cache_rows: int = 0) -> None:
-        super().__init__(tensor_attr_cls=_TensorAttr)  # O(1) checks of a batch's index (PyG's compare it whole)
+        super().__init__(tensor_attr_cls=FastTensorAttr)  # O(1) checks of a batch's index (PyG's compare it whole)
         self.dataset, self.transport, self.layout = dataset, transport, layout
         self.parts = layout.parts_of(transport.rank)
         self.stores = {p: dataset.partition(p)[0] for p in self.parts}
@@ -103,7 +103,7 @@ class DistributedFeatureStore(FeatureStore):
         if (cache is None or not getattr(self._tls, "compact", False) or cache.attr not in names
                 or self.local._node_info(group).name != cache.node_type or index is None):
             return self._fetch_rows(group, names, index)
-        ids = _ids(index, 0, 0)
+        ids = asked_ids(index, 0, 0)
         slots = cache.slots(ids)
         cache.count(slots)
         self._tls.slots = slots
@@ -119,12 +119,12 @@ class DistributedFeatureStore(FeatureStore):
         if len(self.parts) == 1 and skip is None:  # the common case: every asked ID one partition's own
             part = self.parts[0]
             lo, hi = info.offsets[part], info.offsets[part + 1]
-            ids = _ids(index, lo, hi)
+            ids = asked_ids(index, lo, hi)
             if ids is None or (len(ids) and ids.min() >= lo and ids.max() < hi):
                 return [self.local.get_tensor(group, n, index) for n in names]
         else:  # several partitions: ``None`` asks for all of their own rows
             first, last = info.offsets[self.parts[0]], info.offsets[self.parts[-1] + 1]
-            ids = _ids(index, first, last)
+            ids = asked_ids(index, first, last)
             if ids is None:
                 ids = np.arange(first, last, dtype=np.int64)
         ids_t = torch.from_numpy(ids)
@@ -144,7 +144,7 @@ class DistributedFeatureStore(FeatureStore):
                 elif len(sel):
                     res[sel] = self.stores[part].get_tensor(group, n, ids_t[sel])
         for sel, future in pending:
-            rows = _waited(self.stats, future)
+            rows = waited(self.stats, future)
             self.stats.add(rows=len(sel))
             for res, r, n in zip(results, rows, names):
                 res[sel[keep[sel]] if skip is not None and n == skip[0] else sel] = r

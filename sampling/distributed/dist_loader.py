@@ -10,7 +10,7 @@ import torch
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
 from sampling.distributed.dist_features import DistributedFeatureStore
-from sampling.distributed.dist_sampler import DistributedSampler, RankLayout, RemoteStats, _waited
+from sampling.distributed.dist_sampler import DistributedSampler, RankLayout, RemoteStats, waited
 from sampling.loader.neighbor_loader import LinkNeighborLoader, NeighborLoader
 from sampling.distributed.server import EDGE_ATTR
 from sampling.distributed.transport import Transport
@@ -76,7 +76,7 @@ class _Distributed:
                 pending.append((sel, self.transport.call(peer, EDGE_ATTR, etype, name, pack(positions), int(p))))
                 self.stats.add(requests=1)
         for sel, future in pending:
-            out[sel] = unpack(_waited(self.stats, future))
+            out[sel] = unpack(waited(self.stats, future))
         return out
 
 

@@ -123,7 +123,7 @@ class RemoteStats:
         return out
 
 
-def _waited(stats: RemoteStats, future: Any) -> Any:
+def waited(stats: RemoteStats, future: Any) -> Any:
     start = time.perf_counter()
     try:
         return future.result()
@@ -156,7 +156,7 @@ class RemoteBlock:
         future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, pack(nodes), fanout, replace,
                                      pack(limits), strategy, self.options, exclusion, self.returns, seed)
         self.stats.add(requests=1)
-        return lambda: _waited(self.stats, future)
+        return lambda: waited(self.stats, future)
 
 
 class DistributedSampler(NeighborSampler):

@@ -17,7 +17,7 @@ from graphstore.errors import CorruptDatasetError
 from sampling.kernels import hop_kernel
 from sampling.graph.kernel_args import BlockArgs, Variants
 from sampling.kernels.idmap import PERHOP_DENSE_MAX_NODES
-from sampling.kernels.frontier import _by_id as by_id
+from sampling.kernels.frontier import by_id
 from sampling.kernels.picks import STRATEGY_LAST, STRATEGY_UNIFORM
 from sampling.distributed.wire import answer_edges, unpack, unpack_into
 

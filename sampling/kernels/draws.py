@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.kernels.rng import _below, _next
+from sampling.kernels.rng import bounded, next_u64
 
 _DOUBLE = 1.0 / 9007199254740992.0  # 2**-53
 _SCAN_MAX = 48  # up to this many candidates a weighted pick counts the cumulative weights below its draw
@@ -30,7 +30,7 @@ def cumulative_weights(indptr, weight):
 
 @njit(cache=True, nogil=True, inline="always")
 def _uniform01(s0, s1, s2, s3):
-    r, s0, s1, s2, s3 = _next(s0, s1, s2, s3)
+    r, s0, s1, s2, s3 = next_u64(s0, s1, s2, s3)
     return np.float64(r >> np.uint64(11)) * _DOUBLE, s0, s1, s2, s3
 
 
@@ -40,7 +40,7 @@ def _column(n, s0, s1, s2, s3):
     multiply-shift; the rare rejection draws again) and 32 uniform bits from the low half."""
     nn = np.uint64(n)
     while True:
-        r, s0, s1, s2, s3 = _next(s0, s1, s2, s3)
+        r, s0, s1, s2, s3 = next_u64(s0, s1, s2, s3)
         m = (r >> np.uint64(32)) * nn
         low = m & np.uint64(0xFFFFFFFF)
         if low >= nn or low >= (np.uint64(0x100000000) - nn) % nn:  # the modulo only in the rare case
@@ -109,7 +109,7 @@ def _exact_rest(state, cum, base, count, k, out, e, m):
 
 
 @njit(cache=True, nogil=True)
-def _weighted(state, cum, base, count, k, replace, out, e):
+def draw_weighted(state, cum, base, count, k, replace, out, e):
     """Offsets in ``[0, count)`` drawn ∝ weight (``cum[base:base+count]`` cumulative) into ``out[e:]``;
     returns how many (every positive-weight one when ``k < 0`` or, without replacement, at most ``k``)."""
     if count == 0 or cum[base + count - 1] <= 0.0:
@@ -137,7 +137,7 @@ def _weighted(state, cum, base, count, k, replace, out, e):
 
 @njit(cache=True, nogil=True, inline="always")
 def _alias_entry(alias, astride, amask, p):
-    """Position ``p``'s alias entry (see :func:`_weighted_alias`): ``(threshold, offset of its alias)``."""
+    """Position ``p``'s alias entry (see :func:`draw_weighted_alias`): ``(threshold, offset of its alias)``."""
     if amask:
         word = np.uint32(alias[astride * p])
         return word & ~np.uint32(amask), np.int64(word & np.uint32(amask))
@@ -146,7 +146,7 @@ def _alias_entry(alias, astride, amask, p):
 
 @njit(cache=True, nogil=True)
 def _alias_rest(state, alias, astride, amask, start, count, k, out, e, m, cum):
-    """After the redraws of :func:`_weighted_alias` ran out: successive draws over the edges not drawn yet
+    """After the redraws of :func:`draw_weighted_alias` ran out: successive draws over the edges not drawn yet
     (``out[e:e + m]``), each ∝ its share of the node's alias table, into ``out[e + m:]`` until ``k`` (or no
     share is left). A column's share is its threshold plus what each column aliased to it leaves (in units
     of ``2**-32`` of a column: integers, exact in float64), so these draws follow the same weights as the
@@ -189,8 +189,8 @@ def _alias_rest(state, alias, astride, amask, start, count, k, out, e, m, cum):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _weighted_alias(state, alias, astride, amask, cum, start, count, k, replace, out, e):
-    """As :func:`_weighted` over a node's whole CSC segment ``[start, start + count)``, a draw being one
+def draw_weighted_alias(state, alias, astride, amask, cum, start, count, k, replace, out, e):
+    """As :func:`draw_weighted` over a node's whole CSC segment ``[start, start + count)``, a draw being one
     read of its alias table (:func:`sampling.graph.derived.alias_table`: per position a uint32 threshold and
     the offset of its alias, at ``alias[astride * p]`` and the next: a uint32 array, ``astride`` 2, or the
     weighted packed layout, int32, 4, offset by 2). With ``amask`` (not 0) both are one word, 3 apart
@@ -249,7 +249,7 @@ def _weighted_alias(state, alias, astride, amask, cum, start, count, k, replace,
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _uniform(state, count, k, replace, out, e, scratch):
+def draw_uniform(state, count, k, replace, out, e, scratch):
     """Offsets in ``[0, count)`` drawn uniformly into ``out[e:]`` (the fast path's rules); returns how many."""
     m, state[0], state[1], state[2], state[3] = uniform_draws(state[0], state[1], state[2], state[3], count, k,
                                                               replace, out, e, scratch, 0)
@@ -258,7 +258,7 @@ def _uniform(state, count, k, replace, out, e, scratch):
 
 @njit(cache=True, nogil=True, inline="always")
 def uniform_draws(s0, s1, s2, s3, count, k, replace, out, e, scratch, base):
-    """:func:`_uniform` on a generator state held in locals, each offset written plus ``base``: all of
+    """:func:`draw_uniform` on a generator state held in locals, each offset written plus ``base``: all of
     them when ``k < 0`` or, without replacement, ``count <= k``; with replacement ``k`` draws; else
     Floyd's algorithm for small ``k``, a partial Fisher-Yates shuffle over ``scratch`` (≥ ``count``)
     for large. Returns ``(how many, new state)``."""
@@ -271,13 +271,13 @@ def uniform_draws(s0, s1, s2, s3, count, k, replace, out, e, scratch, base):
         m = k
         drawn = out[e:e + k]
         for j in range(k):
-            r, s0, s1, s2, s3 = _below(count, s0, s1, s2, s3)
+            r, s0, s1, s2, s3 = bounded(count, s0, s1, s2, s3)
             drawn[j] = base + r
     elif k <= 32 or count > 4 * k:  # Floyd's algorithm
         m = k
         drawn = out[e:e + k]
         for n, j in enumerate(range(count - k, count)):
-            r, s0, s1, s2, s3 = _below(j + 1, s0, s1, s2, s3)
+            r, s0, s1, s2, s3 = bounded(j + 1, s0, s1, s2, s3)
             r += base
             taken = False
             for i in range(n):  # every earlier pick compared: no exit to mispredict
@@ -288,7 +288,7 @@ def uniform_draws(s0, s1, s2, s3, count, k, replace, out, e, scratch, base):
         for j in range(count):
             scratch[j] = j
         for j in range(k):
-            r, s0, s1, s2, s3 = _below(count - j, s0, s1, s2, s3)
+            r, s0, s1, s2, s3 = bounded(count - j, s0, s1, s2, s3)
             r += j
             scratch[j], scratch[r] = scratch[r], scratch[j]
             out[e + j] = base + scratch[j]
@@ -296,7 +296,7 @@ def uniform_draws(s0, s1, s2, s3, count, k, replace, out, e, scratch, base):
 
 
 @njit(cache=True, nogil=True)
-def _latest(tkeys, count, k, out, e):
+def draw_latest(tkeys, count, k, out, e):
     """The offsets of the ``k`` candidates with the largest ``tkeys`` (ties: the earlier one) into ``out[e:]``."""
     m = 0
     for c in range(count):

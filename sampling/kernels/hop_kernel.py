@@ -21,11 +21,11 @@ from numba import njit
 from graphstore.jitcache import announce_compiles
 from sampling.kernels.idmap import (dedup_dense, dedup_disjoint, dedup_hash, dedup_subgraphs, forget, forget_disjoint,
                             insert_seeds, insert_seeds_disjoint, pow2, rehash)
-from sampling.kernels.frontier import _AHEAD_EDGES, _by_block, _by_id, _gather, _grow, buffer_len
+from sampling.kernels.frontier import AHEAD_EDGES, by_block, by_id, gather_picked, grow, buffer_len
 from sampling.kernels import unmapped
 from sampling.kernels.picks import pick_block
 from sampling.kernels.cacheline import prefetch
-from sampling.kernels.rng import _next
+from sampling.kernels.rng import next_u64
 
 # a run that has to compile the kernels says so once, instead of a silent first batch
 announce_compiles("sampling", "about a minute")
@@ -38,7 +38,7 @@ announce_compiles("sampling", "about a minute")
 @njit(cache=True, nogil=True)
 def _room(row, col, eid, pos, bufs, need, max_deg):
     if need > len(row):
-        row, col, eid, pos = _grow(row, need), _grow(col, need), _grow(eid, need), _grow(pos, need)
+        row, col, eid, pos = grow(row, need), grow(col, need), grow(eid, need), grow(pos, need)
     if len(bufs[0]) < max_deg:
         bufs = (np.empty(max_deg, np.int64), np.empty(max_deg, np.int64), np.empty(max_deg, np.int64),
                 np.empty(max_deg, np.float64))
@@ -67,9 +67,9 @@ def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges
     row, col, eid, pos = out
     nf = f_hi - f_lo
     if not in_order and nf >= 4096 and offsets[-1] - offsets[0] < (1 << 31):
-        order, bounds, ids = _by_id(offsets, nodes, f_lo, f_hi)
+        order, bounds, ids = by_id(offsets, nodes, f_lo, f_hi)
     else:
-        order, bounds, ids = _by_block(offsets, nodes, f_lo, f_hi)
+        order, bounds, ids = by_block(offsets, nodes, f_lo, f_hi)
     starts, degs = np.empty(nf, np.int64), np.empty(nf, np.int64)
     unmapped.pointers(files, indptrs, offsets, ids, bounds, starts, degs)
     total, max_deg = 0, np.int64(0)  # see the note on literal zeros
@@ -120,7 +120,7 @@ def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, ro
     elif use_packed:
         _gather_strided(packed, int(use_packed), block_edges, pos, row, eid)
     else:
-        _gather(indices, eids, block_edges, pos, row, eid)
+        gather_picked(indices, eids, block_edges, pos, row, eid)
 
 
 @njit(cache=True, nogil=True)
@@ -130,8 +130,8 @@ def _gather_strided(packed, stride, edge_bounds, pos, row, eid):
     for b in range(len(edge_bounds) - 1):
         pk = packed[b]
         for x in range(edge_bounds[b], edge_bounds[b + 1]):
-            if x + _AHEAD_EDGES < edge_bounds[b + 1]:
-                prefetch(pk, stride * pos[x + _AHEAD_EDGES])
+            if x + AHEAD_EDGES < edge_bounds[b + 1]:
+                prefetch(pk, stride * pos[x + AHEAD_EDGES])
             row[x] = pk[stride * pos[x]]
             eid[x] = pk[stride * pos[x] + 1]
 
@@ -233,9 +233,9 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
         e, out, bufs = hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, disjoint, out, n_edges, block_edges[h],
                                  bufs, var, limits)
         if n_nodes + e - n_edges > len(nodes):
-            nodes = _grow(nodes, n_nodes + e - n_edges)
+            nodes = grow(nodes, n_nodes + e - n_edges)
             if disjoint:
-                batch_of = _grow(batch_of, n_nodes + e - n_edges)
+                batch_of = grow(batch_of, n_nodes + e - n_edges)
         if disjoint:
             n_nodes, valid, sub_slots = dedup_subgraphs(out[0], out[1], n_edges, e, f_lo, f_hi, nodes, batch_of,
                                                         n_nodes, num_nodes, starts, h, sub_slots)
@@ -266,9 +266,9 @@ def relabel_hop(seen, dense, table, row, col, col_batch, nodes, batch_of, n_node
     ``batch_of``), both grown as needed. Returns ``(n_nodes, valid, nodes, batch_of, table)``."""
     need = n_nodes + len(row)
     if need > len(nodes):
-        nodes = _grow(nodes, need)
+        nodes = grow(nodes, need)
         if disjoint:
-            batch_of = _grow(batch_of, need)
+            batch_of = grow(batch_of, need)
     n_nodes, valid, table = _relabel_from(seen, dense, table, row, col, col_batch, nodes, batch_of, n_nodes,
                                           num_nodes, disjoint)
     return n_nodes, valid, nodes, batch_of, table
@@ -311,5 +311,5 @@ def forget_map(seen, table, nodes, batch_of, n_nodes, num_nodes, disjoint):
 @njit(cache=True, nogil=True)
 def draw_seed(state):
     """63 random bits from the generator ``state`` (seeds a remote request's draws)."""
-    r, state[0], state[1], state[2], state[3] = _next(state[0], state[1], state[2], state[3])
+    r, state[0], state[1], state[2], state[3] = next_u64(state[0], state[1], state[2], state[3])
     return np.int64(r >> np.uint64(1))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.kernels.draws import _latest, _uniform, _weighted, _weighted_alias, uniform_draws
+from sampling.kernels.draws import draw_latest, draw_uniform, draw_weighted, draw_weighted_alias, uniform_draws
 from sampling.graph.derived import key_at, pair_at
 from sampling.kernels.cacheline import prefetch
 
@@ -40,7 +40,7 @@ STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1  # temporal strategies (as the remote sam
 _AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
 _AHEAD_CUT = 16  # frontier nodes ahead whose time-sorted keys the cut starts fetching
 _AHEAD_BLOCK = 8  # frontier nodes ahead whose pairs (or blocked time records) the one-pass picks fetch
-_NO_PAIRS = np.zeros(0, np.int32)  # _pick_uniform without packed pairs: positions only
+_NO_PAIRS = np.zeros(0, np.int32)  # pick_uniform without packed pairs: positions only
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -92,7 +92,7 @@ def _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, e
 
 @njit(cache=True, nogil=True)
 def _filtered_cum(weight, start, cand, count, wkeys):
-    """Cumulative weights of the candidates (for :func:`_weighted` over them)."""
+    """Cumulative weights of the candidates (for :func:`draw_weighted` over them)."""
     total = 0.0
     for c in range(count):
         w = weight[start + cand[c]]
@@ -137,13 +137,13 @@ def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight
             scratch, pos, e):
     """Draw among ``count`` candidates (or the whole segment when not ``filtered``) into ``pos[e:]``."""
     if latest and 0 <= k < count:
-        return _latest(tkeys_buf, count, k, pos, e)
+        return draw_latest(tkeys_buf, count, k, pos, e)
     if weight is not None:
         if alias is not None:
             if not filtered:
-                return _weighted_alias(state, alias, astride, amask, wkeys, start, count, k, replace, pos, e)
-        return _weighted(state, wkeys, 0, count, k, replace, pos, e)
-    return _uniform(state, count, k, replace, pos, e, scratch)
+                return draw_weighted_alias(state, alias, astride, amask, wkeys, start, count, k, replace, pos, e)
+        return draw_weighted(state, wkeys, 0, count, k, replace, pos, e)
+    return draw_uniform(state, count, k, replace, pos, e, scratch)
 
 
 @borrowing
@@ -165,9 +165,9 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
                             tsort[3][b, 2] != 0, row, eid)
     if weights is None and limits is None and splits is None and excl is None:  # every variant off
         if stride == 2:  # over the packed pairs the picks read them too
-            return _pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
+            return pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
                                  bufs[0], src[b], row, eid)
-        return _pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
+        return pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
                              bufs[0], _NO_PAIRS, row, eid)
     scratch, cand, tkeys_buf, wkeys = bufs
     filtered = limits is not None or splits is not None or excl is not None
@@ -201,7 +201,7 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
 
 
 @borrowing
-def _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch, packed, row, eid):
+def pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch, packed, row, eid):
     """:func:`pick_block` with every variant off (the plain path): ``k`` CSC positions of each node's
     edges (:func:`sampling.kernels.draws.uniform_draws`: all of them when ``k < 0`` or, without replacement,
     ``deg <= k``; ``scratch`` ≥ the largest degree), the generator state in locals. With the ``packed``
@@ -308,7 +308,7 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
         ends[t] = starts[t] + degs[t]
     _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked)
     if not indirect and not last:  # uniform over each node's prefix (apart records): the plain picks
-        return _pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch,
+        return pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch,
                              _NO_PAIRS, row, eid)
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
@@ -326,7 +326,7 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
             m = k
         elif weight is not None:
             state[0], state[1], state[2], state[3] = s0, s1, s2, s3
-            m = _weighted(state, wkeys, 0, count, k, replace, pos, e)
+            m = draw_weighted(state, wkeys, 0, count, k, replace, pos, e)
             s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
         else:
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, first)

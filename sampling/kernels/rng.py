@@ -15,7 +15,7 @@ def _rotl(x, k):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _next(s0, s1, s2, s3):
+def next_u64(s0, s1, s2, s3):
     """xoshiro256** (Blackman & Vigna) on a state held in four locals: ``(64 random bits, new state)``."""
     result = _rotl(s1 * np.uint64(5), 7) * np.uint64(9)
     t = s1 << np.uint64(17)
@@ -29,16 +29,16 @@ def _next(s0, s1, s2, s3):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _below(n, s0, s1, s2, s3):
+def bounded(n, s0, s1, s2, s3):
     """A uniform integer in ``[0, n)`` for ``0 < n < 2**32`` (Lemire's multiply-shift, unbiased)."""
     nn = np.uint64(n)
-    r, s0, s1, s2, s3 = _next(s0, s1, s2, s3)
+    r, s0, s1, s2, s3 = next_u64(s0, s1, s2, s3)
     m = (r >> np.uint64(32)) * nn
     low = m & np.uint64(_M32)
     if low < nn:
         floor = (np.uint64(_M32) - nn + np.uint64(1)) % nn
         while low < floor:
-            r, s0, s1, s2, s3 = _next(s0, s1, s2, s3)
+            r, s0, s1, s2, s3 = next_u64(s0, s1, s2, s3)
             m = (r >> np.uint64(32)) * nn
             low = m & np.uint64(_M32)
     return np.int64(m >> np.uint64(32)), s0, s1, s2, s3

@@ -17,8 +17,8 @@ from numba import njit
 
 from graphstore.errors import CorruptDatasetError
 from graphstore.storage.fileio import read_span
-from sampling.kernels.frontier import _pointers
-from sampling.kernels.picks import _pick_uniform
+from sampling.kernels.frontier import csc_pointers
+from sampling.kernels.picks import pick_uniform
 
 _WINDOW = 512  # indptr entries one read may span (4 KiB)
 _GAP_EDGES = 512  # pairs (8 bytes each) between two nodes' edges that are read with them rather than apart
@@ -29,7 +29,7 @@ def pointers(files, indptrs, offsets, ids, bounds, starts, degs):
     """Phase 1: each frontier node's CSC start and degree, from the mapped ``indptrs`` when ``files`` is
     ``None``, else read (numba prunes the other branch: one specialisation each)."""
     if files is None:
-        _pointers(indptrs, offsets, ids, bounds, starts, degs)
+        csc_pointers(indptrs, offsets, ids, bounds, starts, degs)
     else:
         read_pointers(files, offsets, ids, bounds, starts, degs)
 
@@ -44,7 +44,7 @@ def picks(files, state, starts, degs, order, bounds, k, replace, f_lo, pos, col,
     e0 = e
     for b in range(len(bounds) - 1):
         block_edges[b] = e
-        e = _pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
+        e = pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
                           scratch, stage, row, eid)
     block_edges[len(bounds) - 1] = e
     shift_positions(pos, col, f_lo, shift, e0, e)

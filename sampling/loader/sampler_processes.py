@@ -41,7 +41,7 @@ class RelayTransport(Transport):
         self.rank, self.world_size, self.timeout = rank, world_size, timeout
         self._conn, self._send = conn, threading.Lock()
         self._pending: dict[int, Future] = {}
-        self._ids = itertools.count()
+        self.asked_ids = itertools.count()
         self.calls = 0
         threading.Thread(target=self._answers, daemon=True, name="graphstore-relay-answers").start()
 
@@ -51,7 +51,7 @@ class RelayTransport(Transport):
     def call(self, peer: int, name: str, *args: Any) -> Future:
         future: Future = Future()
         with self._send:
-            number = next(self._ids)
+            number = next(self.asked_ids)
             self._pending[number] = future
             self.calls += 1
             self._conn.send((number, peer, name, args))

@@ -142,16 +142,16 @@ def test_out_of_range_seeds_are_named(graphs):
 
 @pytest.mark.parametrize("offsets", [[0, 5000], [0, 100, 100, 2600, 70000], [300, 1000, 5000, 10**6]])
 def test_frontier_sort_by_id(offsets):
-    from sampling.kernels.frontier import _by_block, _by_id
+    from sampling.kernels.frontier import by_block, by_id
 
     offsets = np.array(offsets, np.int64)
     rng = np.random.default_rng(1)
     nodes = np.concatenate([np.zeros(7, np.int64), rng.integers(offsets[0], offsets[-1], 6000)])
-    order, bounds, ids = _by_id(offsets, nodes, 7, len(nodes))
+    order, bounds, ids = by_id(offsets, nodes, 7, len(nodes))
     front = nodes[7:]
     assert np.array_equal(np.sort(order), np.arange(len(front)))
     assert np.all(np.diff(front[order]) >= 0) and np.array_equal(ids, front[order])
-    _, expected, _ = _by_block(offsets, nodes, 7, len(nodes))
+    _, expected, _ = by_block(offsets, nodes, 7, len(nodes))
     assert np.array_equal(bounds, expected)
 
 

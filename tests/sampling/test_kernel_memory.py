@@ -47,7 +47,7 @@ def test_the_picks_kernels_are_compiled_without_reference_counting():
     """Reference counting made numba incref and decref each array an inlined draw is passed, once per frontier
     node: atomic operations, 7% of the plain path's time and 20% of the weighted one's (perf). The kernels
     numba inlines the draws into are compiled without it; what they call inherits that."""
-    for kernel in (picks.pick_block, picks._pick_uniform, picks._pick_blocked, picks._pick_sorted):
+    for kernel in (picks.pick_block, picks.pick_uniform, picks._pick_blocked, picks._pick_sorted):
         assert kernel.targetoptions.get("_nrt") is False, kernel.py_func.__name__
         assert kernel.targetoptions.get("nogil") is True, kernel.py_func.__name__  # loader threads sample in parallel
 
@@ -93,9 +93,9 @@ def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
     packed = rng.integers(0, 1000, 2 * total).astype(np.int32)
     records = rng.integers(0, 1000, 3 * total).astype(np.int32)
     limits = np.full(n, 500, np.int64)
-    options = {key: value for key, value in picks._pick_uniform.targetoptions.items() if key != "nopython"}
+    options = {key: value for key, value in picks.pick_uniform.targetoptions.items() if key != "nopython"}
     options["cache"] = False
-    uniform = njit(**options)(picks._pick_uniform.py_func)
+    uniform = njit(**options)(picks.pick_uniform.py_func)
     blocked = njit(**options)(picks._pick_blocked.py_func)
     for replace in (False, True):
         uniform(state, starts, degs, order, 0, n, 15, replace, 0, pos, col, 0, scratch, packed, row, eid)

@@ -14,7 +14,7 @@ from torch_geometric.sampler import NodeSamplerInput
 
 from sampling import NeighborSampler
 from sampling.kernels.rng import rng_state
-from sampling.kernels.draws import _weighted, cumulative_weights
+from sampling.kernels.draws import draw_weighted, cumulative_weights
 
 BACKENDS = ["data", "dataset1", "dataset3", "pair"]
 
@@ -41,7 +41,7 @@ def test_weighted_draws_without_replacement_are_successive_draws():
     cum, total, state = np.cumsum(w), w.sum(), rng_state(7)
     out, counts = np.empty(2, np.int64), {}
     for _ in range(20000):
-        assert _weighted(state, cum, 0, 4, 2, False, out, 0) == 2
+        assert draw_weighted(state, cum, 0, 4, 2, False, out, 0) == 2
         assert out[0] != out[1]
         key = tuple(sorted(out.tolist()))
         counts[key] = counts.get(key, 0) + 1
