@@ -27,7 +27,7 @@ import graphstore
 from graphstore.errors import InvalidInputError
 from sampling import LinkNeighborLoader, NeighborLoader, NeighborSampler
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.distributed.dist_sampler import PartitionServer
+from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
 from tests.conftest import small_graph
 

@@ -93,7 +93,7 @@ def on_rig(dest: Path, hosts: int, rate: str, args: argparse.Namespace, work: Pa
 def minimum(dest: Path, args: argparse.Namespace) -> dict:
     """One epoch of every rank's loader over the loopback transport: counted payload vs needed bytes."""
     from sampling.distributed.dist_loader import DistributedNeighborLoader
-    from sampling.distributed.dist_sampler import PartitionServer
+    from sampling.distributed.server import PartitionServer
     from sampling.distributed.transport import LoopbackTransport
 
     ds = graphstore.open_dataset(dest)

@@ -76,7 +76,7 @@ def _loader(ds: Any, kind: str, seeds: torch.Tensor, way: str, batch_size: int, 
 
         return NeighborLoader(ds, FANOUT, input_nodes=seeds, **options)
     from sampling.distributed.dist_loader import DistributedNeighborLoader
-    from sampling.distributed.dist_sampler import PartitionServer
+    from sampling.distributed.server import PartitionServer
     from sampling.distributed.transport import LoopbackTransport
 
     (transport,) = LoopbackTransport.group(1)

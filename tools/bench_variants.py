@@ -117,7 +117,9 @@ def hetero_sampler(papers: int, batches: int, batch_size: int, seed: int, tmp: P
 def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path, fanout: list[int] = FANOUT
                         ) -> tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]:
     """Rank 0 of 2 (own partition local, the other over a loopback transport), and its seed batches."""
-    from sampling.distributed.dist_sampler import DistributedSampler, PartitionServer, RankLayout
+    from graphstore.dataset.rank_layout import RankLayout
+    from sampling.distributed.dist_sampler import DistributedSampler
+    from sampling.distributed.server import PartitionServer
     from sampling.distributed.transport import LoopbackTransport
 
     dest = tmp / "parts2"

@@ -15,7 +15,8 @@ from torch_geometric.data import FeatureStore, TensorAttr
 from graphstore.dataset import rowmemory
 from graphstore.dataset.opened import Dataset
 from graphstore.dataset.stores import ReadOnlyError, asked_ids, FastTensorAttr
-from sampling.distributed.dist_sampler import RankLayout, RemoteStats, waited
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.dist_sampler import RemoteStats, waited
 from sampling.distributed.server import GATHER
 from sampling.distributed.transport import Transport
 from sampling.distributed.wire import pack, unpack

@@ -10,7 +10,8 @@ import torch
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
 from sampling.distributed.dist_features import DistributedFeatureStore
-from sampling.distributed.dist_sampler import DistributedSampler, RankLayout, RemoteStats, waited
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.dist_sampler import DistributedSampler, RemoteStats, waited
 from sampling.loader.neighbor_loader import LinkNeighborLoader, NeighborLoader
 from sampling.distributed.server import EDGE_ATTR
 from sampling.distributed.transport import Transport

@@ -251,7 +251,8 @@ class ranks:
     transport and the layout."""
 
     def __init__(self, ds: Any, world: int) -> None:
-        from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+        from graphstore.dataset.rank_layout import RankLayout
+        from sampling.distributed.server import PartitionServer
         from sampling.distributed.transport import LoopbackTransport
 
         self.layout = RankLayout(ds.num_parts, world)

@@ -84,7 +84,7 @@ def serve_and_run(rank: int, world_size: int, rdzv: str, url: str, out_dir: str,
     import traceback
 
     try:
-        from sampling.distributed.dist_sampler import PartitionServer
+        from sampling.distributed.server import PartitionServer
         from training.cluster.process_groups import start, stop
         from training.cluster.world import World
 

@@ -10,7 +10,8 @@ from torch_geometric.data import Data, HeteroData
 from graphstore.errors import InvalidInputError
 from sampling import LinkNeighborLoader, NeighborLoader, NeighborSampler
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
 
 BACKENDS = ("data", "dataset1", "dataset3")

@@ -8,7 +8,8 @@ import torch
 
 from sampling.loader.gpu_cache import DeviceRowCache
 from sampling.distributed.dist_loader import DistributedNeighborLoader
-from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
 
 

@@ -13,7 +13,9 @@ import graphstore
 from tests.conftest import join_spawned
 from tests.sampling.conftest import serve_and_run
 from sampling.distributed.dist_loader import DistributedNeighborLoader
-from sampling.distributed.dist_sampler import DistributedSampler, PartitionServer, RankLayout
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.dist_sampler import DistributedSampler
+from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport, PeerError
 
 

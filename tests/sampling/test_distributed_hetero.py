@@ -9,7 +9,9 @@ from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader
-from sampling.distributed.dist_sampler import DistributedSampler, PartitionServer, RankLayout
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.dist_sampler import DistributedSampler
+from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
 from tests.conftest import small_hetero
 

@@ -12,7 +12,9 @@ from scipy.stats import chisquare
 from torch_geometric.sampler import NodeSamplerInput
 
 from sampling import NeighborSampler
-from sampling.distributed.dist_sampler import DistributedSampler, PartitionServer, RankLayout
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.dist_sampler import DistributedSampler
+from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
 from tests.sampling.test_sampler import _hops, _sample, g  # noqa: F401  (g: the per-backend fixture)
 

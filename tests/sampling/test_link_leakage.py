@@ -183,7 +183,8 @@ def _rank(ds, transport, rank: int, world_size: int, raw_path: str) -> dict:
 
 def _full_fanout_exact(ds, transport, oracle: Oracle, rank: int, world_size: int) -> bool:
     """With fanout -1 the remote partition's server applies the mask: exactly the admitted in-edges."""
-    from sampling.distributed.dist_sampler import DistributedSampler, RankLayout
+    from graphstore.dataset.rank_layout import RankLayout
+    from sampling.distributed.dist_sampler import DistributedSampler
 
     seeds = np.arange(int(ds.node_offsets()[rank]), int(ds.node_offsets()[rank + 1]), 5)
     sampler = DistributedSampler(ds, [-1, -1], transport, RankLayout(ds.num_parts, world_size),

@@ -18,7 +18,8 @@ from graphstore.errors import InvalidInputError
 from sampling import DeviceFeeder, LinkNeighborLoader, NeighborLoader
 from sampling.loader.device_feed import is_pinned
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.server import PartitionServer
 from sampling.loader.loader_threads import LoaderThreads
 from sampling.distributed.transport import LoopbackTransport
 

@@ -17,7 +17,9 @@ from sampling import NeighborSampler
 from sampling.distributed.dist_loader import DistributedNeighborLoader
 from sampling.loader.loader_threads import Prefetcher
 from sampling.distributed.dist_features import DistributedFeatureStore
-from sampling.distributed.dist_sampler import PartitionServer, RankLayout, RemoteStats
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.dist_sampler import RemoteStats
+from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
 
 

@@ -9,7 +9,7 @@ import torch
 import graphstore
 
 from sampling.distributed.dist_loader import DistributedNeighborLoader
-from sampling.distributed.dist_sampler import PartitionServer
+from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
 from sampling.distributed.wire import Packed, WireStats, answer_edges, pack, pack_sample, payload_bytes, totals, unpack, unpack_into
 

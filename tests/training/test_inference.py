@@ -24,7 +24,8 @@ def _model(seed: int = 0):
 
 def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> None:
     try:
-        from sampling.distributed.dist_sampler import PartitionServer, RankLayout
+        from graphstore.dataset.rank_layout import RankLayout
+        from sampling.distributed.server import PartitionServer
         from training.loop.inference import layerwise_inference
         from training.cluster.process_groups import start, stop
         from training.cluster.world import World

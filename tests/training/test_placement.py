@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from graphstore.errors import InvalidInputError
-from sampling.distributed.dist_sampler import RankLayout
+from graphstore.dataset.rank_layout import RankLayout
 from training.launcher import placement
 
 # (partitions, ranks, each rank's partitions, each partition's ranks)

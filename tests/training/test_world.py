@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from graphstore.errors import InvalidInputError
-from sampling.distributed.dist_sampler import RankLayout
+from graphstore.dataset.rank_layout import RankLayout
 from training.cluster.world import World, _first_slurm_host
 
 

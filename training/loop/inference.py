@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from graphstore.errors import InvalidInputError
-from sampling.distributed.dist_sampler import RankLayout
+from graphstore.dataset.rank_layout import RankLayout
 from sampling.distributed.transport import Transport
 
 logger = logging.getLogger(__name__)

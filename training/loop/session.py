@@ -20,7 +20,8 @@ import torch.distributed as dist
 
 import graphstore
 from graphstore.errors import GraphstoreError, InvalidInputError
-from sampling.distributed.dist_sampler import RankLayout, RemoteStats
+from graphstore.dataset.rank_layout import RankLayout
+from sampling.distributed.dist_sampler import RemoteStats
 from sampling.distributed.server import PartitionServer
 from training.launcher import allocator, failures, lifetime, placement
 from training.cluster import preempt, process_groups, threads

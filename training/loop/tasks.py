@@ -16,7 +16,8 @@ from sampling.graph.edgemask import MessageEdges, dataset_split
 
 if TYPE_CHECKING:
     from graphstore.dataset.opened import Dataset
-    from sampling.distributed.dist_sampler import RankLayout, RemoteStats
+    from graphstore.dataset.rank_layout import RankLayout
+    from sampling.distributed.dist_sampler import RemoteStats
     from training.config import TrainConfig
     from training.cluster.world import World
 
