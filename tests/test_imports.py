@@ -183,25 +183,26 @@ def test_the_checker_passes_an_acyclic_package(tmp_path):
     assert _cycles(graph) == []
 
 
-def test_the_launcher_checks_a_dataset_without_importing_pyg(tmp_path):
-    """``graphstore-train``'s launcher only checks the job and watches its ranks: importing it and opening a
-    dataset's manifest stays clear of PyG (about 2 s of imports every job would otherwise wait for before
-    its ranks start; the ranks import it themselves)."""
+def test_the_launcher_checks_a_job_without_importing_torch(tmp_path):
+    """``graphstore-train``'s launcher only checks the job and watches its ranks: parsing the flags and every
+    check before ranks start (the dataset's manifest, outputs, the rank count) stay clear of torch and PyG
+    (seconds of imports every job would otherwise wait for before its ranks start, on a host without a GPU
+    driver; the ranks import them themselves)."""
     import subprocess
     import sys
 
     import graphstore
 
     graphstore.ingest("synthetic:nodes=200,avg_degree=3,features=4,classes=2", tmp_path / "ds", num_parts=2)
-    code = ("import sys, graphstore, training.launch\n"
-            f"ds = graphstore.open_dataset({str(tmp_path / 'ds')!r})\n"
-            "assert ds.num_parts == 2\n"
-            "print(sorted(m for m in sys.modules if m == 'training.loop.trainer' or m.split('.')[0] == 'torch_geometric'))\n"
-            "ds.partition(0)\n"
+    code = ("import sys, graphstore, training.launch as launch\n"
+            f"config = launch.config_from_args(launch._parser().parse_args([{str(tmp_path / 'ds')!r}]))\n"
+            "print(launch._check_job(config, None, False, 0))\n"
+            "print(sorted(m for m in sys.modules if m == 'training.loop.trainer' or m.split('.')[0] in ('torch', 'torch_geometric')))\n"
+            f"graphstore.open_dataset({str(tmp_path / 'ds')!r}).partition(0)\n"
             "print('torch_geometric' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["[]", "True"], out.stdout  # serving a partition does import it
+    assert out.stdout.split("\n")[:3] == ["2", "[]", "True"], out.stdout  # serving a partition does import them
 
 
 # a package's root holds its public entry points only; the rest sits in sub-packages named by role

@@ -22,11 +22,13 @@ import mmap
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from numba import njit
+
+if TYPE_CHECKING:  # imported where rows become tensors: opening a dataset needs no torch
+    import torch
 
 from graphstore.storage.mapped import load_libc
 
@@ -166,6 +168,8 @@ class DiskRows:
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
         """Rows ``ids`` (local row numbers, in range) as a tensor, in order."""
+        import torch
+
         since = self.counts.start()
         if self.slot_of is None or not len(ids):
             out, hits = self._read(ids), 0
@@ -182,6 +186,8 @@ class DiskRows:
 
     def _read(self, ids: np.ndarray) -> torch.Tensor:
         """Rows ``ids`` from the mapping: their pages asked for together, then copied."""
+        import torch
+
         self._prefetch(ids)
         return self._rows_t.index_select(0, torch.from_numpy(ids))
 
@@ -219,6 +225,8 @@ def _copy_rows(rows, cache, slots, ids, out):  # pragma: no cover - compiled
 
 def _as_tensor(rows: np.ndarray) -> torch.Tensor:
     import warnings
+
+    import torch
 
     with warnings.catch_warnings():  # read-only mappings: torch warns, and we never write through it
         warnings.simplefilter("ignore", UserWarning)

@@ -17,14 +17,16 @@ import errno
 import os
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+if TYPE_CHECKING:
+    import torch
 
 from graphstore.errors import CorruptDatasetError, InvalidInputError
 from graphstore.storage.diskrows import GatherCounts
@@ -240,6 +242,8 @@ class FileRows:
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
         """Rows ``ids`` (row numbers in range, int64) as a tensor, in order."""
+        import torch  # here: opening a dataset (the launcher's checks) needs no torch
+
         since = self.counts.start()
         out = torch.empty((len(ids), *self.shape[1:]), dtype=torch.from_numpy(np.empty(0, self.dtype)).dtype)
         if len(ids) and self.row_bytes:

@@ -7,8 +7,6 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-import torch.distributed as dist
 
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: stopped on request with a checkpoint written; rerun with --resume
 _REQUESTED = threading.Event()
@@ -31,6 +29,9 @@ def requested() -> bool:
 
 def agreed(group: Any = None) -> bool:
     """Whether any rank was asked to stop: every rank calls this at the same step, so all stop there."""
+    import torch
+    import torch.distributed as dist
+
     flag = torch.tensor([1 if _REQUESTED.is_set() else 0], dtype=torch.int32)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
     return bool(flag.item())

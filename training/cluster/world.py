@@ -7,10 +7,12 @@ import re
 import socket
 import subprocess
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from graphstore.errors import InvalidInputError
+
+if TYPE_CHECKING:  # the launcher reads a world without torch
+    import torch
 
 
 TIMEOUT_ENV = "GRAPHSTORE_TIMEOUT"  # set by graphstore-run --timeout: a training.Session's default timeout
@@ -49,6 +51,8 @@ class World:
     @property
     def device(self) -> torch.device:
         """``cuda:<local_rank>`` with CUDA (one GPU per local rank), else the CPU."""
+        import torch
+
         return torch.device(f"cuda:{self.local_rank}") if self.use_cuda else torch.device("cpu")
 
     @classmethod
@@ -56,7 +60,11 @@ class World:
         """The world described by torchrun (``RANK``...), SLURM (``SLURM_PROCID``...) or our launcher;
         ``None`` when the environment describes no job (then launch locally)."""
         env = dict(os.environ if env is None else env)
-        cuda = torch.cuda.is_available() if use_cuda is None else use_cuda
+        if use_cuda is None:
+            import torch
+
+            use_cuda = torch.cuda.is_available()
+        cuda = use_cuda
         if "GRAPHSTORE_INIT_METHOD" in env:  # our local launcher
             missing = [k for k in ("GRAPHSTORE_RANK", "GRAPHSTORE_WORLD_SIZE") if k not in env]
             if missing:

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import glob
+import os
+
 from graphstore.errors import InvalidInputError
 
 DEVICES = ("auto", "cpu", "cuda")
 
 
+_GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")  # NVIDIA's driver, ROCm's
+
+
 def gpu_count() -> int:
-    """CUDA devices this process can use (0 without CUDA)."""
+    """CUDA devices this process can use (0 without CUDA). On a host without a GPU driver that is 0 without
+    importing torch, which the launcher would otherwise load (seconds) only to ask."""
+    if not any(os.path.exists(p) for p in _GPU_DRIVER_FILES) and not glob.glob("/dev/nvidia[0-9]*"):
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -12,10 +12,12 @@ import pickle
 import logging
 import random
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a checkpoint is written or read: the launcher only claims its folder
+    import torch
 
 from graphstore.errors import (CorruptDatasetError, GraphstoreError, InvalidInputError, StorageError,
                                StoragePermissionError)
@@ -64,6 +66,8 @@ def save(directory: str, epoch: int, model: torch.nn.Module, optimizer: torch.op
         os.makedirs(directory, exist_ok=True)
     except OSError as exc:
         raise write_error(directory, directory, exc) from exc
+    import torch
+
     name = file_name(epoch, step)
     state = {"format": FORMAT, "version": VERSION, "epoch": epoch, "model": model.state_dict(),
              "optimizer": optimizer.state_dict(),
@@ -175,6 +179,8 @@ _FIX = f"delete it (and {_LATEST}) to start at epoch 1, or give the --checkpoint
 def read(path: str) -> dict[str, Any]:
     """The state in checkpoint ``path``, refused in one line unless graphstore's ``save`` wrote it. Read with
     ``weights_only``: tensors, numbers, strings and numpy arrays only, so a foreign file runs no code."""
+    import torch
+
     sniff(path)
     try:
         with torch.serialization.safe_globals(_numpy_globals()):
@@ -217,6 +223,8 @@ def restore(state: dict[str, Any], model: torch.nn.Module, optimizer: torch.opti
             group["lr"] = lr
     rng = state.get("rng", {})
     if "torch" in rng:
+        import torch
+
         torch.set_rng_state(rng["torch"])
     if "numpy" in rng:
         np.random.set_state(rng["numpy"])

@@ -15,8 +15,6 @@ import os
 from typing import Any
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 from graphstore import heap
 from graphstore.dataset import layout
@@ -123,6 +121,9 @@ class FeatureReader:
         """This epoch's counts summed over ranks (a collective: every rank calls it), and the cache size."""
         snap = self.snapshot(reset=True)
         keys = ("rows", "hits", "disk_bytes", "read_seconds")
+        import torch
+        import torch.distributed as dist
+
         counts = torch.tensor([float(snap[k]) for k in keys], dtype=torch.float64)
         if dist.is_initialized():
             dist.all_reduce(counts, group=group)

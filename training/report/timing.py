@@ -8,8 +8,6 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-import torch
-
 # The training loop runs these one after another: they add up to the epoch's training seconds.
 FOREGROUND = ("data_wait", "forward_backward", "optimizer", "step_sync", "epoch_end")
 # The prefetch thread runs these at the same time as the foreground (background work, not additive to it).
@@ -87,6 +85,8 @@ def timed_allreduce_hook(timers: Timers, counts: Timers | None = None) -> Any:
     """A DDP communication hook: the default all-reduce, with the time each bucket takes recorded
     under ``grad_sync`` (it overlaps backward, so it is not additive with ``forward_backward``) and,
     with ``counts``, the bytes of every bucket reduced under ``allreduce``."""
+    import torch  # here: the launcher formats timings without torch
+    import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     def hook(state: Any, bucket: Any) -> torch.futures.Future:
@@ -101,8 +101,6 @@ def timed_allreduce_hook(timers: Timers, counts: Timers | None = None) -> Any:
             return f.value()
 
         return future.then(done)
-
-    import torch.distributed as dist
 
     # DDP checks these annotations as objects (this module's are strings under PEP 563)
     hook.__annotations__ = {"state": object, "bucket": dist.GradBucket, "return": torch.futures.Future[torch.Tensor]}
