@@ -7,7 +7,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -103,24 +103,45 @@ def ingest(data: Any, dest: str | os.PathLike[str], *, num_parts: int = 1, metho
     runner = engine_for(engine, client)
     location = open_location(dest, storage_options)
     state = inspect_dest(location, overwrite, data, parents)
-    options = dict(num_parts=num_parts, method=method, seed=seed, compression=compression,
-                   allow_nan=allow_nan, chunk_bytes=int(chunk_mb * (1 << 20)),
-                   metis_max_edges=metis_max_edges, progress=progress, started=started, engine=runner)
+    plan = IngestPlan(num_parts=num_parts, method=method, seed=seed, compression=compression, allow_nan=allow_nan,
+                      chunk_bytes=int(chunk_mb * (1 << 20)), metis_max_edges=metis_max_edges, progress=progress,
+                      started=started, engine=runner)
     if parents and location.local_root is not None:
         _on_disk(LocalLocation(location.local_root), "creating its parent directories",
                  lambda: os.makedirs(os.path.dirname(location.local_root or ""), exist_ok=True))
     try:
         with claimed(location) as claim:
-            options["commit"] = _Commit(location, claim, state.fingerprint)
-            options["commit"].check()  # nothing changed between the checks and the claim
+            plan = replace(plan, commit=_Commit(location, claim, state.fingerprint))
+            plan.commit.check()  # nothing changed between the checks and the claim
             source = _open_source(data, to_undirected, num_parts)
             try:
-                summary = _ingest_source(source, location, state.replacing, halo_features, rule, options)
+                summary = _ingest_source(source, location, state.replacing, halo_features, rule, plan)
             finally:
                 source.close()
     except (OSError, IngestStageError) as exc:
         raise _named(location, exc) from exc
     return IngestSummary(**{**summary.to_json(), "dest": location.url, "seconds": time.perf_counter() - started})
+
+
+@dataclass(frozen=True)
+class IngestPlan:
+    """What one ingest was asked for, checked at the door, and what it settled before writing (the claim's
+    commit check, the halo attributes, the link splits, the engine's memory budget): handed down whole."""
+
+    num_parts: int
+    method: str
+    seed: int
+    compression: str
+    allow_nan: bool
+    chunk_bytes: int
+    metis_max_edges: int | None
+    progress: Progress | None
+    started: float
+    engine: Engine
+    commit: _Commit | None = None
+    replicate: dict[Any, tuple[str, ...]] = field(default_factory=dict)
+    link_splits: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    budget: Budget | None = None
 
 
 @dataclass(frozen=True)
@@ -139,13 +160,12 @@ class _Commit:
 
 
 def _ingest_source(source: ChunkedSource, location: Location, replacing: bool, halo_features: Any,
-                   rule: LinkSplit | None, options: dict[str, Any]) -> IngestSummary:
-    options["replicate"] = _halo_attrs(source, halo_features)
-    options["link_splits"] = add_link_split(source, rule, options["engine"]) if rule is not None else {}
-    options["budget"] = options["engine"].budget()
+                   rule: LinkSplit | None, plan: IngestPlan) -> IngestSummary:
+    plan = replace(plan, replicate=_halo_attrs(source, halo_features), budget=plan.engine.budget(),
+                   link_splits=add_link_split(source, rule, plan.engine) if rule is not None else {})
     if location.local_root is not None:  # a directory here: stage beside it, then rename
-        return _ingest_staged(source, LocalLocation(location.local_root), options)
-    return _ingest_in_place(source, location, replacing, options)
+        return _ingest_staged(source, LocalLocation(location.local_root), plan)
+    return _ingest_in_place(source, location, replacing, plan)
 
 
 def _named(location: Location, exc: BaseException) -> BaseException:
@@ -184,12 +204,12 @@ def _open_source(data: Any, to_undirected: bool | None, num_parts: int) -> Chunk
     return source
 
 
-def _ingest_staged(source: ChunkedSource, location: LocalLocation, options: dict[str, Any]) -> IngestSummary:
+def _ingest_staged(source: ChunkedSource, location: LocalLocation, plan: IngestPlan) -> IngestSummary:
     """Write into a hidden sibling directory, then rename it into place: DEST is never half-written."""
     staged = _on_disk(location, "creating a staging directory beside it", location.staging)
     try:
-        summary = _write_dataset(source, staged, **options)
-        _on_disk(location, "checking DEST before the commit", options["commit"].check)
+        summary = _write_dataset(source, staged, plan)
+        _on_disk(location, "checking DEST before the commit", plan.commit.check)
         _on_disk(location, "renaming the new dataset into place", lambda: location.replace_with(staged))
     except BaseException:
         staged.remove()
@@ -208,7 +228,7 @@ def _on_disk(location: LocalLocation, action: str, fn: Callable[[], Any]) -> Any
 
 
 def _ingest_in_place(source: ChunkedSource, location: Location, replacing: bool,
-                     options: dict[str, Any]) -> IngestSummary:
+                     plan: IngestPlan) -> IngestSummary:
     """Object storage: write where the dataset lives (no rename there), the manifest last.
 
     Input values are checked before the old dataset is deleted, which happens only after
@@ -216,13 +236,13 @@ def _ingest_in_place(source: ChunkedSource, location: Location, replacing: bool,
     """
     if replacing:  # bad input is otherwise found while writing, after the old dataset is gone
         items = [("nodes", c) for c in source.node_chunks] + [("edges", c) for c in source.edge_chunks]
-        options["engine"].map("check", _check_chunk, items, options["progress"], None, allow_nan=options["allow_nan"],
-                              plan=NodePlan({}, dict(source.node_schema), {}), num_nodes=dict(source.num_nodes))
+        plan.engine.map("check", _check_chunk, items, plan.progress, None, allow_nan=plan.allow_nan,
+                        plan=NodePlan({}, dict(source.node_schema), {}), num_nodes=dict(source.num_nodes))
 
     writing = []
 
     def clear() -> None:
-        options["commit"].check()  # the last look before anything at DEST is deleted or written
+        plan.commit.check()  # the last look before anything at DEST is deleted or written
         writing.append(True)
         if replacing:
             logger.info("deleting the dataset at %s: its manifest first, then its arrays", location.url)
@@ -230,7 +250,7 @@ def _ingest_in_place(source: ChunkedSource, location: Location, replacing: bool,
             location.remove()
 
     try:
-        return _write_dataset(source, location, prepare=clear, **options)
+        return _write_dataset(source, location, plan, prepare=clear)
     except Exception:
         if not writing:  # failed before anything was deleted or written
             raise
@@ -292,11 +312,10 @@ def _halo_attrs(source: ChunkedSource, spec: tuple[str, ...] | str) -> dict[Any,
     return out
 
 
-def _write_dataset(source: ChunkedSource, staged: Location, *, num_parts: int, method: str, seed: int,
-                   compression: str, replicate: dict[Any, tuple[str, ...]], allow_nan: bool, chunk_bytes: int,
-                   metis_max_edges: int | None, progress: Progress | None, started: float,
-                   link_splits: dict[Any, dict[str, Any]], engine: Engine, budget: Budget, commit: _Commit,
+def _write_dataset(source: ChunkedSource, staged: Location, plan: IngestPlan,
                    prepare: Callable[[], None] | None = None) -> IngestSummary:
+    num_parts, method, seed, engine, budget = plan.num_parts, plan.method, plan.seed, plan.engine, plan.budget
+    compression, chunk_bytes, progress, started = plan.compression, plan.chunk_bytes, plan.progress, plan.started
     keys = _type_keys(source)
     logger.info("partitioning %s into %d parts by %s on the %s engine", source.name, num_parts, method, engine.name)
     train = _train_flags(engine, source, progress) if method == "metis" and num_parts > 1 else {}
@@ -306,7 +325,7 @@ def _write_dataset(source: ChunkedSource, staged: Location, *, num_parts: int, m
     with scratch_dir(staged) as first:
         assign, details = partition_graph(source, num_parts, method, seed, engine=engine, scratch=first,
                                           budget=budget, train=train, progress=progress,
-                                          metis_max_edges=metis_max_edges, keep_ends=reuse)
+                                          metis_max_edges=plan.metis_max_edges, keep_ends=reuse)
         if reuse:
             first.keep_only("ends")  # the edge chunks' endpoints, read again by the route stage
         else:
@@ -316,7 +335,7 @@ def _write_dataset(source: ChunkedSource, staged: Location, *, num_parts: int, m
         if prepare is not None:
             prepare()
             writer = ArrayWriter(staged, compression=compression, chunk_bytes=chunk_bytes)
-        spec = WriteSpec(staged, compression, chunk_bytes, allow_nan)
+        spec = WriteSpec(staged, compression, chunk_bytes, plan.allow_nan)
         with scratch_dir(staged) as scratch:
             # the books' per-node maps go to files the tasks read; the client keeps each type's offsets only
             books = {t: relabel(assign.pop(t), num_parts).stored(scratch, keys[t]) for t in list(assign)}
@@ -325,21 +344,23 @@ def _write_dataset(source: ChunkedSource, staged: Location, *, num_parts: int, m
                                     saved=first if reuse else None)
             first.remove("ends")
             logger.info("wrote edges after %.1f s", time.perf_counter() - started)
-            plan = NodePlan({t: keys[t] for t in source.num_nodes}, dict(source.node_schema), replicate)
-            nodes = run_node_stages(engine, source, scratch=scratch, books=books, plan=plan,
+            node_plan = NodePlan({t: keys[t] for t in source.num_nodes}, dict(source.node_schema), plan.replicate)
+            nodes = run_node_stages(engine, source, scratch=scratch, books=books, plan=node_plan,
                                     halos=halos_of(source, books, edges), spec=spec, progress=progress)
             logger.info("wrote node attributes after %.1f s", time.perf_counter() - started)
-    manifest, written = build_manifest(source, books, keys, edges, nodes, replicate, dict(
+    manifest, written = build_manifest(source, books, keys, edges, nodes, plan.replicate, dict(
         method=method, seed=seed, num_parts=num_parts, compression=compression, chunk_bytes=chunk_bytes,
-        started=started, details=details, link_splits=link_splits))
-    commit.check(dest_too=False)  # in place, DEST holds this ingest's arrays: only the claim can be checked
+        started=started, details=details, link_splits=plan.link_splits))
+    plan.commit.check(dest_too=False)  # in place, DEST holds this ingest's arrays: only the claim can be checked
     writer.commit(manifest.to_json())
     q = manifest.partitioning
-    return IngestSummary(staged.url, num_parts, method, q["nodes_per_part"], q["edges_per_part"], q["edge_cut"],
-                         q["edge_cut_fraction"], q["node_balance"], q["edge_balance"],
-                         writer.bytes_written + written[0], 0.0, writer.read_back + written[1], manifest.link_splits,
-                         q["train_nodes_per_part"], q["train_node_balance"], q["node_type_balance"],
-                         q.get("rebalanced_nodes", 0))
+    return IngestSummary(dest=staged.url, num_parts=num_parts, method=method, nodes_per_part=q["nodes_per_part"],
+                         edges_per_part=q["edges_per_part"], edge_cut=q["edge_cut"],
+                         edge_cut_fraction=q["edge_cut_fraction"], node_balance=q["node_balance"],
+                         edge_balance=q["edge_balance"], bytes_written=writer.bytes_written + written[0], seconds=0.0,
+                         checksums_read_back=writer.read_back + written[1], link_splits=manifest.link_splits,
+                         train_nodes_per_part=q["train_nodes_per_part"], train_node_balance=q["train_node_balance"],
+                         node_type_balance=q["node_type_balance"], rebalanced_nodes=q.get("rebalanced_nodes", 0))
 
 
 def _train_flags(engine: Engine, source: ChunkedSource, progress: Progress | None) -> dict[Any, np.ndarray]:

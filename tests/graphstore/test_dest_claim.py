@@ -277,7 +277,7 @@ SLOW_WRITER = textwrap.dedent("""
     from graphstore.ingest import pipeline
     from graphstore.cli.app import main
 
-    def stuck(source, staged, **kwargs):
+    def stuck(source, staged, *args, **kwargs):
         os.makedirs(staged.root)  # as the writer does first
         open(sys.argv[1], "w").close()
         time.sleep(120)
