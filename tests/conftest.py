@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,29 @@ import pytest
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+# GRAPHSTORE_TEST_COMPILES=FILE: each test that compiled kernels in the test process (specialisations the
+# warm-up did not cache) appends one JSON line there: what compiled and how long it took. Where the suite's
+# time goes besides its jobs; ranks' compiles are their own (their first epoch's record counts them).
+COMPILES_ENV = "GRAPHSTORE_TEST_COMPILES"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    path = os.environ.get(COMPILES_ENV)
+    if not path:
+        yield
+        return
+    from graphstore.jitcache import compile_counts
+
+    before = compile_counts()
+    yield
+    got = compile_counts().since(before)
+    if got.compiled:
+        line = {"test": item.nodeid, "compiled": got.compiled, "seconds": round(got.seconds, 2),
+                "kernels": dict(got.names)}
+        with open(path, "a") as fh:  # appended whole by each pytest worker
+            fh.write(json.dumps(line) + "\n")
 
 
 def shared_data(*parts: str) -> Path:
