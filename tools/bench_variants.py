@@ -4,22 +4,28 @@ Usage::
 
     python tools/bench_variants.py [--json] [--nodes 1000000] [--edges 20000000] [--batches 4] [--repeats 3]
                                    [--mag-papers 20000] [--variants plain,weighted,...]
+                                   [--degrees uniform,skewed] [--seed-times early,middle,late,spread]
+                                   [--fanout 15,10,5 --fanout 20,20]
                                    [--source dataset|memory|both] [--pyg-lib] [--threads 1,2] [--cold]
-                                   [--fanout 15,10,5]
 
-A random graph (uniform sources and destinations, edge weights in (0, 1], edge times in [0, 10**6)),
-as a one-partition dataset (``--source dataset``, the default: the path users run; ``memory``: the
-same graph as a PyG ``Data``; ``both``: each variant on both, as ``<variant>`` and
-``<variant>@memory``, with the dataset's ratio to memory), fanout [15, 10, 5] (``--fanout``), batch 1,024, one
-thread: sampled edges per second of the plain,
-weighted, temporal (``uniform`` and ``last``, every seed at time 5 * 10**5, about half of every node's
-edges eligible; ``temporal_uniform_end``: every seed at 10**6, every edge eligible) and disjoint variants;
-``hetero``: every edge type of a ``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another
-graph: its ratio compares engines, not graphs); ``distributed``: rank 0 of 2 over the same random graph
-ingested into 2 partitions, the other partition served over a loopback transport (in process). Each
-also as a ratio of the plain path measured in the same run. The median of ``--repeats`` passes over
-the same ``--batches`` seed batches, every variant's passes interleaved (one of each per repeat, so a
-change in load moves them alike); a warm-up batch (numba compilation, derived arrays) is never measured.
+A matrix of workload shapes, by default every one: random graphs of ``--nodes`` and ``--edges`` (edge
+weights in (0, 1], edge times in [0, 10**6)) whose degrees are ``uniform`` (sources and destinations
+uniform) or ``skewed`` (a power law: low IDs are hubs, as in real graphs; destinations ``N * u**3``,
+sources ``N * u**2``), sampled with each ``--fanout`` (default [15, 10, 5] and [20, 20]), batch 1,024,
+one thread; the temporal variants (``uniform`` and ``last``) also at each seed time: ``early`` (every
+seed at 2.5 * 10**5, a quarter of each node's edges eligible), ``middle`` (5 * 10**5, half), ``late``
+(10**6, every edge eligible) and ``spread`` (each seed its own time in [5 * 10**5, 10**6], three
+quarters eligible on average). Each graph is a one-partition dataset (``--source dataset``, the
+default: the path users run; ``memory``: the same graph as a PyG ``Data``; ``both``: each variant on
+both, as ``<variant>`` and ``<variant>@memory``, with the dataset's ratio to memory). Variants: plain,
+weighted, temporal (``uniform``, ``last``), disjoint; ``hetero``: every edge type of a ``synthetic-mag``
+graph (``--mag-papers``) from paper seeds (another graph: its ratio compares engines, not graphs);
+``distributed``: rank 0 of 2 over the same graph ingested into 2 partitions, the other partition served
+over a loopback transport (in process). Every variant's sampled edges/s, as a ratio of the plain path
+on the same graph and fanout, measured in the same run: the median of ``--repeats`` passes over the same
+``--batches`` seed batches, the passes of every variant on one graph and fanout interleaved (one of each
+per repeat, so a change in load moves them alike); a warm-up batch (numba compilation, derived arrays)
+is never measured. ``worst`` names each variant's lowest ratio to plain over the shapes and where.
 
 ``--cold`` opens the dataset with a cold page cache: a child process stores its derived arrays, then its
 files and those arrays are evicted (``posix_fadvise``) before this process opens it, as a dataset read back
@@ -63,26 +69,45 @@ import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
 import toolargs  # noqa: E402
 
 FANOUT = [15, 10, 5]
-SEED_TIME = 500_000
+FANOUTS = [[15, 10, 5], [20, 20]]
+TIME_RANGE = 10**6  # edge times are drawn from [0, TIME_RANGE)
+SEED_TIMES = {"early": (0.25, 0.25), "middle": (0.5, 0.5), "late": (1.0, 1.0), "spread": (0.5, 1.0)}  # of TIME_RANGE
+DEGREES = ("uniform", "skewed")
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {},
     "weighted": {"weight_attr": "weight"},
     "temporal_uniform": {"time_attr": "time"},
     "temporal_last": {"time_attr": "time", "temporal_strategy": "last"},
-    "temporal_uniform_end": {"time_attr": "time"},  # seeds at the end of the time range: every edge eligible
     "disjoint": {"disjoint": True},
     "hetero": {},
     "distributed": {},
 }
+TEMPORAL = ("temporal_uniform", "temporal_last")
 
 
-def random_graph(nodes: int, edges: int, seed: int) -> Data:
-    """Uniform random edges with a weight in (0, 1] and an integer time per edge."""
+def random_graph(nodes: int, edges: int, seed: int, degrees: str = "uniform") -> Data:
+    """Random edges with a weight in (0, 1] and an integer time in [0, TIME_RANGE) per edge: ``uniform``
+    sources and destinations, or ``skewed`` (a power law, low IDs the hubs: ``N * u**3`` destinations,
+    ``N * u**2`` sources)."""
     rng = np.random.default_rng(seed)
-    edge_index = torch.from_numpy(rng.integers(0, nodes, (2, edges), dtype=np.int64))
+    if degrees == "skewed":
+        dst = (nodes * rng.random(edges) ** 3).astype(np.int64)
+        src = (nodes * rng.random(edges) ** 2).astype(np.int64)
+        edge_index = torch.from_numpy(np.stack([src, dst]))
+    else:
+        edge_index = torch.from_numpy(rng.integers(0, nodes, (2, edges), dtype=np.int64))
     weight = torch.from_numpy(1.0 - rng.random(edges))
-    etime = torch.from_numpy(rng.integers(0, 10**6, edges, dtype=np.int64))
+    etime = torch.from_numpy(rng.integers(0, TIME_RANGE, edges, dtype=np.int64))
     return Data(edge_index=edge_index, num_nodes=nodes, weight=weight, time=etime)
+
+
+def seed_times(seeds: torch.Tensor, when: str) -> torch.Tensor:
+    """Each seed's time at ``when`` (:data:`SEED_TIMES`); ``spread``: a time of its own in the range, fixed
+    by its ID (the same for every variant and pass)."""
+    lo, hi = (int(f * TIME_RANGE) for f in SEED_TIMES[when])
+    if hi == lo:
+        return torch.full((len(seeds),), lo, dtype=torch.int64)
+    return lo + (seeds.to(torch.int64) * 2654435761) % (hi - lo + 1)
 
 
 def _rate(sample: Callable[[torch.Tensor], int], batches: list[torch.Tensor], repeats: int) -> float:
@@ -105,7 +130,8 @@ def hetero_sampler(papers: int, batches: int, batch_size: int, seed: int, tmp: P
                    ) -> tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]:
     """Sampling over every edge type of a synthetic-mag graph from paper seeds, and its seed batches."""
     dest = tmp / "mag"
-    graphstore.ingest(f"synthetic-mag:papers={papers},classes=16,features=8,seed=0", dest)
+    if not dest.exists():  # one ingest, whatever the fanouts
+        graphstore.ingest(f"synthetic-mag:papers={papers},classes=16,features=8,seed=0", dest)
     ds = graphstore.open_dataset(dest, cache_dir=tmp / "cache")  # derived arrays go with tmp
     sampler = NeighborSampler(ds, fanout, seed=0)
     rng = np.random.default_rng(seed)
@@ -123,7 +149,9 @@ def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path, fano
     from sampling.distributed.transport import LoopbackTransport
 
     dest = tmp / "parts2"
-    graphstore.ingest(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), dest, num_parts=2, method="random")
+    if not dest.exists():  # one ingest per graph, whatever the fanouts
+        graphstore.ingest(Data(edge_index=data.edge_index, num_nodes=data.num_nodes), dest, num_parts=2,
+                          method="random")
     ds = graphstore.open_dataset(dest, cache_dir=tmp / "cache")  # derived arrays go with tmp
     transports = LoopbackTransport.group(2)
     for rank, transport in enumerate(transports):
@@ -134,18 +162,18 @@ def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path, fano
     return (lambda s: _edges(sampler.sample_from_nodes(NodeSamplerInput(None, s)))), owned
 
 
-def homogeneous_sampler(graph: Any, name: str, engine: type | None = None, fanout: list[int] = FANOUT
-                        ) -> Callable[[torch.Tensor], int]:
-    """One variant's sampler over ``graph`` (a dataset or a ``Data``): ours, or ``engine`` (PyG's)."""
+def homogeneous_sampler(graph: Any, name: str, engine: type | None = None, fanout: list[int] = FANOUT,
+                        when: str = "middle") -> Callable[[torch.Tensor], int]:
+    """One variant's sampler over ``graph`` (a dataset or a ``Data``): ours, or ``engine`` (PyG's); a temporal
+    one's seeds at the seed time ``when``."""
     options = VARIANTS[name]
     sampler = (engine(graph, fanout, **options) if engine is not None else
                NeighborSampler(graph, fanout, seed=0, **options))
     timed = "time_attr" in options
-    seed_time = 10**6 if name.endswith("_end") else SEED_TIME
 
     def sample(seeds: torch.Tensor) -> int:
-        when = torch.full((len(seeds),), seed_time, dtype=torch.int64) if timed else None
-        return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when)).row.numel())
+        at = seed_times(seeds, when) if timed else None
+        return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, at)).row.numel())
 
     return sample
 
@@ -222,60 +250,150 @@ def measure(samples: dict[str, tuple[Callable[[torch.Tensor], int], list[torch.T
     return {name: sorted(r)[len(r) // 2] for name, r in runs.items()}
 
 
+def _shape(degrees: str, fanout: list[int], when: str | None) -> str:
+    """A shape's name: ``skewed/20,20`` (every variant but the temporal ones), ``skewed/20,20/late``."""
+    return "/".join([degrees, ",".join(map(str, fanout))] + ([when] if when else []))
+
+
+def eligible(data: Data, when: str) -> Data | None:
+    """The edges of ``data`` a seed at the fixed seed time ``when`` may sample (``None`` when every edge or
+    the seed times vary): the plain path over them is what a temporal pick costs at best."""
+    lo, hi = (int(f * TIME_RANGE) for f in SEED_TIMES[when])
+    if lo != hi or lo >= TIME_RANGE:
+        return None
+    keep = data.time <= lo
+    return Data(edge_index=data.edge_index[:, keep], num_nodes=data.num_nodes)
+
+
+def _group(args: argparse.Namespace, ds: Any, data: Data, in_memory: bool, engine: type | None,
+           batches: list[torch.Tensor], hetero: Any, distributed: Any, fanout: list[int],
+           pools: list[ThreadPoolExecutor], baselines: dict[str, Any]
+           ) -> dict[str, tuple[Callable[[torch.Tensor], int], list[torch.Tensor]]]:
+    """Every sampler of one graph and fanout, keyed ``<variant>[~<seed time>][@memory|@pyg-lib|@Nthreads]``
+    (the parts are split off again by :func:`_rows`); ``baselines``: per seed time, the graph of its
+    eligible edges, sampled by the plain path as ``plain_eligible~<seed time>``."""
+    samples = {f"plain_eligible~{when}": (homogeneous_sampler(graph, "plain", fanout=fanout), batches)
+               for when, graph in baselines.items()}
+    homogeneous = [name for name in args.variants if name not in ("hetero", "distributed")]
+    for name in homogeneous:
+        for when in (args.seed_times if name in TEMPORAL else [None]):
+            key = name if when is None else f"{name}~{when}"
+            at = when or "middle"
+            if ds is not None:
+                samples[key] = (homogeneous_sampler(ds, name, fanout=fanout, when=at), batches)
+            if in_memory:
+                samples[key + ("@memory" if ds is not None else "")] = (
+                    homogeneous_sampler(data, name, fanout=fanout, when=at), batches)
+            if engine is not None:
+                samples[f"{key}@pyg-lib"] = (homogeneous_sampler(data, name, engine, fanout, at), batches)
+            for count, pool in zip(args.threads[1:], pools):  # the first count is the baseline
+                sample = samples[key][0]
+                samples[f"{key}@{count}threads"] = (
+                    lambda group, sample=sample, pool=pool: sum(pool.map(sample, group)), [batches])
+    if hetero is not None:
+        samples["hetero"] = hetero
+    if distributed is not None:
+        samples["distributed"] = distributed
+    return samples
+
+
+def _rows(rates: dict[str, float], degrees: str, fanout: list[int], threads: list[int]) -> list[dict[str, Any]]:
+    """One row per variant (and seed time) of one graph and fanout, with its ratios."""
+    plain = rates.get("plain")
+    rows = []
+    for key, eps in rates.items():
+        if "@" in key:
+            continue
+        name, _, when = key.partition("~")
+        if name == "plain_eligible":
+            continue
+        row: dict[str, Any] = {"shape": _shape(degrees, fanout, when or None), "variant": name, "degrees": degrees,
+                               "fanout": fanout, "seed_time": when or None, "edges_per_s": eps,
+                               "ratio_to_plain": eps / plain if plain else None}
+        if name in TEMPORAL:  # against the plain path over the edges eligible at that time (every edge: plain)
+            base = rates.get(f"plain_eligible~{when}", plain if when == "late" else None)
+            if base:
+                row["ratio_to_eligible_plain"] = eps / base
+        if f"{key}@memory" in rates:
+            row["ratio_to_memory"] = eps / rates[f"{key}@memory"]
+        if f"{key}@pyg-lib" in rates:
+            row["pyg_lib_edges_per_s"] = rates[f"{key}@pyg-lib"]
+            row["ratio_to_pyg_lib"] = eps / rates[f"{key}@pyg-lib"]
+        for count in threads[1:]:
+            if f"{key}@{count}threads" in rates:
+                row[f"ratio_with_{count}_threads"] = rates[f"{key}@{count}threads"] / eps
+        rows.append(row)
+    return rows
+
+
+def worst(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per variant, the shape where its ratio to plain is lowest (``hetero`` excepted: another graph)."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        name, ratio = row["variant"], row.get("ratio_to_plain")
+        if name in ("plain", "hetero") or ratio is None:
+            continue
+        if name not in out or ratio < out[name]["ratio_to_plain"]:
+            out[name] = {"shape": row["shape"], "ratio_to_plain": ratio, "edges_per_s": row["edges_per_s"]}
+        fair = row.get("ratio_to_eligible_plain")
+        if fair is not None and fair < out[name].get("ratio_to_eligible_plain", float("inf")):
+            out[name]["ratio_to_eligible_plain"] = fair
+            out[name]["ratio_to_eligible_plain_shape"] = row["shape"]
+        memory = row.get("ratio_to_memory")
+        if memory is not None and memory < out[name].get("ratio_to_memory_worst", float("inf")):
+            out[name]["ratio_to_memory_worst"] = memory
+            out[name]["ratio_to_memory_shape"] = row["shape"]
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
-    start = time.perf_counter()
-    data = random_graph(args.nodes, args.edges, args.seed % 2**32)
     rng = benchinfo.rng(args.seed, 1)
     batches = [torch.from_numpy(rng.choice(args.nodes, args.batch_size, replace=False)) for _ in range(args.batches)]
     tmp = Path(tempfile.mkdtemp(prefix="bench-variants-"))
     engine, pyg_lib = pyg_lib_engine() if args.pyg_lib else (None, None)
-    pools: list[ThreadPoolExecutor] = []
+    pools = [ThreadPoolExecutor(count) for count in args.threads[1:]]
+    rows: list[dict[str, Any]] = []
+    setup = 0.0
     try:
         homogeneous = [name for name in args.variants if name not in ("hetero", "distributed")]
-        samples = {}
-        if args.source in ("dataset", "both"):
-            ds = as_dataset(data, tmp, args.cold, homogeneous, batches[0])
-            samples.update({name: (homogeneous_sampler(ds, name, fanout=args.fanout), batches) for name in homogeneous})
-        if args.source in ("memory", "both"):
-            suffix = "@memory" if args.source == "both" else ""
-            samples.update({name + suffix: (homogeneous_sampler(data, name, fanout=args.fanout), batches)
-                            for name in homogeneous})
-        if engine is not None:
-            samples.update({f"{name}@pyg-lib": (homogeneous_sampler(data, name, engine, args.fanout), batches)
-                            for name in homogeneous})
-        for count in args.threads[1:]:  # the first count is the baseline the rates above are measured with
-            pool = ThreadPoolExecutor(count)
-            pools.append(pool)
-            for name in homogeneous:
-                sample = samples[name][0]
-                samples[f"{name}@{count}threads"] = (
-                    lambda group, sample=sample, pool=pool: sum(pool.map(sample, group)), [batches])
-        if "hetero" in args.variants:
-            samples["hetero"] = hetero_sampler(args.mag_papers, args.batches, args.batch_size, args.seed, tmp,
-                                                args.fanout)
-        if "distributed" in args.variants:
-            samples["distributed"] = distributed_sampler(data, batches, tmp, args.fanout)
-        setup = time.perf_counter() - start
-        rates = measure(samples, args.repeats)
+        hetero_by_fanout = {}
+        if "hetero" in args.variants:  # a graph of its own: measured with the first degrees' group
+            hetero_by_fanout = {tuple(f): hetero_sampler(args.mag_papers, args.batches, args.batch_size, args.seed,
+                                                         tmp, f) for f in args.fanout}
+        for d, degrees in enumerate(args.degrees):
+            made = time.perf_counter()
+            data = random_graph(args.nodes, args.edges, (args.seed + d) % 2**32, degrees)
+            where = tmp / degrees
+            where.mkdir()
+            ds = (as_dataset(data, where, args.cold, homogeneous, batches[0])
+                  if args.source in ("dataset", "both") else None)
+            baselines = {}
+            if any(name in TEMPORAL for name in args.variants):
+                for when in args.seed_times:
+                    sub = eligible(data, when)
+                    if sub is not None:
+                        (where / when).mkdir()
+                        baselines[when] = sub if args.source == "memory" else as_dataset(sub, where / when)
+            for fanout in args.fanout:
+                dist = distributed_sampler(data, batches, where, fanout) if "distributed" in args.variants else None
+                hetero = hetero_by_fanout.get(tuple(fanout)) if d == 0 else None
+                samples = _group(args, ds, data, args.source != "dataset", engine, batches, hetero, dist, fanout,
+                                 pools, baselines)
+                setup += time.perf_counter() - made
+                rows += _rows(measure(samples, args.repeats), degrees, fanout, args.threads)
+                made = time.perf_counter()
+            del data, ds, baselines
     finally:
         for pool in pools:
             pool.shutdown()
         shutil.rmtree(tmp, ignore_errors=True)
-    plain = rates.get("plain")
-    ours = {k: v for k, v in rates.items() if "@" not in k}
     out = {"graph": {"nodes": args.nodes, "edges": args.edges}, "source": args.source, "cold": bool(args.cold),
-           "fanout": args.fanout,
-           "batch_size": args.batch_size, "threads": 1, "setup_seconds": setup, "edges_per_s": rates,
-           "ratio_to_plain": {k: v / plain for k, v in ours.items()} if plain else {}}
-    if args.source == "both":
-        out["ratio_to_memory"] = {k: v / rates[f"{k}@memory"] for k, v in ours.items() if f"{k}@memory" in rates}
-    for count in args.threads[1:]:
-        out.setdefault("ratio_to_one_thread", {})[str(count)] = {
-            k: rates[f"{k}@{count}threads"] / v for k, v in ours.items() if f"{k}@{count}threads" in rates}
+           "fanouts": args.fanout, "degrees": args.degrees,
+           "seed_times": {w: [int(f * TIME_RANGE) for f in SEED_TIMES[w]] for w in args.seed_times},
+           "batch_size": args.batch_size, "threads": 1, "setup_seconds": setup, "shapes": rows, "worst": worst(rows)}
     if pyg_lib is not None:
         out["pyg_lib"] = pyg_lib
-        out["ratio_to_pyg_lib"] = {k: v / rates[f"{k}@pyg-lib"] for k, v in ours.items() if f"{k}@pyg-lib" in rates}
     return out
 
 
@@ -307,8 +425,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=toolargs.count, default=4)
     parser.add_argument("--repeats", type=toolargs.count, default=3)
     parser.add_argument("--batch-size", type=toolargs.count, default=1024)
-    parser.add_argument("--fanout", type=_fanout, default=FANOUT, metavar="15,10,5",
-                        help="neighbours per hop, comma-separated (-1: all of them)")
+    parser.add_argument("--fanout", type=_fanout, action="append", default=None, metavar="15,10,5",
+                        help="neighbours per hop, comma-separated (-1: all of them); give it again for another "
+                             "fanout (default: 15,10,5 and 20,20)")
+    parser.add_argument("--degrees", type=_choices("--degrees", DEGREES), default=list(DEGREES),
+                        help=f"comma-separated graphs, among {','.join(DEGREES)}")
+    parser.add_argument("--seed-times", type=_choices("--seed-times", SEED_TIMES), default=list(SEED_TIMES),
+                        help=f"comma-separated seed times of the temporal variants, among {','.join(SEED_TIMES)}")
     parser.add_argument("--mag-papers", type=toolargs.count, default=20_000,
                         help="papers of the synthetic-mag graph (hetero)")
     parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
@@ -326,6 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)
+    args.fanout = args.fanout or [list(f) for f in FANOUTS]
     unknown = [v for v in args.variants if v not in VARIANTS]
     if unknown:
         parser.error(f"--variants {unknown}: choose among {list(VARIANTS)}")
@@ -343,26 +467,45 @@ def main(argv: list[str] | None = None) -> int:
         _print(out)
     benchinfo.record("bench_variants", args, out, {"nodes": args.nodes, "edges": args.edges, "source": args.source,
                                                    "pyg_lib": args.pyg_lib, "cold": bool(args.cold),
-                                                   "fanout": args.fanout})
+                                                   "fanouts": args.fanout, "degrees": args.degrees,
+                                                   "seed_times": args.seed_times})
     return 0
 
 
 def _print(out: dict) -> None:
     g = out["graph"]
     cold = ", cold page cache" if out.get("cold") else ""
-    print(f"graph: {g['nodes']:,} nodes, {g['edges']:,} edges (random, {out['source']}{cold}); fanout {out['fanout']}, "
-          f"batch {out['batch_size']}, 1 thread")
-    for name, eps in out["edges_per_s"].items():
-        notes = [f"{out[key][name]:5.2f}x {label}" for key, label in (
-            ("ratio_to_plain", "plain"), ("ratio_to_memory", "in memory"), ("ratio_to_pyg_lib", "pyg-lib"))
-            if name in out.get(key, {})]
-        notes += [f"{ratios[name]:5.2f}x with {count} threads" for count, ratios in
-                  out.get("ratio_to_one_thread", {}).items() if name in ratios]
-        print(f"  {name:<26} {eps / 1e6:8.2f} M sampled edges/s  " + ", ".join(notes))
+    print(f"graphs: {g['nodes']:,} nodes, {g['edges']:,} edges ({'/'.join(out['degrees'])} degrees, {out['source']}"
+          f"{cold}); batch {out['batch_size']}, 1 thread; seed times {out['seed_times']}")
+    for row in out["shapes"]:
+        notes = [f"{row[key]:5.2f}x {label}" for key, label in (
+            ("ratio_to_plain", "plain"), ("ratio_to_eligible_plain", "plain over the eligible edges"),
+            ("ratio_to_memory", "in memory"), ("ratio_to_pyg_lib", "pyg-lib")) if row.get(key) is not None]
+        notes += [f"{v:5.2f}x {k[len('ratio_with_'):].replace('_', ' ')}" for k, v in row.items()
+                  if k.startswith("ratio_with_")]
+        print(f"  {row['shape']:<22} {row['variant']:<18} {row['edges_per_s'] / 1e6:8.2f} M sampled edges/s  "
+              + ", ".join(notes))
+    print("worst shape of each variant (ratio to plain):")
+    for name, w in out["worst"].items():
+        memory = (f"; worst in-memory ratio {w['ratio_to_memory_worst']:.2f} ({w['ratio_to_memory_shape']})"
+                  if "ratio_to_memory_worst" in w else "")
+        fair = (f"; against plain over the eligible edges {w['ratio_to_eligible_plain']:.2f} "
+                f"({w['ratio_to_eligible_plain_shape']})" if "ratio_to_eligible_plain" in w else "")
+        print(f"  {name:<18} {w['ratio_to_plain']:5.2f}x at {w['shape']}{fair}{memory}")
     if "pyg_lib" in out:
         lib = out["pyg_lib"]
         print(f"pyg-lib {lib['version']} ({lib['module']}), torch {lib['torch']}; build: "
               f"{json.dumps(lib['build'])[:300]}")
+
+
+def _choices(flag: str, allowed: Any) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        values = [v for v in text.split(",") if v]
+        bad = [v for v in values if v not in allowed]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: give {flag} among {','.join(allowed)}, comma-separated")
+        return values
+    return parse
 
 
 if __name__ == "__main__":

@@ -68,32 +68,50 @@ def test_bench_sampler_reports_every_row(tmp_path):
 
 
 @pytest.mark.slow
-def test_bench_variants_reports_every_variant_and_its_ratio(tmp_path):
+def test_bench_variants_measures_every_variant_on_a_matrix_of_shapes_and_names_the_worst(tmp_path):
     out = _run("bench_variants", tmp_path, "--nodes", "3000", "--edges", "30000", "--batches", "2", "--repeats", "1",
-               "--batch-size", "64", "--mag-papers", "2000", "--fanout", "6,4,2")
-    assert out["fanout"] == [6, 4, 2]
-    names = {"plain", "weighted", "temporal_uniform", "temporal_last", "temporal_uniform_end", "disjoint", "hetero",
-             "distributed"}
-    assert set(out["edges_per_s"]) == names and all(v > 0 for v in out["edges_per_s"].values())
-    plain = out["edges_per_s"]["plain"]
-    assert out["ratio_to_plain"] == pytest.approx({k: v / plain for k, v in out["edges_per_s"].items()})
+               "--batch-size", "64", "--mag-papers", "2000", "--fanout", "6,4,2", "--fanout", "8,8")
+    assert out["fanouts"] == [[6, 4, 2], [8, 8]] and out["degrees"] == ["uniform", "skewed"]  # the matrix by default
     assert out["source"] == "dataset"  # the path users run, by default
+    rows = {(r["shape"], r["variant"]): r for r in out["shapes"]}
+    times = ("early", "middle", "late", "spread")
+    for degrees in ("uniform", "skewed"):
+        for fanout in ("6,4,2", "8,8"):
+            shape = f"{degrees}/{fanout}"
+            for name in ("plain", "weighted", "disjoint", "distributed"):
+                assert rows[shape, name]["edges_per_s"] > 0, (shape, name)
+            for name in ("temporal_uniform", "temporal_last"):
+                for when in times:
+                    row = rows[f"{shape}/{when}", name]
+                    assert row["seed_time"] == when and row["edges_per_s"] > 0
+                    # against the plain path over the edges eligible at that time (every edge, late; none: spread)
+                    assert ("ratio_to_eligible_plain" in row) == (when != "spread"), (shape, when, name)
+                late = rows[f"{shape}/late", name]
+                assert late["ratio_to_eligible_plain"] == pytest.approx(late["ratio_to_plain"])
+            plain = rows[shape, "plain"]["edges_per_s"]
+            assert all(r["ratio_to_plain"] == pytest.approx(r["edges_per_s"] / plain) for r in out["shapes"]
+                       if r["degrees"] == degrees and r["fanout"] == [int(v) for v in fanout.split(",")])
+    assert {r["degrees"] for r in out["shapes"] if r["variant"] == "hetero"} == {"uniform"}  # a graph of its own
+    lowest = {}
+    for r in out["shapes"]:
+        if r["variant"] not in ("plain", "hetero"):
+            lowest[r["variant"]] = min(lowest.get(r["variant"], 9e9), r["ratio_to_plain"])
+    assert {k: v["ratio_to_plain"] for k, v in out["worst"].items()} == lowest
+    assert all(rows[w["shape"], k]["ratio_to_plain"] == w["ratio_to_plain"] for k, w in out["worst"].items())
 
 
 @pytest.mark.slow
 def test_bench_variants_compares_the_dataset_with_memory_and_refuses_pyg_lib_it_cannot_load(tmp_path):
     out = _run("bench_variants", tmp_path, "--nodes", "2000", "--edges", "20000", "--batches", "2", "--repeats", "1",
                "--batch-size", "64", "--variants", "plain,weighted,temporal_last", "--source", "both",
-               "--threads", "1,2", "--cold")
+               "--threads", "1,2", "--cold", "--degrees", "skewed", "--seed-times", "late", "--fanout", "4,4")
     assert out["cold"] is True  # the dataset opened again with its files evicted from the page cache
-    assert set(out["edges_per_s"]) == {"plain", "weighted", "temporal_last", "plain@memory", "weighted@memory",
-                                       "temporal_last@memory", "plain@2threads", "weighted@2threads",
-                                       "temporal_last@2threads"}
-    two = {k: out["edges_per_s"][f"{k}@2threads"] / out["edges_per_s"][k] for k in ("plain", "weighted", "temporal_last")}
-    assert out["ratio_to_one_thread"]["2"] == pytest.approx(two)
-    assert set(out["ratio_to_plain"]) == {"plain", "weighted", "temporal_last"}
-    rates = out["edges_per_s"]
-    assert out["ratio_to_memory"] == pytest.approx({k: rates[k] / rates[f"{k}@memory"] for k in out["ratio_to_plain"]})
+    rows = {r["variant"]: r for r in out["shapes"]}
+    assert set(rows) == {"plain", "weighted", "temporal_last"}
+    assert rows["temporal_last"]["shape"] == "skewed/4,4/late"
+    for row in rows.values():
+        assert row["ratio_to_memory"] > 0 and row["ratio_with_2_threads"] > 0
+    assert out["worst"]["temporal_last"]["ratio_to_memory_worst"] == rows["temporal_last"]["ratio_to_memory"]
     try:
         import pyg_lib  # noqa: F401
     except ImportError:
