@@ -163,18 +163,21 @@ def distributed_sampler(data: Data, batches: list[torch.Tensor], tmp: Path, fano
 
 
 def homogeneous_sampler(graph: Any, name: str, engine: type | None = None, fanout: list[int] = FANOUT,
-                        when: str = "middle") -> Callable[[torch.Tensor], int]:
+                        when: str = "middle", sampler: Any = None) -> Callable[[torch.Tensor], int]:
     """One variant's sampler over ``graph`` (a dataset or a ``Data``): ours, or ``engine`` (PyG's); a temporal
-    one's seeds at the seed time ``when``."""
+    one's seeds at the seed time ``when``. ``sampler``: one made before for the same variant and fanout
+    (one per seed time would hold as many copies of an in-memory graph's topology)."""
     options = VARIANTS[name]
-    sampler = (engine(graph, fanout, **options) if engine is not None else
-               NeighborSampler(graph, fanout, seed=0, **options))
+    if sampler is None:
+        sampler = (engine(graph, fanout, **options) if engine is not None else
+                   NeighborSampler(graph, fanout, seed=0, **options))
     timed = "time_attr" in options
 
     def sample(seeds: torch.Tensor) -> int:
         at = seed_times(seeds, when) if timed else None
         return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, at)).row.numel())
 
+    sample.sampler = sampler  # type: ignore[attr-defined]
     return sample
 
 
@@ -276,16 +279,22 @@ def _group(args: argparse.Namespace, ds: Any, data: Data, in_memory: bool, engin
                for when, graph in baselines.items()}
     homogeneous = [name for name in args.variants if name not in ("hetero", "distributed")]
     for name in homogeneous:
+        made: dict[str, Any] = {}  # one sampler per variant and graph, whatever the seed time
+
+        def add(key: str, graph: Any, engine: type | None, at: str, kind: str) -> None:
+            sample = homogeneous_sampler(graph, name, engine, fanout, at, made.get(kind))
+            made[kind] = sample.sampler
+            samples[key] = (sample, batches)
+
         for when in (args.seed_times if name in TEMPORAL else [None]):
             key = name if when is None else f"{name}~{when}"
             at = when or "middle"
             if ds is not None:
-                samples[key] = (homogeneous_sampler(ds, name, fanout=fanout, when=at), batches)
+                add(key, ds, None, at, "dataset")
             if in_memory:
-                samples[key + ("@memory" if ds is not None else "")] = (
-                    homogeneous_sampler(data, name, fanout=fanout, when=at), batches)
+                add(key + ("@memory" if ds is not None else ""), data, None, at, "memory")
             if engine is not None:
-                samples[f"{key}@pyg-lib"] = (homogeneous_sampler(data, name, engine, fanout, at), batches)
+                add(f"{key}@pyg-lib", data, engine, at, "pyg-lib")
             for count, pool in zip(args.threads[1:], pools):  # the first count is the baseline
                 sample = samples[key][0]
                 samples[f"{key}@{count}threads"] = (
@@ -382,6 +391,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                  pools, baselines)
                 setup += time.perf_counter() - made
                 rows += _rows(measure(samples, args.repeats), degrees, fanout, args.threads)
+                samples = dist = {}  # before the next group's samplers are made
                 made = time.perf_counter()
             del data, ds, baselines
     finally:

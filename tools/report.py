@@ -63,6 +63,8 @@ VIEWS = {
                                   "runs.0.allocator", "runs.0.loader_batches_per_s"],
     ("bench_cluster", "rows"): ["hosts", "link", "epoch_seconds", "train_seconds", "mb_per_host", "sampling",
                                 "features", "compute", "speed_vs_loopback"],
+    ("bench_variants", "shapes"): ["shape", "variant", "edges_per_s", "ratio_to_plain", "ratio_to_eligible_plain",
+                                   "ratio_to_memory", "ratio_to_pyg_lib", "ratio_with_2_threads"],
     ("bench_remote", "gathers"): ["batch", "id_range_share", "chunks_touched", "cold_ms", "cold_requests",
                                   "ideal_cold_ms", "cold_vs_ideal", "reopen_ms", "warm_ms", "local_ms", "warm_vs_local",
                                   "ram_ms"],
@@ -270,7 +272,7 @@ def render_readme(root: Path) -> str:
                      f"| {_ratio(fig.get('ratio_to_pyg_lib', {}).get(name), 1, '×')} "
                      f"| {_ratio(fig.get('ratio_to_plain', {}).get(name))} "
                      f"| {_ratio(fig.get('ratio_to_memory', {}).get(name))} |")
-    cmd = rec["command"][1:] if isinstance(rec["command"], list) else [str(rec["command"])]
+    cmd = _command(rec)
     graph, fanout = fig.get("graph", {}), ", ".join(map(str, fig.get("fanout", [])))
     lines += ["", f"One thread, a random graph of {graph.get('nodes', 0):,} nodes and {graph.get('edges', 0):,} edges, "
               f"fanout [{fanout}], batches of {fig.get('batch_size', 0):,}: ours samples it as a one-partition "
@@ -278,7 +280,39 @@ def render_readme(root: Path) -> str:
               f"(`{shlex.join(cmd)}`; {machine.get('cpu', '?')}, {machine.get('usable_cores', '?')} cores, "
               f"{rec['date'][:10]}). Every benchmark's newest figures, with commands and records: "
               f"[docs/performance.md]({README_ANCHOR})."]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _worst_shapes(root)) + "\n"
+
+
+def _command(rec: dict[str, Any]) -> list[str]:
+    return rec["command"][1:] if isinstance(rec["command"], list) else [str(rec["command"])]
+
+
+def _worst_shapes(root: Path) -> list[str]:
+    """The README's second table: each variant at its worst workload shape, from the newest
+    ``bench_variants`` record that measured a matrix of shapes (none: nothing)."""
+    runs = [(p, r) for p, r in load(Path(root)) if r["benchmark"] == README_BENCH and r["figures"].get("worst")]
+    if not runs:
+        return []
+    path, rec = max(runs, key=lambda item: (_when(*item), str(item[0])))
+    fig, machine = rec["figures"], rec["machine"]
+    lines = ["", "Each variant at its worst workload shape (degrees / fanout [/ seed time]) of a matrix:", "",
+             "| variant | worst shape | ours / our plain | worst against plain over the eligible edges "
+             "| worst dataset / in memory |", "|---|---|---|---|---|"]
+    for name, w in fig["worst"].items():
+        fair = (f"{w['ratio_to_eligible_plain']:.2f} ({w['ratio_to_eligible_plain_shape']})"
+                if "ratio_to_eligible_plain" in w else "")
+        memory = (f"{w['ratio_to_memory_worst']:.2f} ({w['ratio_to_memory_shape']})"
+                  if "ratio_to_memory_worst" in w else "")
+        lines.append(f"| `{name}` | {w['shape']} | {w['ratio_to_plain']:.2f} | {fair} | {memory} |")
+    graph = fig.get("graph", {})
+    times = ", ".join(f"{k} {'-'.join(f'{v:,}' for v in sorted(set(t)))}" for k, t in fig.get("seed_times", {}).items())
+    lines += ["", f"One thread, random graphs of {graph.get('nodes', 0):,} nodes and {graph.get('edges', 0):,} edges "
+              f"({', '.join(fig.get('degrees', []))} degrees; edge times in [0, 1,000,000), seed times {times}), "
+              f"fanouts {'; '.join(str(f) for f in fig.get('fanouts', []))}, batches of {fig.get('batch_size', 0):,}, "
+              f"sampled as one-partition datasets, passes interleaved (`{shlex.join(_command(rec))}`; "
+              f"{machine.get('cpu', '?')}, {machine.get('usable_cores', '?')} cores, {rec['date'][:10]}); every shape: "
+              f"[docs/performance.md]({README_ANCHOR})."]
+    return lines
 
 
 def _split(text: str, where: Path, begin: str = BEGIN, end_marker: str = END) -> tuple[str, str, str]:

@@ -120,6 +120,30 @@ def test_the_readme_table_is_the_newest_pyg_lib_run_without_commits(tmp_path):
     assert report.main(["--records", str(root), "--check", str(readme)]) == 0
 
 
+def test_the_readme_names_each_variants_worst_shape_from_the_newest_matrix(tmp_path):
+    def matrix(ratio: float) -> dict:
+        return {"graph": {"nodes": 1000, "edges": 8000}, "degrees": ["uniform", "skewed"], "fanouts": [[15, 10, 5]],
+                "seed_times": {"late": [1000000, 1000000]}, "batch_size": 64,
+                "shapes": [{"shape": "skewed/15,10,5/late", "variant": "temporal_uniform", "ratio_to_plain": ratio}],
+                "worst": {"temporal_uniform": {"shape": "skewed/15,10,5/late", "ratio_to_plain": ratio,
+                                               "ratio_to_eligible_plain": ratio,
+                                               "ratio_to_eligible_plain_shape": "skewed/15,10,5/late"},
+                          "weighted": {"shape": "uniform/15,10,5", "ratio_to_plain": 0.61, "ratio_to_memory_worst": 0.97,
+                                       "ratio_to_memory_shape": "uniform/15,10,5"}}}
+    root, readme = tmp_path / "benchmarks", tmp_path / "README.md"
+    _record(root, "2026-01-01T10:00:00+00:00", {"edges_per_s": {"plain": 5.0e7, "plain@pyg-lib": 4.0e6},
+                                                "ratio_to_pyg_lib": {"plain": 12.5}}, bench="bench_variants",
+            config={"pyg_lib": True})
+    _record(root, "2026-02-01T10:00:00+00:00", matrix(0.5), bench="bench_variants", config={"pyg_lib": False})
+    _record(root, "2026-03-01T10:00:00+00:00", matrix(0.7), bench="bench_variants", config={"pyg_lib": False})
+    readme.write_text(f"{report.README_BEGIN}\n{report.README_END}\n")
+    assert report.main(["--records", str(root), "--write", str(readme)]) == 0
+    text = readme.read_text()
+    assert "| `temporal_uniform` | skewed/15,10,5/late | 0.70 | 0.70 (skewed/15,10,5/late) |  |" in text
+    assert "| `weighted` | uniform/15,10,5 | 0.61 |  | 0.97 (uniform/15,10,5) |" in text and "0.50" not in text
+    assert "uniform, skewed degrees" in text and "2026-03-01" in text
+
+
 def test_make_record_has_every_key_and_leaves_out_the_record_flags():
     args = argparse.Namespace(json=True, record=None, no_record=False, seed=5, data=Path("/tmp/d"), nodes=10)
     rec = benchinfo.make_record("bench_x", args, {"machine": {"cpu": "c"}, "seed": 5, "rows": [{"a": float("nan")}]},
