@@ -1,25 +1,26 @@
-"""Benchmark training with features larger than memory: one rank in a cgroup memory limit vs the page cache.
+"""Benchmark training with features larger than memory: the job in a cgroup memory limit vs the page cache.
 
 Usage::
 
     python tools/bench_beyond_ram.py [--dataset DIR] [--spec SPEC] [--limit 1.5GB] [--feature-cache 256MB]
-                                     [--fanout 10,5] [--batch-size 512] [--repeats 1] [--json]
+                                     [--fanout 10,5] [--batch-size 1024] [--repeats 1] [--cases page,auto,cache]
+                                     [--json]
 
-One rank (``graphstore-train`` started as torchrun starts a rank: no launcher process beside it) trains one epoch on ``--dataset`` (ingested from ``--spec`` on
-first use: 1M nodes, 1024 float32 features = 4 GB, power-law degrees, 5% train) as the first of two epochs
-with ``--eval-every 2``, and the tool stops it once that epoch's metrics are written (no evaluation is
-measured).
-Cases, interleaved ``--repeats`` times, each on the same seed (the same batches):
+``graphstore-train --nproc 1`` (the launcher and its rank, as users run it) trains on ``--dataset`` (ingested
+from ``--spec`` on first use: 1M nodes, 1024 float32 features = 4 GB, power-law degrees, 5% train) for two
+epochs with ``--eval-every 2``, and the tool stops it once the first epoch's metrics are written (the
+evaluation is not measured). Cases, interleaved ``--repeats`` times, each on the same seed (the same batches):
 
-- ``page cache``: no limit, the dataset read into the page cache and locked there (``mlock``: this
-  machine's host evicts pages idle for a minute, DAMON ``pageout``);
-- ``cgroup, plain reads``: a cgroup v1 limit of ``--limit`` (it charges page cache, so rows really come
-  from disk), the dataset evicted from the page cache first, ``--feature-cache off`` (page faults);
-- ``cgroup, --feature-cache SIZE``: the same limit and eviction, rows read through the disk path with a
-  RAM cache of the hottest rows.
+- ``page``: no limit, the dataset read into the page cache and locked there (``mlock``: this machine's host
+  evicts pages idle for a minute, DAMON ``pageout``);
+- ``auto``: the launcher and the rank in a cgroup v1 limit of ``--limit`` (it charges page cache, so rows
+  really come from disk), the dataset evicted from the page cache first, the flags users give (none: the rank
+  finds its features exceed its memory and reads them from disk by itself);
+- ``cache``: the same limit and eviction, ``--feature-cache SIZE``: a RAM cache of the hottest rows too;
+- ``plain``: the same limit and eviction, ``--feature-cache off``: page faults through the mapping.
 
 Per case: training seconds of the epoch, steps/s, the rate as a ratio to the page-cache case, data wait,
-GB read from disk and RAM cache hits (the epoch's own counts; none for plain reads), the cgroup's peak
+GB read from disk and RAM cache hits (the epoch's own counts; none for ``plain``), the cgroup's peak
 (page cache included) and OOM kills. Needs root and the cgroup v1 memory controller.
 """
 
@@ -46,21 +47,24 @@ SPEC = "synthetic:nodes=1000000,avg_degree=10,features=1024,classes=8,seed=1,tra
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _train(dataset: Path, args: argparse.Namespace, cache: str, group: memcgroup.MemoryCgroup | None,
+def _train(dataset: Path, args: argparse.Namespace, cache: str | None, group: memcgroup.MemoryCgroup | None,
            out: Path) -> dict:
+    """The first epoch's record of ``graphstore-train --nproc 1`` (launcher and rank in ``group``); ``cache``:
+    the ``--feature-cache`` value, ``None`` for none given."""
     metrics = out / "metrics.json"
     metrics.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", "--epochs", "2", "--eval-every", "2", "--fanout",
-           args.fanout, "--batch-size", str(args.batch_size), "--seed", str(args.seed), "--no-progress",
-           "--feature-cache", cache, "--metrics-out", str(metrics), "--timeout", "600"]
-    from training.launcher import allocator
+    cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", "--epochs", "2", "--eval-every",
+           "2", "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+           "--no-progress", "--metrics-out", str(metrics), "--timeout", "600",
+           *(["--feature-cache", cache] if cache is not None else [])]
 
-    # the rank alone, as torchrun starts it (no launcher process in the cgroup), under the launcher's allocator
-    env = allocator.preload_env({**os.environ, "PYTHONPATH": str(ROOT), "RANK": "0", "WORLD_SIZE": "1",
-                                 "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                                 "MASTER_PORT": str(_free_port())})
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True, preexec_fn=group.join if group else None)
+    def start() -> None:  # Ctrl-C at its default (this tool may run in the background), then into the cgroup
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if group is not None:
+            group.join()
+
+    proc = subprocess.Popen(cmd, env=benchinfo.child_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, preexec_fn=start)
     epoch, deadline = None, time.monotonic() + args.max_seconds
     try:
         while proc.poll() is None and time.monotonic() < deadline:
@@ -73,21 +77,17 @@ def _train(dataset: Path, args: argparse.Namespace, cache: str, group: memcgroup
                 epoch = got[0]
                 break
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # Ctrl-C: the launcher stops its rank; killed if it has not within 30 s
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
         log = proc.communicate()[0]
     if epoch is None:
         tail = "\n".join(log.strip().splitlines()[-5:])
         return {"failed": f"exit {proc.returncode}, no epoch recorded: {tail}"}
     return epoch
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _row(case: str, epoch: dict, group: memcgroup.MemoryCgroup | None) -> dict:
@@ -115,9 +115,9 @@ def main() -> int:
                         help="the cgroup's memory limit, page cache included")
     parser.add_argument("--feature-cache", type=toolargs.size, default="256MB")
     parser.add_argument("--fanout", type=toolargs.fanout, default="10,5")
-    parser.add_argument("--batch-size", type=toolargs.count, default=512)
+    parser.add_argument("--batch-size", type=toolargs.count, default=1024)
     parser.add_argument("--repeats", type=toolargs.count, default=1)
-    parser.add_argument("--cases", default="page,plain,cache", help="comma-separated: page, plain, cache")
+    parser.add_argument("--cases", default="page,auto,cache", help="comma-separated: page, auto, cache, plain")
     parser.add_argument("--max-seconds", type=toolargs.positive, default=900,
                         help="give up on a run after this long (reported as not finishing an epoch in it)")
     parser.add_argument("--json", action="store_true")
@@ -133,7 +133,12 @@ def main() -> int:
     out = benchinfo.start(args, args.json)
     dataset = benchinfo.ingested(args.dataset, args.spec, 1)
     limit = parse_size(args.limit, "--limit")
-    names = {"page": "page cache", "plain": "cgroup, plain reads", "cache": f"cgroup, --feature-cache {args.feature_cache}"}
+    names = {"page": "page cache", "auto": "cgroup, no flag", "plain": "cgroup, --feature-cache off",
+             "cache": f"cgroup, --feature-cache {args.feature_cache}"}
+    flags = {"page": "off", "auto": None, "plain": "off", "cache": args.feature_cache}
+    unknown = [c for c in args.cases.split(",") if c not in names]
+    if unknown:
+        parser.error(f"--cases {unknown}: choose among {','.join(names)}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
@@ -144,7 +149,7 @@ def main() -> int:
                 else:
                     memcgroup.drop_from_page_cache(dataset)
                     with memcgroup.MemoryCgroup(limit) as group:
-                        epoch = _train(dataset, args, "off" if case == "plain" else args.feature_cache, group, Path(tmp))
+                        epoch = _train(dataset, args, flags[case], group, Path(tmp))
                         row = _row(names[case], epoch, group)
                 rows.append(row if case != "page" else _row(names[case], epoch, None))
                 rows[-1]["repeat"] = repeat + 1

@@ -76,6 +76,15 @@ class GatherCounts:
             c["disk_bytes"] += (read1 - read0) if read0 is not None and read1 is not None else 0
             c["read_seconds"] += time.perf_counter() - started
 
+    def add_counted(self, rows: int, hits: int, disk_bytes: int, seconds: float) -> None:
+        """Count a gather whose reader counted its bytes itself (direct reads: what it read is what the disk did)."""
+        with self._lock:
+            c = self._counts
+            c["rows"] += rows
+            c["hits"] += hits
+            c["disk_bytes"] += disk_bytes
+            c["read_seconds"] += seconds
+
     def snapshot(self, reset: bool = False) -> dict[str, Any]:
         """The counts since the last reset (``read_seconds`` rounded to ms)."""
         with self._lock:
@@ -116,7 +125,45 @@ def page_ranges(rows: np.ndarray, row_bytes: int, gap: int = GAP_PAGES) -> tuple
     return first[starts], last[ends]
 
 
-class DiskRows:
+class RowReader:
+    """What a feature store reads of a row reader (:class:`DiskRows`, :class:`~graphstore.storage.directrows.
+    DirectRows`): ``len``, ``reader[ids]`` (integer IDs through ``gather``, anything else from
+    ``np.asarray(reader)``), the RAM cache's size and the gather counts. A subclass sets ``shape``,
+    ``row_bytes``, ``cache`` (a tensor of rows, or ``None``) and ``counts``, and defines ``gather`` and
+    ``__array__``."""
+
+    shape: tuple[int, ...]
+    row_bytes: int
+    cache: Any
+    counts: GatherCounts
+
+    def gather(self, ids: np.ndarray) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def cached_rows(self) -> int:
+        return 0 if self.cache is None else len(self.cache)
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.cached_rows * self.row_bytes
+
+    def __getitem__(self, ids: Any) -> np.ndarray:
+        ids = np.asarray(ids)
+        if ids.dtype.kind not in "iu" or ids.ndim != 1:
+            return np.asarray(self)[ids]
+        return self.gather(ids.astype(np.int64, copy=False)).numpy()
+
+    def snapshot(self, reset: bool = False) -> dict[str, Any]:
+        """``rows`` gathered, ``hits`` (from the RAM cache), ``disk_bytes`` read from storage and
+        ``read_seconds`` spent gathering, since the last reset."""
+        return self.counts.snapshot(reset)
+
+
+class DiskRows(RowReader):
     """``rows`` (a mapped 2-D+ array) read as a batch needs them: ``hot`` rows (local row numbers)
     copied once into RAM and served from there, the others read from disk by coalesced, parallel
     reads. Indexing with an integer array (``disk_rows[ids]``) returns the same values as ``rows[ids]``.
@@ -146,25 +193,8 @@ class DiskRows:
             self._words, self._cache_words = _word_view(np.asarray(rows)), _word_view(self.cache.numpy())
         self.snapshot(reset=True)  # filling the cache is no batch's
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.rows, dtype)
-
-    @property
-    def cached_rows(self) -> int:
-        return 0 if self.cache is None else len(self.cache)
-
-    @property
-    def cache_bytes(self) -> int:
-        return self.cached_rows * self.row_bytes
-
-    def __getitem__(self, ids: Any) -> np.ndarray:
-        ids = np.asarray(ids)
-        if ids.dtype.kind not in "iu" or ids.ndim != 1:
-            return self.rows[ids]
-        return self.gather(ids.astype(np.int64, copy=False)).numpy()
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
         """Rows ``ids`` (local row numbers, in range) as a tensor, in order."""
@@ -200,10 +230,6 @@ class DiskRows:
             for a, b in zip((first * page).tolist(), ((last - first + 1) * page).tolist()):
                 advise(base + a, b, _MADV_WILLNEED)
 
-    def snapshot(self, reset: bool = False) -> dict[str, Any]:
-        """``rows`` gathered, ``hits`` (from the RAM cache), ``disk_bytes`` read from storage and
-        ``read_seconds`` spent gathering, since the last reset."""
-        return self.counts.snapshot(reset)
 
 
 def _word_view(a: np.ndarray) -> np.ndarray:

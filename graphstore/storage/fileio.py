@@ -99,7 +99,7 @@ class ChunkFiles:
             for path in self.paths:
                 fds.append(-1 if path is None else os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
         except OSError as exc:
-            _close(fds)
+            close_files(fds)
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 raise InvalidInputError(f"{self.where}: too many open files to read its {len(self.paths)} chunks "
                                         "without mapping them; raise the limit (`ulimit -n`), or leave the dataset "
@@ -107,7 +107,7 @@ class ChunkFiles:
             raise CorruptDatasetError(f"{self.where}: cannot open a chunk file ({exc}); run `graphstore verify` "
                                       "on the dataset") from exc
         self.fds = np.array(fds, np.int64)
-        self._closer = weakref.finalize(self, _close, fds)
+        self._closer = weakref.finalize(self, close_files, fds)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("fds", "_closer")}
@@ -148,7 +148,8 @@ def _allow_open_files() -> None:
 _LIMIT_RAISED = False
 
 
-def _close(fds: list[int]) -> None:
+def close_files(fds: list[int]) -> None:
+    """Close the descriptors ``fds`` (-1: none), ignoring errors (a finalizer's clean-up)."""
     for fd in fds:
         if fd >= 0:
             try:

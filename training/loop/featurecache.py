@@ -2,7 +2,9 @@
 
 With ``--feature-cache SIZE`` (or by itself when a rank's own feature rows are larger than half the
 memory it may use: its cgroup's limit, else the host's memory over its local ranks), each own
-partition's node features ``x`` are served by :class:`~graphstore.storage.diskrows.DiskRows`: the
+partition's node features ``x`` are served by :class:`~graphstore.storage.directrows.DirectRows` (direct
+I/O: no page cache, so a memory limit holds the rank's working set and its cache, not the dataset; the
+page-cache :class:`~graphstore.storage.diskrows.DiskRows` where the file system refuses direct I/O): the
 rows most often a neighbour of the partition's nodes stay in RAM up to SIZE, and the others are read
 per batch by sorted, coalesced, parallel reads. Each epoch reports the rows gathered, the cache's hits,
 the bytes read from disk and the seconds spent, summed over ranks.
@@ -73,16 +75,15 @@ def hottest(dataset: Any, part: int, node_type: Any, capacity: int) -> np.ndarra
 class FeatureReader:
     """The rank's :class:`DiskRows`, one per own partition (and node type with ``x``), and their counts."""
 
-    def __init__(self, readers: list[Any], cache_bytes: int, automatic: bool) -> None:
+    def __init__(self, readers: list[Any], cache_bytes: int, automatic: bool, short: bool = False) -> None:
         self.readers, self.cache_bytes, self.automatic = readers, cache_bytes, automatic
+        self.short = short  # own features exceed AUTO_SHARE of memory: the loaders keep no batch ready ahead
 
     @classmethod
     def install(cls, dataset: Any, parts: list[int], size: int | None, local_ranks: int) -> FeatureReader | None:
         """Read ``x`` of ``parts`` through :class:`DiskRows` with a RAM cache of ``size`` bytes (split over
         the partitions by their rows); with ``size`` ``None``, only when own ``x`` exceeds half of this
         rank's memory (no cache then). ``None`` when nothing was installed."""
-        from graphstore.storage.diskrows import DiskRows
-
         types = [n for n in dataset.manifest.node_types if ATTR in n.attrs]
         own = [(n, p) for n in types for p in parts]
         own_bytes = sum(_attr_bytes(n) * int(n.offsets[p + 1] - n.offsets[p]) for n, p in own)
@@ -96,12 +97,14 @@ class FeatureReader:
             capacity = (size or 0) * rows // total_rows // max(_attr_bytes(n), 1)
             hot = hottest(dataset, p, n.name if dataset.is_hetero else None, capacity)
             where = f"{dataset.url} partition {p} {n.name}.{ATTR}"
-            got = dataset.read_through(layout.node_array(p, n.key, ATTR), lambda r, h=hot, w=where: DiskRows(r, h, w))
+            path = layout.node_array(p, n.key, ATTR)
+            got = dataset.read_through(path, lambda r, h=hot, w=where, a=path: _reader(dataset, a, r, h, w))
             if got is not None:
                 readers.append(got)
         if not readers:
             return None
-        reader = cls(readers, sum(r.cache_bytes for r in readers), automatic=size is None)
+        reader = cls(readers, sum(r.cache_bytes for r in readers), automatic=size is None,
+                     short=own_bytes > AUTO_SHARE * limit)
         if own_bytes > AUTO_SHARE * limit:  # short of memory: what a batch frees goes back, not kept for the next
             heap.return_freed_promptly()
         if size is None:
@@ -129,6 +132,23 @@ class FeatureReader:
             dist.all_reduce(counts, group=group)
         out = {k: (round(float(v), 3) if k == "read_seconds" else int(v)) for k, v in zip(keys, counts)}
         return {**out, "cache_bytes": self.cache_bytes}
+
+
+def _reader(dataset: Any, path: str, mapped: np.ndarray, hot: np.ndarray, where: str) -> Any:
+    """Rows of ``path`` read with direct I/O (no page cache: :mod:`graphstore.storage.directrows`) where the
+    dataset is local and uncompressed and its file system allows it, else through the page cache
+    (:class:`~graphstore.storage.diskrows.DiskRows`), said in one line."""
+    from graphstore.storage.directrows import direct_rows
+    from graphstore.storage.diskrows import DiskRows
+
+    info = dataset.manifest.arrays.get(path)
+    if dataset.location.is_local and info is not None and info.compression == "none":
+        reader = direct_rows(dataset.chunk_files(path), mapped, hot, where)
+        if reader is not None:
+            return reader
+        logger.warning("features: the file system of %s refuses direct I/O (O_DIRECT): reading its rows through "
+                       "the page cache, whose pages count against a memory limit", where)
+    return DiskRows(mapped, hot, where)
 
 
 def _attr_bytes(node_type: Any) -> int:

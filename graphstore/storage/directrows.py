@@ -1,0 +1,233 @@
+"""Rows of a stored array read with direct I/O: no page cache, many reads in flight, a RAM cache of hot rows.
+
+:class:`~graphstore.storage.diskrows.DiskRows` reads features larger than memory through the memory map, so
+every row it reads lands in the page cache first. Where the page cache is charged to the job (a cgroup
+memory limit, as under SLURM or Kubernetes), the training thread's own allocations then have to reclaim
+those pages first, and a limit that leaves room for the rank's working set can still end in the OOM
+killer. :class:`DirectRows` opens the chunk files with ``O_DIRECT``: each read goes from the disk into a
+small aligned buffer of the reading thread and is copied into the batch's rows, so the memory a gather uses
+is the batch's rows plus ``threads`` buffers, whatever the dataset's size. Rows close together are read by
+one call; ``threads`` threads read at once (the disk's queue depth; the reads release the GIL).
+
+Where the file system refuses ``O_DIRECT`` (tmpfs, some network file systems) :func:`direct_rows` returns
+``None`` and the caller keeps the page-cache path.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numba import njit
+
+if TYPE_CHECKING:
+    import torch
+
+from graphstore.errors import CorruptDatasetError
+from graphstore.storage.diskrows import GatherCounts, RowReader
+from graphstore.storage.fileio import ChunkFiles, close_files, pread_into
+
+ALIGN = 4096  # O_DIRECT wants the buffer, the file offset and the length aligned to the device's block
+GAP_ALIGNED = 1  # rows at most this many blocks apart are read by one call
+SPAN_BYTES = 1 << 18  # the most one call reads (each thread's buffer)
+THREADS = 16  # reads in flight: about the queue depth where this machine's disk gives its most reads/s
+
+
+def direct_rows(files: ChunkFiles, mapped: Any = None, hot: np.ndarray | None = None, where: str = "",
+                threads: int = THREADS) -> DirectRows | None:
+    """:class:`DirectRows` over ``files``, or ``None`` where the file system refuses ``O_DIRECT``."""
+    fds = open_direct(files)
+    return None if fds is None else DirectRows(files, fds, mapped, hot, where, threads)
+
+
+def open_direct(files: ChunkFiles) -> list[int] | None:
+    """``files``' chunks opened again with ``O_DIRECT`` (-1 for an absent chunk), or ``None`` where the file
+    system refuses it (or the platform has no ``O_DIRECT``)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return None
+    fds: list[int] = []
+    try:
+        for path in files.paths:
+            fds.append(-1 if path is None else os.open(path, os.O_RDONLY | flag | getattr(os, "O_CLOEXEC", 0)))
+    except OSError as exc:
+        close_files(fds)
+        if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+            return None
+        raise CorruptDatasetError(f"{files.where}: cannot open a chunk file ({exc}); run `graphstore verify` on "
+                                  "the dataset") from exc
+    probe = next((fd for fd in fds if fd >= 0), -1)
+    if probe >= 0:  # some file systems accept the flag at open and refuse the first read
+        buf = _aligned(ALIGN)
+        try:
+            os.preadv(probe, [memoryview(buf)], 0)
+        except OSError as exc:
+            close_files(fds)
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return None
+            raise
+    return fds
+
+
+class DirectRows(RowReader):
+    """Rows of a stored array (row-chunked, uncompressed, local) as a batch needs them: ``hot`` rows (row
+    numbers) read once into RAM and served from there, the others read with ``O_DIRECT`` by ``threads``
+    threads. ``fds``: the chunk files opened by :func:`open_direct` (this object closes them); ``mapped``: the
+    same array mapped (what
+    ``np.asarray(rows)`` and non-integer indexing read). ``rows[ids]`` returns what ``mapped[ids]`` holds.
+    """
+
+    def __init__(self, files: ChunkFiles, fds: list[int], mapped: Any = None, hot: np.ndarray | None = None,
+                 where: str = "", threads: int = THREADS) -> None:
+        self.files, self.mapped, self.where = files, mapped, where or files.where
+        self.shape, self.dtype, self.row_bytes = files.shape, files.dtype, files.row_bytes
+        self.fds = np.array(fds, np.int64)
+        self._closer = weakref.finalize(self, close_files, list(fds))
+        self.threads = max(1, int(threads))
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="direct-rows") if self.threads > 1 else None
+        if self._pool is not None:
+            weakref.finalize(self, self._pool.shutdown, wait=False)
+        self._local = threading.local()
+        self.counts = GatherCounts()
+        hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
+        self.slot_of = None
+        self.cache = None
+        if len(hot):
+            self.cache = self.gather(hot)  # read like any batch's rows, then kept
+            self.slot_of = np.full(self.shape[0], -1, np.int32)
+            self.slot_of[hot] = np.arange(len(hot), dtype=np.int32)
+        self.snapshot(reset=True)  # filling the cache is no batch's
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return np.asarray(self.mapped, dtype)
+
+    def gather(self, ids: np.ndarray) -> torch.Tensor:
+        """Rows ``ids`` (row numbers, in range) as a tensor, in order."""
+        import torch
+
+        started = time.perf_counter()
+        out = torch.empty((len(ids), *self.shape[1:]), dtype=_torch_dtype(self.dtype))
+        flat = out.numpy().reshape(-1).view(np.uint8)
+        hits = 0
+        if self.slot_of is not None and len(ids):
+            slots = self.slot_of[ids]
+            hits = int(np.count_nonzero(slots >= 0))
+            if hits:
+                _copy_hits(self.cache.numpy().reshape(len(self.cache), -1).view(np.uint8), slots, flat, self.row_bytes)
+            wanted = np.flatnonzero(slots < 0)
+        else:
+            wanted = np.arange(len(ids), dtype=np.int64)
+        read = self._read(ids, wanted, flat) if len(wanted) else 0
+        self.counts.add_counted(len(ids), hits, read, time.perf_counter() - started)
+        return out
+
+    def _read(self, ids: np.ndarray, wanted: np.ndarray, flat: np.ndarray) -> int:
+        """Rows ``ids[wanted]`` from disk into their places of ``flat``; returns the bytes read."""
+        order = wanted[np.argsort(ids[wanted], kind="stable")]  # positions, by row number
+        rows = ids[order]
+        pieces = _pieces(rows, self.threads if self._pool is not None else 1)
+        if len(pieces) <= 2:  # one piece
+            got = _read_sorted(self.fds, self.files.chunk_rows, self.row_bytes, rows, order, flat, self._buffer())
+        else:
+            bounds = list(zip(pieces[:-1], pieces[1:]))
+            results = list(self._pool.map(
+                lambda b: _read_sorted(self.fds, self.files.chunk_rows, self.row_bytes, rows[b[0]:b[1]],
+                                       order[b[0]:b[1]], flat, self._buffer()), bounds))
+            got = -1 if any(r < 0 for r in results) else sum(results)
+        if got < 0:
+            raise CorruptDatasetError(f"{self.where}: a direct read came back short (a truncated chunk file or a "
+                                      "failing disk); run `graphstore verify` on the dataset")
+        return int(got)
+
+    def _buffer(self) -> np.ndarray:
+        """This thread's aligned read buffer (one per thread, reused by every gather)."""
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            buf = self._local.buf = _aligned(max(SPAN_BYTES, -(-2 * self.row_bytes // ALIGN) * ALIGN + ALIGN))
+        return buf
+
+    def __getstate__(self) -> dict[str, Any]:
+        raise TypeError("DirectRows holds open files and threads of this process; open the dataset in the other "
+                        "process instead")
+
+
+def _pieces(rows: np.ndarray, parts: int) -> list[int]:
+    """Bounds cutting the sorted ``rows`` into up to ``parts`` pieces, never inside a run of one row."""
+    n = len(rows)
+    if parts <= 1 or n < 2 * parts:
+        return [0, n]
+    cuts = [0]
+    for p in range(1, parts):
+        at = p * n // parts
+        while 0 < at < n and rows[at] == rows[at - 1]:
+            at += 1
+        if cuts[-1] < at < n:
+            cuts.append(at)
+    return cuts + [n]
+
+
+def _aligned(nbytes: int) -> np.ndarray:
+    """A zeroed uint8 buffer of ``nbytes`` whose address is a multiple of the page size."""
+    region = mmap.mmap(-1, nbytes)  # anonymous mappings start on a page
+    return np.frombuffer(region, dtype=np.uint8, count=nbytes)
+
+
+def _torch_dtype(dtype: np.dtype) -> Any:
+    import torch
+
+    return torch.from_numpy(np.zeros(0, dtype)).dtype
+
+
+@njit(cache=True, nogil=True)
+def _copy_hits(cache, slots, out, row_bytes):  # pragma: no cover - compiled
+    for i in range(len(slots)):
+        s = slots[i]
+        if s >= 0:
+            out[i * row_bytes:(i + 1) * row_bytes] = cache[s, :]
+
+
+@njit(cache=True, nogil=True)
+def _read_sorted(fds, chunk_rows, row_bytes, rows, order, out, buf):  # pragma: no cover - compiled
+    """Rows ``rows`` (ascending; ``order[i]`` the output row of ``rows[i]``) read with aligned calls into
+    ``buf`` (page-aligned) and copied into ``out`` (bytes, ``row_bytes`` a row): rows of one chunk at most
+    ``GAP_ALIGNED`` blocks apart share a call, up to ``len(buf)`` bytes. Returns the bytes read, -1 on a
+    short read."""
+    n, i, total = len(rows), 0, np.int64(0)
+    while i < n:
+        c = rows[i] // chunk_rows
+        lo = (rows[i] - c * chunk_rows) * row_bytes
+        first = lo - lo % ALIGN
+        j = i
+        while j + 1 < n and rows[j + 1] // chunk_rows == c:
+            nxt = (rows[j + 1] - c * chunk_rows) * row_bytes
+            end_now = (rows[j] - c * chunk_rows + 1) * row_bytes
+            end_next = nxt + row_bytes
+            if nxt - end_now > GAP_ALIGNED * ALIGN or end_next - first + ALIGN > len(buf):
+                break
+            j += 1
+        end = (rows[j] - c * chunk_rows + 1) * row_bytes
+        length = -(-(end - first) // ALIGN) * ALIGN
+        if fds[c] < 0:
+            buf[:end - first] = 0
+        else:
+            got = np.int64(-1)
+            for _ in range(3):  # a signal may interrupt a read: tried again
+                got = pread_into(fds[c], buf, 0, length, first)
+                if got >= end - first:  # the chunk's last block may be short: what is needed is there
+                    break
+            if got < end - first:
+                return -1
+            total += got
+        for q in range(i, j + 1):
+            src = (rows[q] - c * chunk_rows) * row_bytes - first
+            dst = order[q] * row_bytes
+            out[dst:dst + row_bytes] = buf[src:src + row_bytes]
+        i = j + 1
+    return total

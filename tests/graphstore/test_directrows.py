@@ -1,0 +1,126 @@
+"""DirectRows: the rows the mapped array holds, read with O_DIRECT (past the page cache), hot rows from RAM,
+several threads; where direct I/O is refused, the feature reader keeps the page-cache path and says so."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import logging
+import mmap
+import os
+
+import numpy as np
+import pytest
+
+from graphstore.storage import directrows
+from graphstore.storage.directrows import ALIGN, direct_rows
+from graphstore.storage.fileio import ChunkFiles
+
+_TMPFS_MAGIC = 0x01021994
+
+
+def _chunked(tmp_path, rows: np.ndarray, chunk_rows: int, absent: int | None = None) -> ChunkFiles:
+    paths = []
+    for c, first in enumerate(range(0, len(rows), chunk_rows)):
+        if c == absent:
+            paths.append(None)
+            continue
+        path = tmp_path / f"c{c}"
+        rows[first:first + chunk_rows].tofile(path)
+        paths.append(str(path))
+    return ChunkFiles(paths, rows.shape, rows.dtype, chunk_rows, "x")
+
+
+@pytest.mark.parametrize("row_len", [7, 1024, 3001])  # rows within a block, one block, straddling blocks
+@pytest.mark.parametrize("threads", [1, 4])
+def test_rows_equal_the_stored_ones_in_any_order_with_repeats_and_an_absent_chunk(tmp_path, row_len, threads):
+    rows = np.random.default_rng(row_len).standard_normal((4001, row_len)).astype(np.float32)
+    files = _chunked(tmp_path, rows, 700, absent=2)
+    rows[1400:2100] = 0  # an absent chunk reads as zeros
+    hot = np.array([3, 1500, 4000])
+    reader = direct_rows(files, rows, hot=hot, threads=threads)
+    assert reader is not None and reader.cached_rows == 3 and reader.snapshot()["rows"] == 0
+    ids = np.random.default_rng(1).integers(0, len(rows), 2500)
+    ids[:5] = ids[5]  # repeats
+    ids[6], ids[7] = 0, len(rows) - 1  # the first row, and the last one at the end of a short last chunk
+    assert np.array_equal(reader[ids], rows[ids])
+    assert reader[np.zeros(0, np.int64)].shape == (0, row_len)
+    snap = reader.snapshot(reset=True)
+    assert snap["rows"] == 2500 and snap["hits"] == int(np.isin(ids, hot).sum())
+    read = np.unique(ids[~np.isin(ids, hot) & ((ids < 1400) | (ids >= 2100))])  # rows on disk, not cached
+    assert snap["disk_bytes"] >= len(read) * rows.itemsize * row_len  # each read covers its rows whole
+    assert np.array_equal(np.asarray(reader), rows)
+
+
+def _resident_pages(path) -> int:
+    """Pages of the file ``path`` in the page cache (``mincore`` over a mapping of it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        mapped = mmap.mmap(fh.fileno(), size, prot=mmap.PROT_READ)
+    try:
+        pages = -(-size // mmap.PAGESIZE)
+        vec = (ctypes.c_ubyte * pages)()
+        view = np.frombuffer(mapped, np.uint8)
+        addr = view.ctypes.data
+        libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+        assert libc.mincore(ctypes.c_void_p(addr), ctypes.c_size_t(size), vec) == 0, os.strerror(ctypes.get_errno())
+        del view
+        return sum(v & 1 for v in vec)
+    finally:
+        mapped.close()
+
+
+def _on_tmpfs(path) -> bool:
+    """Whether ``path`` lies on tmpfs (the longest mount point above it, from /proc/self/mountinfo)."""
+    best, kind = "", ""
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            fields = line.split()
+            point, fstype = fields[4], fields[fields.index("-") + 1]
+            if str(path).startswith(point.rstrip("/") + "/") and len(point) > len(best):
+                best, kind = point, fstype
+    return kind == "tmpfs"
+
+
+def test_rows_read_directly_leave_nothing_in_the_page_cache(tmp_path):
+    if _on_tmpfs(tmp_path):
+        pytest.skip("the temporary folder is on tmpfs, where every page is resident whatever the reads do")
+    rows = np.random.default_rng(2).standard_normal((20000, 256)).astype(np.float32)  # 1 KiB rows, 20 MB
+    files = _chunked(tmp_path, rows, 20000)
+    fd = os.open(files.paths[0], os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    before = _resident_pages(files.paths[0])
+    reader = direct_rows(files, rows, threads=4)
+    ids = np.random.default_rng(3).integers(0, len(rows), 8000)  # about a third of the rows
+    assert np.array_equal(reader[ids], rows[ids])
+    assert reader.snapshot()["disk_bytes"] >= 1000 * ALIGN
+    assert _resident_pages(files.paths[0]) - before < 16, "rows read with O_DIRECT went through the page cache"
+
+
+def test_where_direct_io_is_refused_the_feature_reader_says_so_and_reads_through_the_page_cache(
+        tmp_path, monkeypatch, caplog):
+    import graphstore
+    from graphstore.storage.diskrows import DiskRows
+    from training.loop.featurecache import FeatureReader
+
+    real_open = os.open
+
+    def refusing(path, flags, *args):
+        if flags & getattr(os, "O_DIRECT", 0):
+            raise OSError(errno.EINVAL, "Invalid argument", path)
+        return real_open(path, flags, *args)
+
+    graphstore.ingest("synthetic:nodes=2000,avg_degree=4,features=16,seed=1", tmp_path / "d", num_parts=1)
+    ds = graphstore.open_dataset(tmp_path / "d")
+    monkeypatch.setattr(directrows.os, "open", refusing)
+    with caplog.at_level(logging.WARNING, logger="graphstore"):
+        reader = FeatureReader.install(ds, [0], 0, 1)
+    assert isinstance(reader.readers[0], DiskRows)
+    said = [r.getMessage() for r in caplog.records if "direct I/O" in r.getMessage()]
+    assert len(said) == 1 and "refuses direct I/O (O_DIRECT)" in said[0] and "page cache" in said[0]
+    monkeypatch.undo()
+    ds2 = graphstore.open_dataset(tmp_path / "d")
+    assert type(FeatureReader.install(ds2, [0], 0, 1).readers[0]).__name__ == "DirectRows"
