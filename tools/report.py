@@ -264,14 +264,19 @@ def render_readme(root: Path) -> str:
     path, rec = max(runs, key=lambda item: (_when(*item), str(item[0])))
     fig, machine = rec["figures"], rec["machine"]
     rates = fig["edges_per_s"]
+    matrix = _newest_matrix(root)
+    worst = matrix[1]["figures"]["worst"] if matrix else {}
     lines = ["| variant | ours (M edges/s) | pyg-lib (M edges/s) | ours / pyg-lib | ours / our plain "
-             "| dataset / in memory |", "|---|---|---|---|---|---|"]
+             "| dataset / in memory |" + (" worst shape: ours / our plain |" if worst else ""),
+             "|---|---|---|---|---|---|" + ("---|" if worst else "")]
     for name in (k for k in rates if "@" not in k and k not in README_SKIP):
         pyg = rates.get(f"{name}@pyg-lib")
+        w = worst.get(name)
         lines.append(f"| `{name}` | {rates[name] / 1e6:.1f} | {'' if pyg is None else f'{pyg / 1e6:.2f}'} "
                      f"| {_ratio(fig.get('ratio_to_pyg_lib', {}).get(name), 1, '×')} "
                      f"| {_ratio(fig.get('ratio_to_plain', {}).get(name))} "
-                     f"| {_ratio(fig.get('ratio_to_memory', {}).get(name))} |")
+                     f"| {_ratio(fig.get('ratio_to_memory', {}).get(name))} |"
+                     + ((f" {w['ratio_to_plain']:.2f} ({w['shape']}) |" if w else " |") if worst else ""))
     cmd = _command(rec)
     graph, fanout = fig.get("graph", {}), ", ".join(map(str, fig.get("fanout", [])))
     lines += ["", f"One thread, a random graph of {graph.get('nodes', 0):,} nodes and {graph.get('edges', 0):,} edges, "
@@ -280,39 +285,32 @@ def render_readme(root: Path) -> str:
               f"(`{shlex.join(cmd)}`; {machine.get('cpu', '?')}, {machine.get('usable_cores', '?')} cores, "
               f"{rec['date'][:10]}). Every benchmark's newest figures, with commands and records: "
               f"[docs/performance.md]({README_ANCHOR})."]
-    return "\n".join(lines + _worst_shapes(root)) + "\n"
+    return "\n".join(lines + _worst_caption(matrix)) + "\n"
 
 
 def _command(rec: dict[str, Any]) -> list[str]:
     return rec["command"][1:] if isinstance(rec["command"], list) else [str(rec["command"])]
 
 
-def _worst_shapes(root: Path) -> list[str]:
-    """The README's second table: each variant at its worst workload shape, from the newest
-    ``bench_variants`` record that measured a matrix of shapes (none: nothing)."""
+def _newest_matrix(root: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest ``bench_variants`` record that measured a matrix of workload shapes (``figures.worst``)."""
     runs = [(p, r) for p, r in load(Path(root)) if r["benchmark"] == README_BENCH and r["figures"].get("worst")]
-    if not runs:
+    return max(runs, key=lambda item: (_when(*item), str(item[0]))) if runs else None
+
+
+def _worst_caption(matrix: tuple[Path, dict[str, Any]] | None) -> list[str]:
+    """What the README's last column comes from: the matrix record's shapes, command, machine and date."""
+    if matrix is None:
         return []
-    path, rec = max(runs, key=lambda item: (_when(*item), str(item[0])))
+    rec = matrix[1]
     fig, machine = rec["figures"], rec["machine"]
-    lines = ["", "Each variant at its worst workload shape (degrees / fanout [/ seed time]) of a matrix:", "",
-             "| variant | worst shape | ours / our plain | worst against plain over the eligible edges "
-             "| worst dataset / in memory |", "|---|---|---|---|---|"]
-    for name, w in fig["worst"].items():
-        fair = (f"{w['ratio_to_eligible_plain']:.2f} ({w['ratio_to_eligible_plain_shape']})"
-                if "ratio_to_eligible_plain" in w else "")
-        memory = (f"{w['ratio_to_memory_worst']:.2f} ({w['ratio_to_memory_shape']})"
-                  if "ratio_to_memory_worst" in w else "")
-        lines.append(f"| `{name}` | {w['shape']} | {w['ratio_to_plain']:.2f} | {fair} | {memory} |")
-    graph = fig.get("graph", {})
     times = ", ".join(f"{k} {'-'.join(f'{v:,}' for v in sorted(set(t)))}" for k, t in fig.get("seed_times", {}).items())
-    lines += ["", f"One thread, random graphs of {graph.get('nodes', 0):,} nodes and {graph.get('edges', 0):,} edges "
-              f"({', '.join(fig.get('degrees', []))} degrees; edge times in [0, 1,000,000), seed times {times}), "
-              f"fanouts {'; '.join(str(f) for f in fig.get('fanouts', []))}, batches of {fig.get('batch_size', 0):,}, "
-              f"sampled as one-partition datasets, passes interleaved (`{shlex.join(_command(rec))}`; "
-              f"{machine.get('cpu', '?')}, {machine.get('usable_cores', '?')} cores, {rec['date'][:10]}); every shape: "
-              f"[docs/performance.md]({README_ANCHOR})."]
-    return lines
+    return ["", f"Worst shape: each variant's lowest ratio to our plain path over a matrix of workload shapes "
+            f"(degrees/fanout[/seed time]: {', '.join(fig.get('degrees', []))} degrees, fanouts "
+            f"{'; '.join(str(f) for f in fig.get('fanouts', []))}, seed times {times} of edge times in "
+            f"[0, 1,000,000); {fig.get('graph', {}).get('nodes', 0):,} nodes, {fig.get('graph', {}).get('edges', 0):,} "
+            f"edges, one-partition datasets; `{shlex.join(_command(rec))}`; {machine.get('cpu', '?')}, "
+            f"{machine.get('usable_cores', '?')} cores, {rec['date'][:10]})."]
 
 
 def _split(text: str, where: Path, begin: str = BEGIN, end_marker: str = END) -> tuple[str, str, str]:

@@ -139,9 +139,24 @@ def test_the_readme_names_each_variants_worst_shape_from_the_newest_matrix(tmp_p
     readme.write_text(f"{report.README_BEGIN}\n{report.README_END}\n")
     assert report.main(["--records", str(root), "--write", str(readme)]) == 0
     text = readme.read_text()
-    assert "| `temporal_uniform` | skewed/15,10,5/late | 0.70 | 0.70 (skewed/15,10,5/late) |  |" in text
-    assert "| `weighted` | uniform/15,10,5 | 0.61 |  | 0.97 (uniform/15,10,5) |" in text and "0.50" not in text
-    assert "uniform, skewed degrees" in text and "2026-03-01" in text
+    assert "| dataset / in memory | worst shape: ours / our plain |" in text
+    assert "| `plain` | 50.0 | 4.00 | 12.5× |  |  | |" in text  # plain is the baseline: no worst shape of its own
+    assert "0.70 (skewed/15,10,5/late)" not in text  # a variant the pyg-lib record lacks gets no row
+    assert "uniform, skewed degrees" in text and "2026-03-01" in text and "seed times late 1,000,000" in text
+
+
+def test_the_worst_shape_column_names_the_newest_matrix_records_shape(tmp_path):
+    root, readme = tmp_path / "benchmarks", tmp_path / "README.md"
+    _record(root, "2026-01-01T10:00:00+00:00", {"edges_per_s": {"temporal_uniform": 4.0e7}},
+            bench="bench_variants", config={"pyg_lib": True})
+    for date, ratio in (("2026-02-01", 0.5), ("2026-03-01", 0.7)):
+        _record(root, f"{date}T10:00:00+00:00", {"degrees": ["skewed"], "worst": {"temporal_uniform": {
+            "shape": "skewed/15,10,5/late", "ratio_to_plain": ratio}}}, bench="bench_variants",
+            config={"pyg_lib": False})
+    readme.write_text(f"{report.README_BEGIN}\n{report.README_END}\n")
+    assert report.main(["--records", str(root), "--write", str(readme)]) == 0
+    text = readme.read_text()
+    assert "| `temporal_uniform` | 40.0 |  |  |  |  | 0.70 (skewed/15,10,5/late) |" in text and "0.50" not in text
 
 
 def test_make_record_has_every_key_and_leaves_out_the_record_flags():
