@@ -113,7 +113,7 @@ class DirectRows(RowReader):
         import torch
 
         started = time.perf_counter()
-        out = torch.empty((len(ids), *self.shape[1:]), dtype=_torch_dtype(self.dtype))
+        out = torch.from_numpy(np.empty((len(ids), *self.shape[1:]), self.dtype))
         flat = out.numpy().reshape(-1).view(np.uint8)
         hits = 0
         if self.slot_of is not None and len(ids):
@@ -177,12 +177,6 @@ def _aligned(nbytes: int) -> np.ndarray:
     """A zeroed uint8 buffer of ``nbytes`` whose address is a multiple of the page size."""
     region = mmap.mmap(-1, nbytes)  # anonymous mappings start on a page
     return np.frombuffer(region, dtype=np.uint8, count=nbytes)
-
-
-def _torch_dtype(dtype: np.dtype) -> Any:
-    import torch
-
-    return torch.from_numpy(np.zeros(0, dtype)).dtype
 
 
 @njit(cache=True, nogil=True)
