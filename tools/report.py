@@ -39,7 +39,7 @@ RECORD_KEYS = ("benchmark", "config", "command", "commit", "date", "machine", "p
 ORDER = ("bench_sampler", "bench_variants", "bench_loader", "bench_train", "bench_cluster", "bench_store",
          "bench_remote", "bench_beyond_ram", "bench_rank_memory",
          "bench_unmapped", "bench_ingest", "graphstore_ingest", "bench_partition", "bench_verify",
-         "bench_trim",
+         "bench_trim", "bench_launch",
          "graphstore_warmup")
 TITLES = {"bench_sampler": "Sampling throughput", "bench_variants": "Sampling variants against the plain path",
           "bench_loader": "Loader threads", "bench_train": "Distributed training",
@@ -51,6 +51,7 @@ TITLES = {"bench_sampler": "Sampling throughput", "bench_variants": "Sampling va
           "bench_ingest": "Ingest: local and Dask engines",
           "graphstore_ingest": "Ingest of a products-shaped graph", "bench_partition": "METIS balance",
           "bench_verify": "What checking costs", "bench_trim": "Trimming layers with trim_to_layer",
+          "bench_launch": "Starting ranks: forked from one server or fresh interpreters",
           "graphstore_warmup": "Compiling the kernels ahead of time"}
 # Columns shown for row tables whose rows nest more than fits a page (dotted paths; the record keeps the rest).
 VIEWS = {
@@ -65,6 +66,8 @@ VIEWS = {
                                 "features", "compute", "speed_vs_loopback"],
     ("bench_variants", "shapes"): ["shape", "variant", "edges_per_s", "ratio_to_plain", "ratio_to_eligible_plain",
                                    "ratio_to_memory", "ratio_to_pyg_lib", "ratio_with_2_threads"],
+    ("bench_launch", "rows"): ["ranks", "mode", "jobs", "wall_seconds", "wall_vs_fresh", "cpu_seconds", "cpu_vs_fresh",
+                               "first_epoch_seconds", "first_epoch_vs_fresh"],
     ("bench_remote", "gathers"): ["batch", "id_range_share", "chunks_touched", "cold_ms", "cold_requests",
                                   "ideal_cold_ms", "cold_vs_ideal", "reopen_ms", "warm_ms", "local_ms", "warm_vs_local",
                                   "ram_ms"],

@@ -22,7 +22,7 @@ from graphstore.cli.args import Parser, integer, number, size
 from graphstore.cli.storage_options import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
 from training.loop import checkpoint, featurecache
-from training.launcher import checks, failures, lifetime, placement
+from training.launcher import checks, failures, forkserver, lifetime, placement
 from training.cluster import preempt, threads
 from training.report.timing import describe
 from training.config import MODELS, TrainConfig
@@ -230,40 +230,61 @@ def launch_local(config: TrainConfig, nproc: int, grace: float) -> int:
         return {"GRAPHSTORE_CONFIG_FILE": config_file}
 
     return run_ranks(["-m", "training.launch", "--rank-from-env"], nproc, grace,
-                     threads.choose(config.threads, nproc).threads, write_config, "graphstore-train")
+                     threads.choose(config.threads, nproc).threads, write_config, "graphstore-train",
+                     preload=RANK_IMPORTS)
+
+
+# what a rank of graphstore-train imports before it trains (forkserver: once per job, not once per rank)
+RANK_IMPORTS = ("torch", "torch_geometric", "training.launch", "training.loop.trainer")
 
 
 def run_ranks(command: list[str], nproc: int, grace: float, omp_threads: int, job_env: Any,
-              prog: str) -> int:
+              prog: str, preload: tuple[str, ...] = ()) -> int:
     """Start ``nproc`` ranks on this machine, each ``python COMMAND`` (file rendezvous: no ports guessed),
     watch them, and stop all of them when one fails; ``job_env(job_dir)`` adds to their environment.
+    ``preload``: modules every rank imports, imported once by a fork server that forks the ranks.
     Returns the job's exit code."""
     with tempfile.TemporaryDirectory(prefix=lifetime.JOB_DIR_PREFIX) as tmp:
         extra = job_env(tmp)
         scratch = os.path.join(tmp, "tmp")  # every rank's temporary files (PyG's generated modules, ...)
         os.mkdir(scratch)
-        procs, logs = [], []
+        procs, logs, envs, fds = [], [], [], []
         base = allocator.preload_env(dict(os.environ))  # jemalloc where the machine has it (training.launcher.allocator)
         for rank in range(nproc):
-            env = {**base, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
-                   lifetime.LAUNCHER_PID_ENV: str(os.getpid()), lifetime.JOB_DIR_ENV: tmp,
-                   "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous", "TMPDIR": scratch, "TEMP": scratch,
-                   "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
-                   "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
-                   "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, through the relay
-                   **extra,  # OpenMP/BLAS pools sized like torch's (training.cluster.threads)
-                   "OMP_NUM_THREADS": str(omp_threads)}
+            envs.append({**base, "GRAPHSTORE_RANK": str(rank), "GRAPHSTORE_WORLD_SIZE": str(nproc),
+                         lifetime.LAUNCHER_PID_ENV: str(os.getpid()), lifetime.JOB_DIR_ENV: tmp,
+                         "GRAPHSTORE_INIT_METHOD": f"file://{tmp}/rendezvous", "TMPDIR": scratch, "TEMP": scratch,
+                         "TMP": scratch, failures.ERROR_FILE_ENV: os.path.join(tmp, f"rank{rank}.error.json"),
+                         "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR"),  # RPC echoes: in the log
+                         "GRAPHSTORE_STDERR_TTY": "1" if sys.stderr.isatty() else "0",  # rank 0's bar, via the relay
+                         **extra,  # OpenMP/BLAS pools sized like torch's (training.cluster.threads)
+                         "OMP_NUM_THREADS": str(omp_threads)})
             # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
             relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
             stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")
             logs.append(relay or stderr)
-            # a session of their own: the terminal's Ctrl-C reaches the launcher only, which stops them
-            procs.append(subprocess.Popen([sys.executable, *command], env=env, stderr=stderr,
-                                          start_new_session=True))
+            fds.append(stderr if isinstance(stderr, int) else stderr.fileno())
+        # one process imports torch and PyG once and forks the ranks (training.launcher.forkserver); where it
+        # refuses, a rank is a fresh interpreter. Either way a session of its own: the terminal's Ctrl-C reaches
+        # the launcher only, which stops them
+        server = forkserver.ForkServer(command, envs[0], preload, fds) if preload and forkserver.enabled(base) else None
+        try:
+            for rank in range(nproc):
+                forked = server.start(command, envs[rank], fds[rank]) if server is not None else None
+                procs.append(forked or subprocess.Popen([sys.executable, *command], env=envs[rank], stderr=fds[rank],
+                                                        start_new_session=True))
+        except BaseException:
+            if server is not None:
+                server.close(kill=True)
+            _stop_all(procs, wait=0.0)
+            raise
+        finally:
+            if server is not None:
+                server.close()
         term = _Terminate(procs)
         previous = signal.signal(signal.SIGTERM, term)  # scancel / kill / preemption: checkpoint, then stop
         try:
-            return _supervise(procs, grace, tmp, logs[0], term, prog)
+            return _supervise(procs, grace, tmp, logs[0], term, prog, adopted=server is not None)
         except KeyboardInterrupt:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not interrupt the clean-up
             print(f"{prog}: interrupted (Ctrl-C); stopped every rank", file=sys.stderr, flush=True)
@@ -274,6 +295,9 @@ def run_ranks(command: list[str], nproc: int, grace: float, omp_threads: int, jo
             _stop_all(procs)
             for fh in logs:
                 fh.close()
+            if server is not None:
+                forkserver.reap_orphans({})
+                forkserver.set_subreaper(False)
 
 
 class _Terminate:
@@ -310,10 +334,11 @@ def _stop_all(procs: list[subprocess.Popen], wait: float = 10.0) -> None:
 
 
 def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay: failures.StderrRelay,
-               term: _Terminate | None = None, prog: str = "graphstore-train") -> int:
+               term: _Terminate | None = None, prog: str = "graphstore-train", adopted: bool = False) -> int:
     """Wait for the ranks. After the first failure, stop the others at once (1 s) when the failed rank
     named its own error; give peers time to say what they saw when it only echoed a peer's failure
-    (``grace``) or died without a word (at most 15 s). One line sums up a failure."""
+    (``grace``) or died without a word (at most 15 s). One line sums up a failure. ``adopted``: this process
+    is its descendants' subreaper (forked ranks), and reaps those orphaned to it."""
     failed: dict[int, int] = {}
     stopped: set[int] = set()
     deadline = None
@@ -332,6 +357,8 @@ def _supervise(procs: list[subprocess.Popen], grace: float, job_dir: str, relay:
                 if p.poll() is None:
                     stopped.add(rank)
                     p.kill()
+        if adopted:
+            forkserver.reap_orphans({p.pid: p for p in procs})
         time.sleep(0.2)
     codes = {rank: p.returncode for rank, p in enumerate(procs)}
     if any(c not in ok for c in codes.values()):
@@ -402,6 +429,7 @@ def _check_job(config: TrainConfig, nproc: int | None, cuda: bool, gpus: int) ->
 
             load(spec, flag)
     allocator.preload_env(dict(os.environ))  # raises with the fix for a bad GRAPHSTORE_MALLOC/GRAPHSTORE_JEMALLOC
+    forkserver.enabled(dict(os.environ))  # and for a bad GRAPHSTORE_FORK_RANKS
     ds = graphstore.open_dataset(config.dataset, config.storage_options or None, cache_dir=config.cache_dir)
     checks.check_dataset(config, ds)
     ranks = placement.local_ranks(nproc, ds.num_parts, cuda, gpus)

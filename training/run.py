@@ -11,7 +11,7 @@ from typing import Any
 
 from graphstore.cli.args import Parser, integer, number
 from graphstore.errors import GraphstoreError
-from training.launcher import failures, lifetime, placement
+from training.launcher import failures, forkserver, lifetime, placement
 from training.cluster.world import DEVICE_ENV, TIMEOUT_ENV
 
 _RANK_FLAG = "--graphstore-rank"  # how the launcher starts a rank: python -m training.run --graphstore-rank SCRIPT ...
@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         script = _check_script(args.script)
+        forkserver.enabled(dict(os.environ))  # a bad GRAPHSTORE_FORK_RANKS: one line here
         gpus = placement.gpu_count()
         cuda = placement.use_cuda(args.device, gpus)
         nproc = args.nproc if args.nproc is not None else (max(1, gpus) if cuda else 1)
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         return {DEVICE_ENV: args.device, TIMEOUT_ENV: str(args.timeout)}
 
     return run_ranks(["-m", "training.run", _RANK_FLAG, script, *args.args], nproc, args.timeout + 15,
-                     threads.choose(None, nproc).threads, job_env, "graphstore-run")
+                     threads.choose(None, nproc).threads, job_env, "graphstore-run",
+                     preload=("torch", "torch_geometric", "training.run", "training"))
 
 
 def _check_script(path: str) -> str:

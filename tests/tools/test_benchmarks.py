@@ -251,3 +251,12 @@ def test_bench_data_wait_reports_each_way_and_the_same_losses_on_cpu(tmp_path):
     assert out["ways"] == {"threads": "", "p1": "--loader-workers 1"} and out["same_losses"] is True
     assert all(0 <= share <= 1 for share in out["median_data_wait_share"].values())
     assert [len(r["train_seconds"]) for rs in out["runs"].values() for r in rs] == [1, 1]  # epoch 1 not counted
+
+
+def test_bench_launch_compares_forked_and_fresh_ranks(tmp_path):
+    out = _run("bench_launch", tmp_path, "--dataset", str(tmp_path / "ds"), "--spec", TINY, "--ranks", "1",
+               "--repeats", "1")
+    rows = {r["mode"]: r for r in out["rows"]}
+    assert set(rows) == {"forked", "fresh"} and all("failed" not in r for r in rows.values()), out["rows"]
+    assert rows["forked"]["cpu_vs_fresh"] == round(rows["forked"]["cpu_seconds"] / rows["fresh"]["cpu_seconds"], 3)
+    assert all(r["first_epoch_seconds"] <= r["wall_seconds"] and r["cpu_seconds"] > 0 for r in rows.values())

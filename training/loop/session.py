@@ -351,8 +351,10 @@ class Session:
             store.wait(keys, timedelta(seconds=self.timeout))
         except Exception as exc:
             missing = [r for r in range(self.world_size) if not _has(store, keys[r])]
-            raise process_groups.PeerFailure(
-                f"rank {self.rank}: {process_groups.describe(missing) if missing else 'a rank'} did not create loader "
+            # the script's misuse on another rank, not an echo of a failure: it names the job's cause (a peer
+            # that gave up waiting for this rank at shutdown in the meantime only echoes it)
+            raise GraphstoreError(
+                f"{process_groups.describe(missing) if missing else 'a rank'} did not create loader "
                 f"{index} within {self.timeout:.0f} s (timeout): every rank must create the same loaders in the "
                 "same order") from exc
         finally:

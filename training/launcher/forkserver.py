@@ -1,0 +1,360 @@
+"""Ranks forked from one process that has already imported torch and PyG.
+
+A rank's first seconds go to imports (torch, PyG and the trainer take several seconds of CPU each time);
+N ranks on one host paid them N times, side by side on the same cores. The launcher starts one *fork
+server* with the ranks' common environment; it imports those modules once, then forks each rank on
+request. A rank is forked twice (the middle process exits at once) so that it is reparented to the
+launcher, which has made itself the subreaper of its descendants: the launcher waits for its ranks
+and reads their exit codes as it does for processes it started itself.
+
+The server refuses (the launcher then starts each rank as a fresh interpreter, as before) when its
+imports fail, when they started CUDA (a forked child cannot use a CUDA context of its parent) or when
+the launcher cannot become a subreaper. ``GRAPHSTORE_FORK_RANKS=0`` always starts fresh interpreters.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+FORK_RANKS_ENV = "GRAPHSTORE_FORK_RANKS"  # 0: every rank a fresh interpreter
+_PR_SET_CHILD_SUBREAPER = 36
+_SERVER_ENV = "GRAPHSTORE_FORK_SERVER"  # the server's parameters: [request fd, reply fd, preload, rank fds]
+_MODULE = "training.launcher.forkserver"
+
+
+def _cmdline(argv: list[str]) -> bytes:
+    """``argv`` as /proc/PID/cmdline holds it."""
+    return b"".join(os.fsencode(a) + b"\0" for a in argv)
+
+
+def _server_argv(length: int) -> list[str]:
+    """The server's command line, padded with a last argument to ``length`` bytes where it is shorter."""
+    argv = [sys.executable, "-m", _MODULE]
+    pad = length - len(_cmdline(argv)) - 1
+    return [*argv, "-" * pad] if pad >= 1 else argv
+
+
+def _environ(env: dict[str, str]) -> bytes:
+    return b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in env.items())
+
+
+def enabled(env: dict[str, str]) -> bool:
+    """Whether ranks may be forked (``GRAPHSTORE_FORK_RANKS`` unset or 1), on Linux only."""
+    raw = env.get(FORK_RANKS_ENV, "1").strip()
+    if raw not in ("0", "1"):
+        from graphstore.errors import GraphstoreError
+
+        raise GraphstoreError(f"{FORK_RANKS_ENV}={raw!r}: set it to 1 (fork ranks from one server, the default) or 0 "
+                              "(start each rank as a fresh interpreter)")
+    return raw == "1" and sys.platform.startswith("linux")
+
+
+def set_subreaper(on: bool) -> bool:
+    """Make this process the subreaper of its descendants (``prctl``), or stop being one; whether it worked."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class ForkedRank:
+    """A rank forked by the server and adopted by this process: the parts of ``subprocess.Popen`` the
+    launcher uses (``pid``, ``returncode``, ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not adopted (cannot happen once the server has reaped the middle process)
+                if not os.path.exists(f"/proc/{self.pid}"):
+                    self.returncode = 1
+                return self.returncode
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"rank pid {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        import signal
+
+        self.send_signal(signal.SIGKILL)
+
+
+class ForkServer:
+    """The launcher's side: start the server for ranks running ``python COMMAND`` (``env``: what every rank
+    shares; ``fds``: the ranks' stderr descriptors, kept open in the server) and ask it for ranks; ``start``
+    answers None once it refused."""
+
+    def __init__(self, command: list[str], env: dict[str, str], preload: tuple[str, ...], fds: list[int]) -> None:
+        self.refusal: str | None = None
+        self.proc: subprocess.Popen | None = None
+        if not set_subreaper(True):
+            self.refusal = "this process cannot adopt the ranks (prctl PR_SET_CHILD_SUBREAPER failed)"
+            return
+        req_r, self._req = os.pipe()
+        self._rep, rep_w = os.pipe()
+        try:
+            # its parameters in its environment and its command line as long as a rank's, so that a rank can
+            # show its own command line and environment in /proc (ps, psutil) over the server's
+            server_env = {**env, _SERVER_ENV: json.dumps([req_r, rep_w, list(preload), list(fds)])}
+            self.proc = subprocess.Popen(_server_argv(len(_cmdline([sys.executable, *command]))), env=server_env,
+                                         pass_fds=(req_r, rep_w, *fds), start_new_session=True)
+        except OSError as exc:
+            self.refusal = f"the fork server did not start ({exc})"
+            os.close(self._req)
+            os.close(self._rep)
+            return
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
+        self._replies = os.fdopen(self._rep, "r")
+        self._ready = False
+
+    def start(self, argv: list[str], env: dict[str, str], stderr_fd: int) -> ForkedRank | None:
+        """Fork a rank running ``python ARGV`` with ``env`` and ``stderr_fd`` as its stderr, or None."""
+        if self.refusal is not None or self.proc is None:
+            return None
+        if not self._ready:
+            reply = self._read()
+            if reply.get("ready") is not True:
+                return self._refuse(reply.get("refused", "it ended before it was ready"))
+            self._ready = True
+        try:
+            os.write(self._req, (json.dumps({"argv": argv, "env": env, "stderr": stderr_fd}) + "\n").encode())
+        except OSError as exc:
+            return self._refuse(f"it stopped taking requests ({exc})")
+        reply = self._read()
+        if "pid" not in reply:
+            return self._refuse(reply.get("refused", "it ended without forking the rank"))
+        return ForkedRank(int(reply["pid"]))
+
+    def _read(self) -> dict[str, Any]:
+        line = self._replies.readline()  # the server answers or ends (EOF); a rank would wait as long on imports
+        try:
+            return json.loads(line) if line else {}
+        except ValueError:
+            return {}
+
+    def _refuse(self, why: str) -> None:
+        self.refusal = why
+        import logging
+
+        logging.getLogger("graphstore").info("ranks start as fresh interpreters: the fork server refused (%s)", why)
+        self.close()
+        return None
+
+    def close(self, kill: bool = False) -> None:
+        """No more ranks: the server exits (the ranks it forked are this process's children by now); ``kill``:
+        at once (Ctrl-C while it imports)."""
+        if self.proc is None:
+            return
+        if kill:
+            self.proc.kill()
+        for fd in (self._req,):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._replies.close()
+        self.proc = None
+
+
+def reap_orphans(known: dict[int, Any]) -> None:
+    """Reap descendants that were orphaned to this subreaper (a rank's helpers outliving it), leaving the
+    processes in ``known`` (pid -> object with ``poll``) to their owners' ``poll``."""
+    for _ in range(64):
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if info is None:
+            return
+        owner = known.get(info.si_pid)
+        if owner is not None:
+            owner.poll()
+            if owner.returncode is None:  # another owner (a Popen's own wait) will reap it
+                return
+        else:
+            try:
+                os.waitpid(info.si_pid, 0)
+            except ChildProcessError:
+                return
+
+
+# ---- the server process ------------------------------------------------------------------------------------
+
+
+def _serve(req_fd: int, rep_fd: int, preload: list[str], fds: list[int]) -> int:
+    """Import ``preload``, say ready (or why not), then fork a rank per request line until the launcher closes."""
+    reply = os.fdopen(rep_fd, "w", buffering=1)
+    try:
+        for name in preload:
+            importlib.import_module(name)
+    except BaseException as exc:  # noqa: BLE001 - any failure: the ranks start fresh and meet it themselves
+        reply.write(json.dumps({"refused": f"importing {name} failed: {type(exc).__name__}: {exc}"}) + "\n")
+        return 0
+    cuda = "torch" in sys.modules and sys.modules["torch"].cuda.is_initialized()
+    if cuda or _maps_cuda_driver():
+        reply.write(json.dumps({"refused": "its imports started CUDA, which a forked rank could not use"}) + "\n")
+        return 0
+    reply.write(json.dumps({"ready": True}) + "\n")
+    with os.fdopen(req_fd, "r") as requests:
+        for line in requests:
+            request = json.loads(line)
+            reply.write(json.dumps({"pid": _fork(request, (req_fd, rep_fd, *fds))}) + "\n")
+    return 0
+
+
+def _maps_cuda_driver() -> bool:
+    try:
+        with open("/proc/self/maps") as fh:
+            return any("libcuda.so" in line for line in fh)
+    except OSError:
+        return False
+
+
+def _fork(request: dict[str, Any], inherited: tuple[int, ...]) -> int:
+    """Fork twice; the grandchild becomes the rank, the middle process sends its PID and exits."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    r, w = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        code = 0
+        try:
+            os.close(r)
+            pid = os.fork()
+            if pid == 0:
+                os.close(w)
+                _become_rank(request, inherited, os.getppid())  # never returns
+            os.write(w, str(pid).encode())
+        except BaseException:  # noqa: BLE001
+            code = 1
+        os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        got = fh.read()
+    os.waitpid(middle, 0)  # the rank is the launcher's child from here on
+    return int(got)
+
+
+def _become_rank(request: dict[str, Any], inherited: tuple[int, ...], middle: int) -> None:
+    """In the grandchild: what a fresh ``python ARGV`` would be (own session, stderr, environment, argv, a
+    fresh NumPy seed), once the launcher has adopted it; exits like the interpreter would."""
+    code = 1
+    try:
+        os.setsid()
+        os.dup2(request["stderr"], 2)
+        for fd in set(inherited):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _retitle(_cmdline([sys.executable, *request["argv"]]), _environ(request["env"]))
+        import tempfile
+
+        tempfile.tempdir = None  # read TMPDIR again
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()  # a fresh interpreter seeds from the OS; a fork would copy the server's
+        deadline = time.monotonic() + 10.0
+        while os.getppid() == middle and time.monotonic() < deadline:  # the launcher adopts it as the middle exits
+            time.sleep(0.001)
+        argv = request["argv"]
+        code = _run(argv)
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    finally:
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _retitle(cmdline: bytes, environ: bytes) -> None:
+    """Show ``cmdline`` and ``environ`` in /proc/self (what ps and psutil read) over the server's, where they
+    fit in the memory the kernel shows (the server's own strings, copied by Python and glibc long ago)."""
+    try:
+        with open("/proc/self/stat", "rb") as fh:
+            stat = fh.read()
+        fields = stat[stat.rindex(b")") + 2:].split()  # fields[0] is field 3 (state) of proc(5)
+        arg_start, arg_end, env_start, env_end = (int(fields[n - 3]) for n in (48, 49, 50, 51))
+    except (OSError, ValueError, IndexError):
+        return
+    for start, end, data in ((arg_start, arg_end, cmdline), (env_start, env_end, environ)):
+        if 0 < len(data) <= end - start:
+            ctypes.memmove(start, data.ljust(end - start, b"\0"), end - start)
+
+
+def _run(argv: list[str]) -> int:
+    import runpy
+
+    if argv[:1] != ["-m"] or len(argv) < 2:
+        raise SystemExit(f"the fork server runs modules only (python -m NAME ...), not {argv!r}")
+    import warnings
+
+    spec = importlib.util.find_spec(argv[1])
+    sys.argv = [spec.origin if spec and spec.origin else argv[1], *argv[2:]]
+    # the module is imported already (preloaded); as under python -m, __main__ is a second copy of it
+    warnings.filterwarnings("ignore", message=".* found in sys.modules after import of package", category=RuntimeWarning)
+    runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    return 0
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    _req, _rep, _preload, _fds = json.loads(os.environ.pop(_SERVER_ENV))
+    _code = _serve(_req, _rep, _preload, _fds)
+    os._exit(_code)  # no interpreter teardown (seconds with torch loaded): the launcher waits for this exit
