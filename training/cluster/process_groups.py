@@ -93,6 +93,9 @@ def _has(store: dist.Store, key: str) -> bool:
         return False
 
 
+RPC_TRANSPORTS = ("uv", "ibv")  # TensorPipe's, those it has built in; "shm" left out on purpose (see _init_rpc)
+
+
 def _init_rpc(world: World, timeout: float) -> None:
     from torch.distributed import rpc
 
@@ -100,8 +103,11 @@ def _init_rpc(world: World, timeout: float) -> None:
     if world.rank == 0:
         store.set(_RPC_KEY, f"{world.master_addr}:{free_port(_bind_address(world.master_addr))}")
     address = store.get(_RPC_KEY).decode()
+    # TCP (libuv) or InfiniBand between ranks, never TensorPipe's shared-memory transport: its reactor thread
+    # busy-polls (sched_yield), a third of a core per rank taken from the ranks' own work; tensors between ranks
+    # of one host still go by the cross-memory-attach channel (measured: benchmarks/bench_train, RPC transports)
     options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://{address}", rpc_timeout=timeout,
-                                              num_worker_threads=16)
+                                              num_worker_threads=16, _transports=list(RPC_TRANSPORTS))
     # under torchrun, rank 0 must host the RPC rendezvous on the new port itself, not expect the agent to
     agent_store = os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     try:
