@@ -64,14 +64,8 @@ def _anon_bytes(pid: int) -> int | None:
 
 
 def _ranks(pid: int) -> list[int]:
-    """The launcher's rank processes (its children)."""
-    import psutil
-
-    try:
-        children = psutil.Process(pid).children()
-    except psutil.Error:
-        return []
-    return [c.pid for c in children]
+    """The launcher's rank processes (its children, less the fork server)."""
+    return [c.pid for c in benchinfo.rank_processes(pid)]
 
 
 def _epoch_written(metrics: Path) -> dict | None:

@@ -101,7 +101,7 @@ def poll_peaks(proc: subprocess.Popen, metrics: Path, interval: float = 0.1) -> 
     written = 0
     while proc.poll() is None:
         try:
-            ranks = psutil.Process(proc.pid).children()
+            ranks = benchinfo.rank_processes(proc.pid)
             rss = {r.pid: r.memory_info().rss for r in ranks}
         except psutil.Error:
             rss = {}

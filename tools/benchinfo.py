@@ -115,6 +115,25 @@ def ingested(root: Any, spec: str, parts: int) -> Any:
     return dest
 
 
+def rank_processes(launcher_pid: int) -> list:
+    """The ranks a ``graphstore-train`` launcher started (its children, less the fork server they came from), as
+    ``psutil.Process``; empty once the launcher is gone."""
+    import psutil
+
+    ranks = []
+    try:
+        children = psutil.Process(launcher_pid).children()
+    except psutil.Error:
+        return []
+    for child in children:
+        try:
+            if "training.launcher.forkserver" not in child.cmdline():
+                ranks.append(child)
+        except psutil.Error:
+            continue
+    return ranks
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """The environment of a command a benchmark runs: this checkout first on ``PYTHONPATH`` (the code measured),
     the caller's own entries after it (packages installed beside, e.g. a lent machine's wheels), and ``extra``."""

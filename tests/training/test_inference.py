@@ -76,7 +76,7 @@ def test_graphstore_train_writes_predictions_back(cora2, tmp_path):
 
     ds_path = tmp_path / "cora"
     shutil.copytree(cora2, ds_path)
-    out = run_train(ds_path, "--nproc", 2, "--epochs", 6, "--fanout", "10,10", "--batch-size", 32, "--lr", 0.01,
+    out = run_train(ds_path, "--nproc", 2, "--epochs", 6, "--eval-every", 6, "--fanout", "10,10", "--batch-size", 32, "--lr", 0.01,
                     "--hidden", 64, "--infer-out", "logits", "--metrics-out", tmp_path / "m.json")
     assert out.returncode == 0, out.stderr
     ds = graphstore.open_dataset(ds_path)

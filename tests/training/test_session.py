@@ -161,7 +161,7 @@ def test_graphstore_train_trains_your_own_model(cora2, tmp_path):
             return Net(in_channels, out_channels, config.hidden)
     """))
     cmd = [sys.executable, "-m", "training.launch", str(cora2), "--no-progress", "--nproc", "2", "--epochs", "8",
-           "--fanout", "10,5", "--batch-size", "32", "--model", "mymodels:build", "--metrics-out", "m.json"]
+           "--eval-every", "8", "--fanout", "10,5", "--batch-size", "32", "--model", "mymodels:build", "--metrics-out", "m.json"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     last = json.loads((tmp_path / "m.json").read_text())["epochs"][-1]

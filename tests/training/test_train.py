@@ -21,8 +21,8 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
 def test_two_ranks_on_cora_reach_the_known_accuracy(cora2, tmp_path):
-    out = run_train(cora2, "--nproc", 2, "--epochs", 8, "--fanout", "10,10", "--batch-size", 32, "--lr", 0.01,
-                    "--hidden", 64, "--metrics-out", tmp_path / "m.json")
+    out = run_train(cora2, "--nproc", 2, "--epochs", 8, "--eval-every", 8, "--fanout", "10,10", "--batch-size", 32,
+                    "--lr", 0.01, "--hidden", 64, "--metrics-out", tmp_path / "m.json")
     assert out.returncode == 0, out.stderr
     doc = metrics(tmp_path / "m.json")
     assert doc["world_size"] == 2 and doc["num_parts"] == 2 and len(doc["epochs"]) == 8
@@ -114,8 +114,8 @@ def test_four_partitions_train_on_any_rank_count(synthetic4, tmp_path):
     nothing to it); 1 rank owns every partition and asks no peer."""
     acc = {}
     for nproc in (4, 3, 1):
-        out = run_train(synthetic4, "--nproc", nproc, "--epochs", 3, "--fanout", "5,5", "--batch-size", 64,
-                        "--lr", 0.01, "--metrics-out", tmp_path / f"{nproc}.json")
+        out = run_train(synthetic4, "--nproc", nproc, "--epochs", 3, "--eval-every", 3, "--fanout", "5,5",
+                        "--batch-size", 64, "--lr", 0.01, "--metrics-out", tmp_path / f"{nproc}.json")
         assert out.returncode == 0, out.stderr
         doc = metrics(tmp_path / f"{nproc}.json")
         assert doc["world_size"] == nproc and doc["num_parts"] == 4

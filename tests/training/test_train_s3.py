@@ -16,7 +16,7 @@ def test_train_from_s3_and_write_predictions_back(s3, tmp_path):  # noqa: F811
     url = s3.url("cora")
     graphstore.ingest(f"planetoid:{shared_data('planetoid', 'Cora', 'raw')}", url, num_parts=2,
                       storage_options=s3.storage_options)
-    out = run_train(url, "--nproc", 2, "--epochs", 4, "--fanout", "10,10", "--batch-size", 32, "--lr", 0.01,
+    out = run_train(url, "--nproc", 2, "--epochs", 4, "--eval-every", 4, "--fanout", "10,10", "--batch-size", 32, "--lr", 0.01,
                     "--hidden", 32, *s3.cli_options(), "--cache-dir", tmp_path / "cache", "--infer-out", "logits",
                     "--metrics-out", tmp_path / "m.json")
     assert out.returncode == 0, out.stderr
