@@ -7,7 +7,6 @@ import argparse
 import os
 import runpy
 import sys
-from typing import Any
 
 from graphstore.cli.args import Parser, integer, number
 from graphstore.errors import GraphstoreError
@@ -84,7 +83,7 @@ def run_script(script: str, args: list[str]) -> int:
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
-        return _exit_code(exc.code)
+        return forkserver.exit_code(exc.code)
     except KeyboardInterrupt:
         return 130
     except BaseException as exc:
@@ -93,21 +92,11 @@ def run_script(script: str, args: list[str]) -> int:
     return 0
 
 
-def _exit_code(code: Any) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
 def _record_once(rank: int, exc: BaseException) -> None:
     """Record ``exc`` as this rank's error unless the session already did (it may have explained it)."""
     path = os.environ.get(lifetime.ERROR_FILE_ENV)
     if path and not os.path.exists(path):
         failures.record(rank, exc)
-
 
 
 if __name__ == "__main__":

@@ -300,7 +300,7 @@ def _become_rank(request: dict[str, Any], inherited: tuple[int, ...], middle: in
         argv = request["argv"]
         code = _run(argv)
     except SystemExit as exc:
-        code = _exit_code(exc.code)
+        code = exit_code(exc.code)
     except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
         sys.excepthook(*sys.exc_info())
         code = 1
@@ -345,7 +345,8 @@ def _run(argv: list[str]) -> int:
     return 0
 
 
-def _exit_code(code: Any) -> int:
+def exit_code(code: Any) -> int:
+    """The exit status a ``SystemExit(code)`` gives the interpreter (a message: printed, and 1)."""
     if code is None:
         return 0
     if isinstance(code, int):
