@@ -79,10 +79,10 @@ def main() -> int:
                     print(f"repeat {repeat + 1}, {ranks} ranks, {mode}: {got}", flush=True)
     rows = []
     for (ranks, mode), got in runs.items():
-        ok = [g for g in got if "failed" in g] == []
+        failed = next((g["failed"] for g in got if "failed" in g), None)
         row = {"ranks": ranks, "mode": mode, "jobs": len(got)}
-        if not ok:
-            row["failed"] = next(g["failed"] for g in got if "failed" in g)
+        if failed:
+            row["failed"] = failed
         else:
             for key in ("wall_seconds", "cpu_seconds", "first_epoch_seconds"):
                 row[key] = round(statistics.median(g[key] for g in got), 2)

@@ -19,6 +19,7 @@ import importlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -101,13 +102,9 @@ class ForkedRank:
                 pass
 
     def terminate(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        import signal
-
         self.send_signal(signal.SIGKILL)
 
 
@@ -181,11 +178,10 @@ class ForkServer:
             return
         if kill:
             self.proc.kill()
-        for fd in (self._req,):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        try:
+            os.close(self._req)  # EOF: the server's loop ends
+        except OSError:
+            pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
