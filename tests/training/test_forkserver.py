@@ -48,6 +48,20 @@ def test_forked_ranks_are_the_launchers_children_with_their_own_environment(serv
     assert seen[0]["draw"] != seen[1]["draw"], "each rank seeds NumPy afresh"
 
 
+def test_the_server_starts_numbas_code_generator_once_and_no_rank_counts_it_as_a_compile(server_env, tmp_path):
+    err = open(tmp_path / "rank0.stderr", "w")
+    server = forkserver.ForkServer(PROBE, server_env, ("tests.training.fork_preloaded", "tests.training.fork_jit"),
+                                   [err.fileno()])
+    env = {**server_env, "PROBE_RANK": "0", "PROBE_OUT": str(tmp_path / "rank0.json")}
+    rank = server.start(PROBE, env, err.fileno())
+    server.close()
+    assert rank is not None, server.refusal
+    assert rank.wait(timeout=60) == 0, (tmp_path / "rank0.stderr").read_text()
+    got = json.loads((tmp_path / "rank0.json").read_text())
+    assert got["jit_started"], "the server compiled its starter function before forking"
+    assert got["compiles_counted"] == 0, "the starter is not a project kernel: the rank counts no compile"
+
+
 def test_a_rank_that_raises_exits_1_with_its_traceback_on_its_stderr(server_env, tmp_path):
     err = open(tmp_path / "rank0.stderr", "w")
     server = forkserver.ForkServer(PROBE, server_env, ("tests.training.fork_preloaded",), [err.fileno()])

@@ -3,9 +3,10 @@
 A rank's first seconds go to imports (torch, PyG and the trainer take several seconds of CPU each time);
 N ranks on one host paid them N times, side by side on the same cores. The launcher starts one *fork
 server* with the ranks' common environment; it imports those modules once, then forks each rank on
-request. A rank is forked twice (the middle process exits at once) so that it is reparented to the
-launcher, which has made itself the subreaper of its descendants: the launcher waits for its ranks
-and reads their exit codes as it does for processes it started itself.
+request (where those modules use numba, it also starts numba's code generator, which each rank's first
+kernel would otherwise start again). A rank is forked twice (the middle process exits at once) so that
+it is reparented to the launcher, which has made itself the subreaper of its descendants: the launcher
+waits for its ranks and reads their exit codes as it does for processes it started itself.
 
 The server refuses (the launcher then starts each rank as a fresh interpreter, as before) when its
 imports fail, when they started CUDA (a forked child cannot use a CUDA context of its parent) or when
@@ -29,6 +30,7 @@ FORK_RANKS_ENV = "GRAPHSTORE_FORK_RANKS"  # 0: every rank a fresh interpreter
 _PR_SET_CHILD_SUBREAPER = 36
 _SERVER_ENV = "GRAPHSTORE_FORK_SERVER"  # the server's parameters: [request fd, reply fd, preload, rank fds]
 _MODULE = "training.launcher.forkserver"
+JIT_MODULE = "graphstore_fork_server_jit"  # the module of the function _start_jit compiles
 
 
 def _cmdline(argv: list[str]) -> bytes:
@@ -229,12 +231,33 @@ def _serve(req_fd: int, rep_fd: int, preload: list[str], fds: list[int]) -> int:
     if cuda or _maps_cuda_driver():
         reply.write(json.dumps({"refused": "its imports started CUDA, which a forked rank could not use"}) + "\n")
         return 0
+    _start_jit()
     reply.write(json.dumps({"ready": True}) + "\n")
     with os.fdopen(req_fd, "r") as requests:
         for line in requests:
             request = json.loads(line)
             reply.write(json.dumps({"pid": _fork(request, (req_fd, rep_fd, *fds))}) + "\n")
     return 0
+
+
+def _start_jit() -> None:
+    """Start numba's code generator here, once, where the preloaded modules use numba: a rank's first kernel
+    (even one loaded from the cache) otherwise starts it, every rank again. The function compiled is a
+    module's of its own (``JIT_MODULE``, kept in ``sys.modules``): not a project kernel, so no rank counts it
+    among its compiles."""
+    numba = sys.modules.get("numba")
+    if numba is None:
+        return
+    import types
+
+    module = types.ModuleType(JIT_MODULE)
+    exec("def started(n):\n    return n + 1\n", module.__dict__)  # noqa: S102 - a constant source
+    try:
+        module.started = numba.njit(module.started)
+        module.started(1)
+    except Exception:  # noqa: BLE001 - a rank would meet the same failure at its first kernel, and name it
+        return
+    sys.modules[JIT_MODULE] = module
 
 
 def _maps_cuda_driver() -> bool:
