@@ -84,9 +84,10 @@ def _train(dataset: Path, args: argparse.Namespace, cache: str | None, group: me
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         log = proc.communicate()[0]
-    if epoch is None:
-        tail = "\n".join(log.strip().splitlines()[-5:])
-        return {"failed": f"exit {proc.returncode}, no epoch recorded: {tail}"}
+    if epoch is None:  # the launcher's own line names why (the ranks' lines come before it)
+        lines = log.strip().splitlines() or ["(no output)"]
+        why = next((line for line in reversed(lines) if line.startswith("graphstore-train:")), lines[-1])
+        return {"failed": f"exit {proc.returncode}, no epoch recorded: {why}"}
     return epoch
 
 
@@ -167,7 +168,10 @@ def main() -> int:
                 "cache_hits", "cgroup_peak_gb", "oom_kills"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
-            print("| " + " | ".join(str(r.get(c, r.get("failed", ""))) if c != "case" else r[c] for c in cols) + " |")
+            cells = [str(r.get(c, "")) for c in cols]
+            if "failed" in r:  # its one line where the epoch's time would be
+                cells[cols.index("train_seconds")] = r["failed"].replace("|", "/")
+            print("| " + " | ".join(cells) + " |")
     benchinfo.record("bench_beyond_ram", args, out, {"spec": args.spec, "limit": args.limit,
                                                      "feature_cache": args.feature_cache})
     return 0

@@ -78,9 +78,25 @@ def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk
     with memcgroup.MemoryCgroup(1_100_000_000) as group:
         done = subprocess.run(train_cmd(data, *FLAGS, "--metrics-out", tmp_path / "limited.json"), env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=600, preexec_fn=group.join)
+        # batches of up to 905,216 rows (3.7 GB) cannot fit: refused before training, in one line, not killed
+        wide = subprocess.run(train_cmd(data, "--nproc", 1, "--epochs", 1, "--fanout", "10,10", "--batch-size", 4096),
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, preexec_fn=group.join)
         kills = group.oom_kills()
     assert done.returncode == 0 and kills == 0, done.stderr
+    assert wide.returncode == 2 and "epoch 1/1" not in wide.stdout, wide.stderr
+    refusal = [line for line in wide.stderr.splitlines() if "needs about" in line]
+    assert len(refusal) == 1 and refusal[0].startswith("graphstore-train: error: rank 0: memory: "), wide.stderr
+    assert "--batch-size 4096 --fanout 10,10: up to 905,216 feature rows of 4,096 bytes" in refusal[0]
     assert "exceeds half of its memory" in done.stderr
     a, b = _epoch(tmp_path / "free.json"), _epoch(tmp_path / "limited.json")
     assert (a["loss"], a["train_acc"], a["val_acc"]) == (b["loss"], b["train_acc"], b["val_acc"])
     assert b["features"]["disk_bytes"] > 0 and b["features"]["cache_bytes"] == 0
+
+
+def test_a_batch_holds_a_row_per_sampled_node_and_edge_at_most():
+    from training.loop.featurecache import batch_rows_bound
+
+    assert batch_rows_bound(1, (2,)) == 1 + 2 + 2  # the seed, its two neighbours, the two edges
+    assert batch_rows_bound(1024, (10, 5)) == 1024 * (1 + 10 + 50) + 1024 * (10 + 50)
+    assert batch_rows_bound(8, (10, -1)) is None  # every neighbour: no bound
+

@@ -20,11 +20,16 @@ import numpy as np
 
 from graphstore import heap
 from graphstore.dataset import layout
+from graphstore.errors import InvalidInputError
 
 logger = logging.getLogger("graphstore")
 
 ATTR = "x"
 AUTO_SHARE = 0.5  # read through the disk path by itself when own features exceed this share of memory
+# a batch's peak memory over the bytes of its feature rows (check_room): what the model adds to its inputs
+# (a GraphSAGE layer keeps each edge's gathered row, the aggregates and its outputs for the backward pass),
+# taken from the bench_beyond_ram job with a margin; a model whose activations outgrow its inputs needs more
+PEAK_SHARE = 1.4
 
 
 def memory_limit(local_ranks: int) -> int:
@@ -41,6 +46,60 @@ def memory_limit(local_ranks: int) -> int:
             limits.append(int(text))
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return min([total // max(local_ranks, 1), *limits])
+
+
+def cgroup_memory() -> tuple[int, int] | None:
+    """``(limit, anonymous bytes in use)`` of this process's memory cgroup (v1 or v2) where it sets a limit:
+    every process of the group counts (the launcher and the other local ranks), page cache not (the kernel
+    reclaims it before it kills)."""
+    for path in _cgroup_limit_files():
+        try:
+            with open(path) as fh:
+                text = fh.read().strip()
+            if not text.isdigit() or int(text) >= 1 << 60:
+                continue
+            with open(os.path.join(os.path.dirname(path), "memory.stat")) as fh:
+                stat = dict(line.split()[:2] for line in fh if line.strip())
+        except (OSError, ValueError):
+            continue
+        anon = stat.get("total_rss", stat.get("anon"))  # v1 counts the group's hierarchy as total_rss; v2: anon
+        if anon is not None and anon.isdigit():
+            return int(text), int(anon)
+    return None
+
+
+def batch_rows_bound(seeds: int, fanout: tuple[int, ...]) -> int | None:
+    """The most feature rows one batch holds at its peak (``None`` when a hop takes every neighbour): a row
+    per sampled node (the ``seeds``, then each hop's draws) and one per sampled edge, which message passing
+    gathers from the edge's source before it aggregates."""
+    if any(k < 0 for k in fanout):
+        return None
+    nodes, frontier = seeds, seeds
+    for k in fanout:
+        frontier *= k
+        nodes += frontier
+    return nodes + (nodes - seeds)  # a tree: an edge per node below the seeds
+
+
+def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks: int, flags: str) -> None:
+    """Refuse, in one line naming the memory it needs, a job whose memory cgroup cannot hold what it holds
+    now and the batches its ranks build (:func:`batch_rows_bound` rows each, ``PEAK_SHARE`` more for the
+    model's own tensors and the allocator): the OOM killer would end it mid-epoch. Nothing is checked without
+    a cgroup limit or with a fanout of -1 (no bound)."""
+    group = cgroup_memory()
+    rows = batch_rows_bound(seeds, fanout)
+    if group is None or rows is None:
+        return
+    limit, in_use = group
+    batch = int(rows * row_bytes * PEAK_SHARE) * max(local_ranks, 1)
+    logger.info("memory: limit %.3f GB, %.3f GB in use, batches up to %.3f GB (%d rows of %d bytes)",
+                limit / 1e9, in_use / 1e9, batch / 1e9, rows, row_bytes)
+    if in_use + batch > limit:
+        raise InvalidInputError(
+            f"memory: this job needs about {(in_use + batch) / 1e9:.2f} GB and its memory limit (cgroup) is "
+            f"{limit / 1e9:.2f} GB: {in_use / 1e9:.2f} GB in use before training and {batch / 1e9:.2f} GB for the "
+            f"batches of {max(local_ranks, 1)} rank(s) ({flags}: up to {rows:,} feature rows of {row_bytes:,} bytes "
+            f"each, a row per sampled node and edge); give it more memory, or a smaller --batch-size or --fanout")
 
 
 def _cgroup_limit_files() -> list[str]:
@@ -75,9 +134,11 @@ def hottest(dataset: Any, part: int, node_type: Any, capacity: int) -> np.ndarra
 class FeatureReader:
     """The rank's :class:`DiskRows`, one per own partition (and node type with ``x``), and their counts."""
 
-    def __init__(self, readers: list[Any], cache_bytes: int, automatic: bool, short: bool = False) -> None:
+    def __init__(self, readers: list[Any], cache_bytes: int, automatic: bool, short: bool = False,
+                 row_bytes: int = 0) -> None:
         self.readers, self.cache_bytes, self.automatic = readers, cache_bytes, automatic
         self.short = short  # own features exceed AUTO_SHARE of memory: the loaders keep no batch ready ahead
+        self.row_bytes = row_bytes  # the widest row of x
 
     @classmethod
     def install(cls, dataset: Any, parts: list[int], size: int | None, local_ranks: int) -> FeatureReader | None:
@@ -104,7 +165,7 @@ class FeatureReader:
         if not readers:
             return None
         reader = cls(readers, sum(r.cache_bytes for r in readers), automatic=size is None,
-                     short=own_bytes > AUTO_SHARE * limit)
+                     short=own_bytes > AUTO_SHARE * limit, row_bytes=max(_attr_bytes(n) for n in types))
         if own_bytes > AUTO_SHARE * limit:  # short of memory: what a batch frees goes back, not kept for the next
             heap.return_freed_promptly()
         if size is None:

@@ -94,6 +94,7 @@ class NodeTask:
     """Node classification on ``target`` (the node type with ``y`` and ``train_mask``): accuracy."""
 
     metric = "acc"
+    seeds_per_example = 1  # sampled seed nodes per batch example
 
     def __init__(self, trainer: TaskHost) -> None:
         self.t = trainer
@@ -193,6 +194,9 @@ class LinkTask:
         self.edge_type = ds.manifest.edge_type(c.edge_type).name if c.edge_type else ds.edge_types[0]
         self.triplet = c.neg_sampling == "triplet"
         self.metric = "mrr" if self.triplet else "auc"
+        # sampled seed nodes per link at most: its two ends and its negatives' (binary: one negative link;
+        # triplet: five negative destinations)
+        self.seeds_per_example = 7 if self.triplet else 4
         self.rule = None if ds.manifest.link_split(self.edge_type) else self._fallback_rule()
 
     def _fallback_rule(self) -> LinkSplit:
