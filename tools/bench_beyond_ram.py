@@ -173,7 +173,8 @@ def main() -> int:
                 cells[cols.index("train_seconds")] = r["failed"].replace("|", "/")
             print("| " + " | ".join(cells) + " |")
     benchinfo.record("bench_beyond_ram", args, out, {"spec": args.spec, "limit": args.limit,
-                                                     "feature_cache": args.feature_cache})
+                                                     "feature_cache": args.feature_cache,
+                                                     "batch_size": args.batch_size, "fanout": args.fanout})
     return 0
 
 
