@@ -2,11 +2,13 @@
 
 Usage::
 
-    python tools/bench_launch.py [--dataset DIR] [--spec SPEC] [--ranks 2,4] [--repeats 3] [--epochs 1] [--json]
+    python tools/bench_launch.py [--dataset DIR] [--spec SPEC] [--ranks 2,4] [--repeats 3] [--epochs 1]
+                                 [--loader-workers N] [--json]
 
 ``graphstore-train --nproc N`` (as users run it) trains ``--epochs`` on ``--dataset`` (ingested from ``--spec`` on
 first use, 2 partitions) with its ranks forked (the default) and with ``GRAPHSTORE_FORK_RANKS=0`` (each rank a
-fresh interpreter, as before), interleaved ``--repeats`` times per rank count. Per job: wall seconds from start to
+fresh interpreter, as before), interleaved ``--repeats`` times per rank count. With ``--loader-workers N`` each
+rank also has N sampler processes: forked at its start in the first case, spawned in the second. Per job: wall seconds from start to
 exit, CPU seconds of the launcher and all its processes (user + system), and the time until the first epoch's
 line. Medians per case, and the forked case as a ratio to the fresh one measured in the same run.
 """
@@ -33,10 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 MODES = {"forked": "1", "fresh": "0"}
 
 
-def _job(dataset: Path, ranks: int, epochs: int, fork: str) -> dict:
+def _job(dataset: Path, ranks: int, epochs: int, fork: str, workers: int) -> dict:
     """One ``graphstore-train`` job: wall seconds, CPU seconds of its process tree, seconds to the first epoch."""
     cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", str(ranks), "--epochs", str(epochs),
-           "--fanout", "5,5", "--batch-size", "256", "--no-progress"]
+           "--fanout", "5,5", "--batch-size", "256", "--no-progress", *(["--loader-workers", str(workers)] * bool(workers))]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=benchinfo.child_env(GRAPHSTORE_FORK_RANKS=fork), cwd=ROOT,
@@ -62,6 +64,8 @@ def main() -> int:
     parser.add_argument("--ranks", type=toolargs.counts, default="2,4", help="rank counts, e.g. 2,4")
     parser.add_argument("--epochs", type=toolargs.count, default=1)
     parser.add_argument("--repeats", type=toolargs.count, default=3)
+    parser.add_argument("--loader-workers", type=toolargs.integer(0), default=0,
+                        help="sampler processes per rank (default 0: the rank's own threads)")
     parser.add_argument("--json", action="store_true")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
@@ -73,7 +77,7 @@ def main() -> int:
         for ranks in (int(r) for r in args.ranks.split(",")):
             order = list(MODES) if repeat % 2 == 0 else list(reversed(MODES))  # ABBA: drift falls on both
             for mode in order:
-                got = _job(dataset, ranks, args.epochs, MODES[mode])
+                got = _job(dataset, ranks, args.epochs, MODES[mode], args.loader_workers)
                 runs.setdefault((ranks, mode), []).append(got)
                 if not args.json:
                     print(f"repeat {repeat + 1}, {ranks} ranks, {mode}: {got}", flush=True)
@@ -102,7 +106,8 @@ def main() -> int:
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
             print("| " + " | ".join(str(r.get(c, r.get("failed", "") if c == "jobs" else "")) for c in cols) + " |")
-    benchinfo.record("bench_launch", args, out, {"spec": args.spec})
+    benchinfo.record("bench_launch", args, out, {"spec": args.spec, **({"loader_workers": args.loader_workers}
+                                                                        if args.loader_workers else {})})
     return 0
 
 

@@ -377,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv == ["--rank-from-env"]:
         config = TrainConfig(**_config_env())
         world = World.from_env(use_cuda=placement.use_cuda(config.device, placement.gpu_count()))
+        forkserver.prefork_samplers(config.loader_workers)
         lifetime.watch_launcher(world.rank)
         logging.basicConfig(level=logging.WARNING, format=f"rank {world.rank}: %(levelname)s %(message)s")
         warnings.filterwarnings("ignore", message="You are using a Backend")  # torch's own object collectives
@@ -393,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         world = World.from_env(use_cuda=cuda)
         if world is not None:  # under torchrun or srun: this process is one rank
             placement.check_local_rank(world.local_rank, cuda, gpus)
+            forkserver.prefork_samplers(config.loader_workers)
             # one job per checkpoint directory: rank 0 holds the claim for the job
             with checkpoint.claimed(config.checkpoint_dir) if world.rank == 0 else contextlib.nullcontext():
                 code = run_rank(config, world)

@@ -1,7 +1,10 @@
 """Sampler processes beside a rank: a distributed loader's batches sampled and gathered in N worker processes.
 
-Each worker is spawned (never forked: the rank runs RPC and numba threads), opens the dataset itself
-(memory-mapped: no copy) and rebuilds the rank's loader from its recipe. The rank draws the seed order
+Each worker is forked at the rank's start, before the rank runs any thread (:func:`prefork`: a copy of
+the rank with the modules it imported, where a spawned interpreter imports torch and PyG again, seconds of
+CPU each), or else spawned (never forked later: by then the rank runs RPC and numba threads, whose locks a
+fork would copy). It opens the dataset itself (memory-mapped: no copy) and rebuilds the rank's loader from
+its recipe. The rank draws the seed order
 and sends each index batch, with the pass's stream number, to a worker; the worker samples and gathers
 it and sends the batch back through blocks of shared memory it reuses (:mod:`sampling.loader.handoff`: its
 rows are never pickled, and gathered where the rank reads them). A worker's requests to other ranks'
@@ -18,7 +21,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, NamedTuple
 
 from graphstore.errors import GraphstoreError
 from sampling.loader import handoff
@@ -90,6 +93,68 @@ def _relay(transport: Transport, conn: Any, lock: threading.Lock) -> None:
         future.add_done_callback(lambda f, n=number: answer(n, f))
 
 
+class _Idle(NamedTuple):
+    """A forked sampler process waiting for its recipe, and the rank's ends of its two pipes."""
+
+    process: Any
+    tasks: Any
+    relay: Any
+
+
+_FORKED: list[_Idle] = []  # forked by prefork, not yet given a loader
+
+
+def prefork(count: int) -> int:
+    """Fork sampler processes now until ``count`` wait idle, for the loaders this process builds later
+    (a loader with N workers takes N of them before it spawns any). Call it before this process starts a
+    thread: at a rank's start. Returns how many were forked: none where a thread other than the main one
+    runs (a fork would copy the locks it holds), and the loaders spawn theirs then."""
+    if count <= len(_FORKED) or threading.active_count() > 1:
+        return 0
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    forked = 0
+    while len(_FORKED) < count:
+        tasks, theirs = ctx.Pipe()
+        relay, relay_theirs = ctx.Pipe()
+        rank_ends = [tasks, relay, *(c for idle in _FORKED for c in (idle.tasks, idle.relay))]
+        process = ctx.Process(target=_idle_main, args=(theirs, relay_theirs, os.getpid(), rank_ends), daemon=True,
+                              name=f"graphstore-sampler-idle-{len(_FORKED)}")
+        process.start()
+        theirs.close()
+        relay_theirs.close()
+        _FORKED.append(_Idle(process, tasks, relay))
+        forked += 1
+    return forked
+
+
+def _idle_main(tasks: Any, relay: Any, parent: int, rank_ends: list[Any]) -> None:
+    """A forked sampler process: wait for the recipe of a loader (the rank's end closing: it is gone), then
+    serve it as a spawned one does."""
+    for conn in rank_ends:  # the copies of the rank's ends: the rank's death must close the pipes
+        conn.close()
+    try:
+        first = tasks.recv()
+    except (EOFError, OSError):
+        return
+    if first is None:
+        return
+    recipe, rank, world_size, timeout, number = first
+    _name(f"gs-sampler-{rank}-{number}")
+    _worker_main(recipe, rank, world_size, timeout, tasks, relay, parent)
+
+
+def _name(name: str) -> None:
+    """What ``top`` and ``ps -o comm`` show for this process (15 bytes at most; Linux only)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def _watch_parent(parent: int) -> None:
     while os.getppid() == parent:
         time.sleep(_POLL)
@@ -156,18 +221,24 @@ def _picklable(exc: Exception) -> Exception:
 class _Worker:
     def __init__(self, ctx: Any, number: int, recipe: tuple, transport: Transport) -> None:
         self.number = number
-        self.tasks, theirs = ctx.Pipe()
-        relay, relay_theirs = ctx.Pipe()
-        self.process = ctx.Process(
-            target=_worker_main, name=f"graphstore-sampler-{transport.rank}-{number}", daemon=True,
-            args=(recipe, transport.rank, transport.world_size, transport.timeout, theirs, relay_theirs, os.getpid()))
         self.blocks: list[Any] = [None] * SLOTS  # its blocks of shared memory (sampling.loader.handoff), once sent
         self.sending, self.receiving = threading.Lock(), threading.Lock()
         self.answers: dict[int, tuple] = {}  # answers read by another slot's thread
         self.numbers = itertools.count()
-        self.process.start()
-        theirs.close()
-        relay_theirs.close()
+        self.forked = bool(_FORKED)
+        if self.forked:  # one forked at the rank's start: its recipe goes down the task pipe
+            self.process, self.tasks, relay = _FORKED.pop(0)
+            self.tasks.send((recipe, transport.rank, transport.world_size, transport.timeout, number))
+        else:
+            self.tasks, theirs = ctx.Pipe()
+            relay, relay_theirs = ctx.Pipe()
+            self.process = ctx.Process(
+                target=_worker_main, name=f"graphstore-sampler-{transport.rank}-{number}", daemon=True,
+                args=(recipe, transport.rank, transport.world_size, transport.timeout, theirs, relay_theirs,
+                      os.getpid()))
+            self.process.start()
+            theirs.close()
+            relay_theirs.close()
         self._relay = threading.Thread(target=_relay, args=(transport, relay, threading.Lock()), daemon=True,
                                        name=f"graphstore-relay-{number}")
         self._relay.start()

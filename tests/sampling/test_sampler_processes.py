@@ -42,6 +42,24 @@ def test_sampler_processes_give_the_batches_of_the_ranks_own_threads(graphs):
     assert requests[1] == requests[0] > 0  # the workers' remote requests are counted in the rank's stats
 
 
+def test_sampler_processes_forked_at_the_start_serve_the_loaders_with_the_same_batches(graphs):
+    import json
+    import subprocess
+    import sys
+
+    from tests.training.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-m", "tests.sampling.prefork_probe", str(graphs["dataset3"].data.url)],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["forked"] == 2 and seen["again"] == 0
+    assert seen["workers_forked"] == [True, True] and seen["worker_parents_are_this_process"]
+    assert seen["comm"] == ["gs-sampler-0-0", "gs-sampler-0-1"]
+    assert seen["same_batches"], "the forked workers' batches are the rank's own threads'"
+
+
 def test_a_sampler_process_that_dies_is_named(graphs):
     g = graphs["dataset3"]
     loader = DistributedNeighborLoader(g.data, [4, 3], _group(g.data)[0], torch.arange(0, 120), batch_size=15,

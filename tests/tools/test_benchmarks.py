@@ -255,7 +255,9 @@ def test_bench_data_wait_reports_each_way_and_the_same_losses_on_cpu(tmp_path):
 
 def test_bench_launch_compares_forked_and_fresh_ranks(tmp_path):
     out = _run("bench_launch", tmp_path, "--dataset", str(tmp_path / "ds"), "--spec", TINY, "--ranks", "1",
-               "--repeats", "1")
+               "--repeats", "1", "--loader-workers", "1")  # one sampler process a rank: forked, then spawned
+    [record] = (tmp_path / "records" / "bench_launch").glob("*.json")
+    assert json.loads(record.read_text())["config"]["loader_workers"] == 1
     rows = {r["mode"]: r for r in out["rows"]}
     assert set(rows) == {"forked", "fresh"} and all("failed" not in r for r in rows.values()), out["rows"]
     assert rows["forked"]["cpu_vs_fresh"] == round(rows["forked"]["cpu_seconds"] / rows["fresh"]["cpu_seconds"], 3)

@@ -215,6 +215,16 @@ def reap_orphans(known: dict[int, Any]) -> None:
                 return
 
 
+def prefork_samplers(count: int) -> None:
+    """A rank's ``count`` sampler processes (``--loader-workers``) forked now, before it starts a thread, so
+    that they need not import torch and PyG again (:func:`sampling.loader.sampler_processes.prefork`);
+    ``GRAPHSTORE_FORK_RANKS=0`` spawns them as fresh interpreters, as it starts the ranks."""
+    if count and enabled(dict(os.environ)):
+        from sampling.loader.sampler_processes import prefork
+
+        prefork(count)
+
+
 # ---- the server process ------------------------------------------------------------------------------------
 
 

@@ -23,7 +23,7 @@ from graphstore.errors import GraphstoreError, InvalidInputError
 from graphstore.dataset.rank_layout import RankLayout
 from sampling.distributed.dist_sampler import RemoteStats
 from sampling.distributed.server import PartitionServer
-from training.launcher import allocator, failures, lifetime, placement
+from training.launcher import allocator, failures, forkserver, lifetime, placement
 from training.cluster import preempt, process_groups, threads
 from training.loop.session_loaders import LOADER_OPTIONS, Loader, link_seeds, node_seeds
 from training.loop.session_state import load_checkpoint, save_checkpoint
@@ -95,6 +95,8 @@ class Session:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise InvalidInputError(f"Session({name}={value!r}): give an integer >= {low}, or leave it out")
         self.loader_workers = loader_workers or 0
+        if self.loader_workers:  # forked now where no thread runs yet (a script's start), else spawned later
+            forkserver.prefork_samplers(self.loader_workers)
         self._world = world
         self._scratch: str | None = None  # the rendezvous directory of a session on its own
         self._started = False
