@@ -35,7 +35,13 @@ PEAK_SHARE = 1.4
 def memory_limit(local_ranks: int) -> int:
     """Bytes this rank may use: its cgroup's memory limit (v1 or v2) when set, else the host's memory
     shared by its local ranks."""
-    limits = []
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min([total // max(local_ranks, 1), *(limit for _, limit in _cgroup_limits())])
+
+
+def _cgroup_limits() -> list[tuple[str, int]]:
+    """``(folder, limit)`` of each memory cgroup of this process that sets a limit."""
+    out = []
     for path in _cgroup_limit_files():
         try:
             with open(path) as fh:
@@ -43,28 +49,23 @@ def memory_limit(local_ranks: int) -> int:
         except OSError:
             continue
         if text.isdigit() and int(text) < 1 << 60:
-            limits.append(int(text))
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return min([total // max(local_ranks, 1), *limits])
+            out.append((os.path.dirname(path), int(text)))
+    return out
 
 
 def cgroup_memory() -> tuple[int, int] | None:
     """``(limit, anonymous bytes in use)`` of this process's memory cgroup (v1 or v2) where it sets a limit:
     every process of the group counts (the launcher and the other local ranks), page cache not (the kernel
     reclaims it before it kills)."""
-    for path in _cgroup_limit_files():
+    for folder, limit in _cgroup_limits():
         try:
-            with open(path) as fh:
-                text = fh.read().strip()
-            if not text.isdigit() or int(text) >= 1 << 60:
-                continue
-            with open(os.path.join(os.path.dirname(path), "memory.stat")) as fh:
+            with open(os.path.join(folder, "memory.stat")) as fh:
                 stat = dict(line.split()[:2] for line in fh if line.strip())
         except (OSError, ValueError):
             continue
         anon = stat.get("total_rss", stat.get("anon"))  # v1 counts the group's hierarchy as total_rss; v2: anon
         if anon is not None and anon.isdigit():
-            return int(text), int(anon)
+            return limit, int(anon)
     return None
 
 

@@ -95,8 +95,7 @@ class Session:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise InvalidInputError(f"Session({name}={value!r}): give an integer >= {low}, or leave it out")
         self.loader_workers = loader_workers or 0
-        if self.loader_workers:  # forked now where no thread runs yet (a script's start), else spawned later
-            forkserver.prefork_samplers(self.loader_workers)
+        forkserver.prefork_samplers(self.loader_workers)  # forked now where no thread runs yet, else spawned later
         self._world = world
         self._scratch: str | None = None  # the rendezvous directory of a session on its own
         self._started = False
