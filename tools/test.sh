@@ -3,6 +3,9 @@
 # pytest's exit code 5 (no tests collected) is a failure here, never a silent pass.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# the suite starts a few hundred Python processes that import this checkout: let them share its bytecode
+# (under a machine-wide PYTHONDONTWRITEBYTECODE=1 each one would compile every module it imports again)
+unset PYTHONDONTWRITEBYTECODE
 bash tools/bootstrap.sh || exit 1
 # one pytest worker per core (GRAPHSTORE_TEST_WORKERS overrides; 0 runs in this process): most of the suite's
 # time is training ranks waiting on each other and fault tests waiting out their timeouts, which overlap well

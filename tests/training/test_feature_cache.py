@@ -22,17 +22,28 @@ def _epoch(path: Path) -> dict:
     return metrics(path)["epochs"][0]
 
 
-def test_the_feature_cache_trains_the_same_model_and_counts_its_hits(synthetic1, tmp_path):
-    plain = run_train(synthetic1, *FLAGS, "--feature-cache", "off", "--metrics-out", tmp_path / "a.json")
-    assert plain.returncode == 0, plain.stderr
-    cached = run_train(synthetic1, *FLAGS, "--feature-cache", "8KB", "--metrics-out", tmp_path / "b.json")
-    assert cached.returncode == 0, cached.stderr
-    a, b = _epoch(tmp_path / "a.json"), _epoch(tmp_path / "b.json")
-    assert (a["loss"], a["train_acc"], a["val_acc"]) == (b["loss"], b["train_acc"], b["val_acc"])
-    assert "features" not in a
-    got = b["features"]
+def test_the_ram_and_device_caches_train_the_same_model_and_count_their_hits(synthetic2, tmp_path):
+    """Two ranks, two partitions: --feature-cache (hot rows in RAM) and --gpu-cache (on the CPU the device
+    cache lives in RAM) draw the same batches as a plain run, so the same loss; each counts its hits, and
+    the device cache sends fewer rows over the wire."""
+    runs, outs = {}, {}
+    for name, extra in (("plain", ("--feature-cache", "off")), ("ram", ("--feature-cache", "8KB")),
+                        ("device", ("--gpu-cache", "16KB"))):
+        out = run_train(synthetic2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64, "--seed", 2, *extra,
+                        "--metrics-out", tmp_path / f"{name}.json")
+        assert out.returncode == 0, out.stderr
+        runs[name], outs[name] = _epoch(tmp_path / f"{name}.json"), out
+    plain = runs["plain"]
+    for name in ("ram", "device"):
+        assert {k: runs[name][k] for k in ("loss", "train_acc", "val_acc", "test_acc")} == {
+            k: plain[k] for k in ("loss", "train_acc", "val_acc", "test_acc")}, name
+    assert "features" not in plain and "features" not in runs["device"]
+    got = runs["ram"]["features"]
     assert got["cache_bytes"] > 0 and 0 < got["hits"] < got["rows"]
-    assert "features: " in cached.stdout and "RAM cache hits" in cached.stdout
+    assert "features: " in outs["ram"].stdout and "RAM cache hits" in outs["ram"].stdout
+    device = runs["device"]
+    assert device["gpu_cache"]["hits"] > 0 and 0 < device["gpu_cache"]["rows"] <= 1024  # 16 KB: 1,024 rows of 4 float32s
+    assert device["wire"]["bytes"]["rows"] < plain["wire"]["bytes"]["rows"]
 
 
 def test_a_bad_feature_cache_size_is_refused_in_one_line(synthetic1):

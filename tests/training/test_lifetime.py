@@ -18,7 +18,8 @@ from tests.training.test_train import _wait_for_ranks
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 # two partitions, so every batch also samples and fetches across ranks over RPC; ~25 steps an epoch
-FLAGS = ("--nproc", 2, "--epochs", 3, "--fanout", "5,5", "--batch-size", 16, "--seed", 3, "--timeout", 20)
+BASE = ("--nproc", 2, "--fanout", "5,5", "--batch-size", 16, "--seed", 3, "--timeout", 20)
+FLAGS = (*BASE[:2], "--epochs", 3, *BASE[2:])
 
 
 def _start(dataset, *args, env=None) -> subprocess.Popen:
@@ -38,15 +39,20 @@ def _after_epoch_1(launcher: subprocess.Popen) -> None:
     assert line.startswith("epoch 1/3"), line
 
 
-def test_sigterm_checkpoints_mid_epoch_and_resume_ends_as_an_uninterrupted_run(synthetic2, tmp_path):
-    whole = run_train(synthetic2, *FLAGS, "--checkpoint-dir", tmp_path / "whole", "--metrics-out", tmp_path / "w.json")
+def test_sigterm_checkpoints_mid_epoch_and_each_resume_ends_as_an_uninterrupted_run(synthetic2, tmp_path):
+    """SIGTERM inside epoch 2 checkpoints at that step; resumed, the run ends epoch 3 where an uninterrupted
+    run with the same seed does. Resumed again with more epochs (from its end-of-epoch checkpoint), it ends
+    epoch 4 with that run's weights, optimizer state and metrics."""
+    whole = run_train(synthetic2, *BASE, "--epochs", 4, "--checkpoint-dir", tmp_path / "whole",
+                      "--metrics-out", tmp_path / "w.json")
     assert whole.returncode == 0, whole.stderr
+    uninterrupted = metrics(tmp_path / "w.json")["epochs"]
 
     ckpt, m = tmp_path / "cut", tmp_path / "c.json"
     launcher = _start(synthetic2, *FLAGS, "--checkpoint-dir", ckpt, "--metrics-out", m, "--checkpoint-every", 5)
     try:
         _after_epoch_1(launcher)
-        steps = metrics(tmp_path / "w.json")["epochs"][0]["steps"]
+        steps = uninterrupted[0]["steps"]
         # --checkpoint-every 5 (counted over the run) shows how far epoch 2 got: SIGTERM lands inside it
         first = ckpt / f"checkpoint-epoch0001-step{5 - steps % 5:07d}.pt"
         deadline = time.monotonic() + 60
@@ -66,15 +72,28 @@ def test_sigterm_checkpoints_mid_epoch_and_resume_ends_as_an_uninterrupted_run(s
     assert saved[0] == first.name, saved
     assert len(metrics(m)["epochs"]) == 1
 
+    keys = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "steps")
     resumed = run_train(synthetic2, *FLAGS, "--checkpoint-dir", ckpt, "--metrics-out", m, "--resume")
     assert resumed.returncode == 0, resumed.stderr
     assert "at epoch 2, step" in resumed.stderr
-    keys = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "steps")
     got = [{k: e[k] for k in keys} for e in metrics(m)["epochs"]]
-    assert got == [{k: e[k] for k in keys} for e in metrics(tmp_path / "w.json")["epochs"]]
+    assert got == [{k: e[k] for k in keys} for e in uninterrupted[:3]]
     a, b = (torch.load(d / "checkpoint-epoch0002.pt", weights_only=False) for d in (tmp_path / "whole", ckpt))
     for key, value in a["model"].items():
         assert torch.equal(value, b["model"][key]), key
+
+    more = run_train(synthetic2, *BASE, "--epochs", 4, "--checkpoint-dir", ckpt, "--metrics-out", m, "--resume")
+    assert more.returncode == 0, more.stderr
+    assert "resumed" in more.stderr and "at epoch 4" in more.stderr, more.stderr
+    assert "epoch 3/4" not in more.stdout and "epoch 4/4" in more.stdout
+    a, b = (torch.load(d / "checkpoint-epoch0003.pt", weights_only=False) for d in (tmp_path / "whole", ckpt))
+    assert a["model"].keys() == b["model"].keys()
+    for key, value in a["model"].items():
+        assert torch.equal(value, b["model"][key]), key
+    for x, y in zip(a["optimizer"]["state"].values(), b["optimizer"]["state"].values()):
+        assert all(torch.equal(x[k], y[k]) for k in x)
+    got = [{k: e[k] for k in keys} for e in metrics(m)["epochs"]]
+    assert got == [{k: e[k] for k in keys} for e in uninterrupted] and [e["epoch"] for e in got] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("how", ["kill -9", "ctrl-c"])

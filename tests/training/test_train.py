@@ -48,37 +48,6 @@ def test_synthetic_default_graph_learns(tmp_path):
     assert test_acc >= baseline + 0.08, f"the graph must add to the features: {test_acc} vs {baseline}"
 
 
-def test_resume_ends_where_an_uninterrupted_run_ends(synthetic1, tmp_path):
-    """Stopped after epoch 2 and resumed, a run ends with the weights, optimizer state and metrics of
-    an uninterrupted run with the same seed (2 ranks on one partition: all sampling local)."""
-    import torch
-
-    def run(name, epochs, *extra):
-        ckpt, m = tmp_path / name, tmp_path / f"{name}.json"
-        out = run_train(synthetic1, "--nproc", 2, "--fanout", "5,5", "--batch-size", 64, "--seed", 7,
-                        "--checkpoint-dir", ckpt, "--metrics-out", m, "--epochs", epochs, *extra)
-        assert out.returncode == 0, out.stderr
-        return ckpt, m, out
-
-    whole_ckpt, whole_m, _ = run("whole", 4)
-    part_ckpt, part_m, _ = run("part", 2)
-    assert sorted(p.name for p in part_ckpt.iterdir() if p.suffix == ".pt") == [
-        "checkpoint-epoch0000.pt", "checkpoint-epoch0001.pt"]
-    _, _, out = run("part", 4, "--resume")
-    assert "resumed" in out.stderr and "at epoch 3" in out.stderr
-    assert "epoch 1/4" not in out.stdout and "epoch 3/4" in out.stdout
-    whole, resumed = (torch.load(c / "checkpoint-epoch0003.pt", weights_only=False) for c in (whole_ckpt, part_ckpt))
-    assert whole["model"].keys() == resumed["model"].keys()
-    for key, value in whole["model"].items():
-        assert torch.equal(value, resumed["model"][key]), key
-    for a, b in zip(whole["optimizer"]["state"].values(), resumed["optimizer"]["state"].values()):
-        assert all(torch.equal(a[k], b[k]) for k in a)
-    keys = ("epoch", "loss", "train_acc", "val_acc", "test_acc", "steps")
-    got = [{k: e[k] for k in keys} for e in metrics(part_m)["epochs"]]
-    assert got == [{k: e[k] for k in keys} for e in metrics(whole_m)["epochs"]]
-    assert [e["epoch"] for e in got] == [1, 2, 3, 4]
-
-
 def test_ranks_with_very_uneven_training_nodes_finish(tmp_path):
     from graphstore.ingest import ArrayRows, EdgeTable, GraphSource, NodeTable
 
@@ -175,18 +144,3 @@ def test_the_same_entry_point_runs_under_torchrun(cora2, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     doc = metrics(tmp_path / "m.json")
     assert doc["world_size"] == 2 and doc["epochs"][-1]["remote"]["requests"] > 0
-
-
-def test_gpu_cache_trains_the_same_and_counts_its_hits(synthetic2, tmp_path):
-    """On the CPU the device cache lives in RAM: the same batches, so the same loss, fewer rows sent."""
-    runs = {}
-    for name, extra in (("plain", ()), ("cached", ("--gpu-cache", "16KB"))):
-        out = run_train(synthetic2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64, "--seed", 2, *extra,
-                        "--metrics-out", tmp_path / f"{name}.json")
-        assert out.returncode == 0, out.stderr
-        runs[name] = metrics(tmp_path / f"{name}.json")["epochs"][-1]
-    plain, cached = runs["plain"], runs["cached"]
-    assert {k: cached[k] for k in ("loss", "train_acc", "test_acc")} == {k: plain[k] for k in ("loss", "train_acc",
-                                                                                              "test_acc")}
-    assert cached["gpu_cache"]["hits"] > 0 and 0 < cached["gpu_cache"]["rows"] <= 1024  # 16 KB: 1,024 rows of 4 float32s
-    assert cached["wire"]["bytes"]["rows"] < plain["wire"]["bytes"]["rows"]
