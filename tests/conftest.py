@@ -134,6 +134,24 @@ def small_hetero(seed: int = 0):
     return data, expected
 
 
+# what spawned ranks import before their function runs: the fork server imports it once per test process
+RANK_PRELOAD = ["torch", "torch_geometric", "torch.distributed.rpc", "graphstore", "sampling.distributed.server",
+                "training.loop.trainer", "training.cluster.process_groups"]
+
+
+def spawn_ranks(fn, args: tuple, nprocs: int):
+    """``torch.multiprocessing.spawn(fn, args, nprocs, join=False)``, with the processes forked from Python's fork
+    server (one a test process, started with the first call) once it has imported torch, PyG and the trainer:
+    each rank starts without importing them again. Each still runs ``fn(i, *args)`` in a process of its own,
+    single-threaded at the fork, as a spawned one would; join with :func:`join_spawned`."""
+    import multiprocessing
+
+    import torch.multiprocessing as mp
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(RANK_PRELOAD)  # read when the server starts
+    return mp.start_processes(fn, args=args, nprocs=nprocs, join=False, start_method="forkserver")
+
+
 def join_spawned(ctx, seconds: float = 120, reports=()) -> None:
     """Join ``torch.multiprocessing.spawn(..., join=False)`` workers with a hard bound: a hang kills them and
     fails the test instead of eating CI (``join()`` returns after each exit, so it is called in a loop).

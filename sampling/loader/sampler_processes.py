@@ -2,9 +2,11 @@
 
 Each worker is forked at the rank's start, before the rank runs any thread (:func:`prefork`: a copy of
 the rank with the modules it imported, where a spawned interpreter imports torch and PyG again, seconds of
-CPU each), or else spawned (never forked later: by then the rank runs RPC and numba threads, whose locks a
-fork would copy). It opens the dataset itself (memory-mapped: no copy) and rebuilds the rank's loader from
-its recipe. The rank draws the seed order
+CPU each). Later ones are never forked from the rank (by then it runs RPC and numba threads, whose locks a
+fork would copy): they come from Python's fork server, one process a rank, started with the first of them,
+that imports torch, PyG and the loaders once, single-threaded, and forks each worker from that
+(``GRAPHSTORE_FORK_RANKS=0``: spawned, each a fresh interpreter). It opens the dataset itself
+(memory-mapped: no copy) and rebuilds the rank's loader from its recipe. The rank draws the seed order
 and sends each index batch, with the pass's stream number, to a worker; the worker samples and gathers
 it and sends the batch back through blocks of shared memory it reuses (:mod:`sampling.loader.handoff`: its
 rows are never pickled, and gathered where the rank reads them). A worker's requests to other ranks'
@@ -30,6 +32,9 @@ from sampling.distributed.transport import PeerError, Transport
 
 logger = logging.getLogger(__name__)
 _POLL = 0.5  # seconds between checks that a worker (or the parent) is still alive
+FORK_ENV = "GRAPHSTORE_FORK_RANKS"  # graphstore-train's variable too: 0 makes every sampler process (and rank) fresh
+# what a sampler process imports before it builds a batch: the fork server imports it once for a rank's workers
+_PRELOAD = ["torch", "torch_geometric", "sampling.distributed.dist_loader", __name__]
 SLOTS = 2  # index batches in flight a worker: it builds one while its rank copies another out
 
 
@@ -155,7 +160,23 @@ def _name(name: str) -> None:
         pass
 
 
+def late_context(env: dict[str, str] | None = None) -> Any:
+    """The multiprocessing context of the sampler processes not forked at the rank's start: Python's fork
+    server (its processes forked from one that imported :data:`_PRELOAD` once) on Linux, spawn where
+    ``GRAPHSTORE_FORK_RANKS=0`` asks for fresh interpreters or where there is no fork server."""
+    import multiprocessing
+    import sys
+
+    env = os.environ if env is None else env
+    if env.get(FORK_ENV, "1").strip() == "0" or not sys.platform.startswith("linux"):
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(_PRELOAD)  # read once, when the server starts
+    return ctx
+
+
 def _watch_parent(parent: int) -> None:
+    parent = parent or os.getppid()  # 0: whichever process forked this one (the fork server)
     while os.getppid() == parent:
         time.sleep(_POLL)
     os._exit(4)
@@ -232,10 +253,12 @@ class _Worker:
         else:
             self.tasks, theirs = ctx.Pipe()
             relay, relay_theirs = ctx.Pipe()
+            # a spawned worker is this process's child; one from the fork server is the server's, which ends
+            # with this process: either way the worker watches its own parent
+            parent = os.getpid() if ctx.get_start_method() == "spawn" else 0
             self.process = ctx.Process(
                 target=_worker_main, name=f"graphstore-sampler-{transport.rank}-{number}", daemon=True,
-                args=(recipe, transport.rank, transport.world_size, transport.timeout, theirs, relay_theirs,
-                      os.getpid()))
+                args=(recipe, transport.rank, transport.world_size, transport.timeout, theirs, relay_theirs, parent))
             self.process.start()
             theirs.close()
             relay_theirs.close()
@@ -253,10 +276,10 @@ class SamplerProcesses:
     """
 
     def __init__(self, recipe: tuple, count: int, transport: Transport, pinned: bool = False) -> None:
-        import torch.multiprocessing as mp
+        import torch.multiprocessing  # noqa: F401  (tensors sent over a pipe travel in shared memory)
 
         self.rank, self.pinned = transport.rank, pinned
-        ctx = mp.get_context("spawn")
+        ctx = late_context()
         self._workers = [_Worker(ctx, i, recipe, transport) for i in range(count)]
         self._idle: list[tuple[_Worker, int]] = [(w, slot) for slot in range(SLOTS) for w in self._workers][::-1]
         self._cond = threading.Condition()

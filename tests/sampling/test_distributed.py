@@ -10,7 +10,7 @@ import torch
 from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
-from tests.conftest import join_spawned
+from tests.conftest import join_spawned, spawn_ranks
 from tests.sampling.conftest import serve_and_run
 from sampling.distributed.dist_loader import DistributedNeighborLoader
 from graphstore.dataset.rank_layout import RankLayout
@@ -153,7 +153,6 @@ def _rpc_worker(ds, transport, rank: int, world_size: int) -> dict:
 
 @pytest.mark.distributed
 def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
-    import torch.multiprocessing as mp
 
     from graphstore.dataset.whole import DatasetFeatureStore
     from tests.conftest import small_graph
@@ -166,8 +165,7 @@ def test_rpc_full_fanout_is_the_raw_neighbourhood(tmp_path):
     to_global = np.empty_like(order)
     to_global[order] = np.arange(len(order))
     src, dst = (to_global[a] for a in expected.edges[None])  # the raw edge list, in global IDs
-    ctx = mp.spawn(serve_and_run, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path), _rpc_worker),
-                   nprocs=2, join=False)
+    ctx = spawn_ranks(serve_and_run, (2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path), _rpc_worker), 2)
     join_spawned(ctx, 120)
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())

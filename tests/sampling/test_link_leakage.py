@@ -12,7 +12,7 @@ from torch_geometric.sampler import NodeSamplerInput
 import graphstore
 from graphstore.dataset.linksplit import LinkSplit, assign
 from sampling import LinkNeighborLoader, MessageEdges, NeighborSampler
-from tests.conftest import join_spawned
+from tests.conftest import join_spawned, spawn_ranks
 from tests.sampling.conftest import serve_and_run
 
 
@@ -199,13 +199,12 @@ def _full_fanout_exact(ds, transport, oracle: Oracle, rank: int, world_size: int
 
 @pytest.mark.distributed
 def test_two_ranks_over_rpc_hold_no_scored_and_no_held_out_link(tmp_path):
-    import torch.multiprocessing as mp
 
     raw = _raw(n=300, pairs=1500, seed=2)
     np.savez(tmp_path / "raw.npz", **raw)
     _ingest(raw, tmp_path / "ds", parts=2)
-    ctx = mp.spawn(serve_and_run, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path), _rank,
-                                       str(tmp_path / "raw.npz")), nprocs=2, join=False)
+    ctx = spawn_ranks(serve_and_run, (2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path), _rank,
+                                  str(tmp_path / "raw.npz")), 2)
     join_spawned(ctx, 240)
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())

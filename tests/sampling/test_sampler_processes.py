@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
 from graphstore.errors import InvalidInputError
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
-from sampling.loader.sampler_processes import SamplerProcessLost
+from sampling.loader.sampler_processes import SamplerProcessLost, late_context
 from tests.sampling.test_loader_threads import _group, _view
 
 pytestmark = pytest.mark.slow
@@ -36,13 +38,24 @@ def test_sampler_processes_give_the_batches_of_the_ranks_own_threads(graphs):
         requests.append(node.stats.snapshot()["requests"])
         if workers:
             assert transport.calls > 0 and node._pool.alive() == 2
+            # this process runs threads, so the workers come from the fork server, not from a fork of it (or are
+            # spawned: its children, where GRAPHSTORE_FORK_RANKS=0 asks for fresh interpreters)
+            parents = {psutil.Process(w.process.pid).ppid() for w in (*node._pool._workers, *link._pool._workers)}
+            spawned = late_context().get_start_method() == "spawn"
+            assert len(parents) == 1 and (os.getpid() in parents) == spawned, parents
             node._pool.close()
             link._pool.close()
     assert runs[0] == runs[1] and len(runs[0][0]) == 8 and runs[0][0] != runs[0][2]
     assert requests[1] == requests[0] > 0  # the workers' remote requests are counted in the rank's stats
 
 
-def test_sampler_processes_forked_at_the_start_serve_the_loaders_with_the_same_batches(graphs):
+def test_late_sampler_processes_come_from_the_fork_server_unless_fresh_interpreters_are_asked_for():
+    assert late_context({}).get_start_method() == "forkserver"
+    assert late_context({"GRAPHSTORE_FORK_RANKS": "1"}).get_start_method() == "forkserver"
+    assert late_context({"GRAPHSTORE_FORK_RANKS": "0"}).get_start_method() == "spawn"
+
+
+def test_sampler_processes_forked_at_the_start_or_by_the_fork_server_give_the_same_batches_and_die_with_the_rank(graphs):
     import json
     import subprocess
     import sys
@@ -52,12 +65,31 @@ def test_sampler_processes_forked_at_the_start_serve_the_loaders_with_the_same_b
     done = subprocess.run([sys.executable, "-m", "tests.sampling.prefork_probe", str(graphs["dataset3"].data.url)],
                           capture_output=True, text=True, timeout=240, cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == -signal.SIGKILL, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["forked"] == 2 and seen["again"] == 0
     assert seen["workers_forked"] == [True, True] and seen["worker_parents_are_this_process"]
     assert seen["comm"] == ["gs-sampler-0-0", "gs-sampler-0-1"]
     assert seen["same_batches"], "the forked workers' batches are the rank's own threads'"
+    # a worker wanted once threads run comes from the fork server (a child of the rank), with the same batches
+    late = seen["late"]
+    assert not late["forked_at_start"] and not late["server_is_this_process"] and late["server_is_a_child"], late
+    assert late["same_batches"]
+    deadline = time.monotonic() + 15  # the rank died by SIGKILL: its fork server and that worker follow it
+    while _running(late["pids"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(late["pids"]), "a sampler process or the fork server outlived its rank"
+
+
+def _running(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 def test_a_sampler_process_that_dies_is_named(graphs):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.conftest import join_spawned
+from tests.conftest import join_spawned, spawn_ranks
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
@@ -37,10 +37,8 @@ def _trainer_worker(rank: int, world_size: int, rdzv: str, dataset: str, out_dir
 
 
 def test_parameters_are_identical_on_every_rank_after_training(synthetic2, tmp_path):
-    import torch.multiprocessing as mp
 
-    ctx = mp.spawn(_trainer_worker, args=(2, f"file://{tmp_path}/rdzv", str(synthetic2), str(tmp_path)),
-                   nprocs=2, join=False)
+    ctx = spawn_ranks(_trainer_worker, (2, f"file://{tmp_path}/rdzv", str(synthetic2), str(tmp_path)), 2)
     join_spawned(ctx, 300)
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
@@ -118,9 +116,8 @@ def _step_worker(rank: int, world_size: int, rdzv: str, out_dir: str) -> None:
 
 
 def test_one_step_on_two_ranks_with_half_batches_equals_one_rank_with_the_whole_batch(tmp_path):
-    import torch.multiprocessing as mp
 
-    ctx = mp.spawn(_step_worker, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path)), nprocs=2, join=False)
+    ctx = spawn_ranks(_step_worker, (2, f"file://{tmp_path}/rdzv", str(tmp_path)), 2)
     join_spawned(ctx, 180, [tmp_path / f"w2-r{rank}.json" for rank in range(2)])
     for rank in range(2):
         got = json.loads((tmp_path / f"w2-r{rank}.json").read_text())

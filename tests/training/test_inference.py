@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import graphstore
-from tests.conftest import join_spawned
+from tests.conftest import join_spawned, spawn_ranks
 
 pytestmark = [pytest.mark.distributed]
 
@@ -45,7 +45,6 @@ def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> No
 
 
 def test_layerwise_inference_matches_full_graph_forward(tmp_path):
-    import torch.multiprocessing as mp
 
     from graphstore.dataset.whole import DatasetFeatureStore, DatasetGraphStore
     from tests.conftest import small_graph
@@ -53,8 +52,7 @@ def test_layerwise_inference_matches_full_graph_forward(tmp_path):
     source, _ = small_graph(n=500, e=4000, seed=11)
     graphstore.ingest(source, tmp_path / "ds", num_parts=2)
     ds = graphstore.open_dataset(tmp_path / "ds")
-    ctx = mp.spawn(_worker, args=(2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path)), nprocs=2,
-                   join=False)
+    ctx = spawn_ranks(_worker, (2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path)), 2)
     join_spawned(ctx, 120)
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
