@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from collections import deque
 from pathlib import Path
 
@@ -238,3 +239,38 @@ def test_no_module_imports_another_modules_private_name():
                     found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {node.module}.{a.name}"
                               for a in node.names if a.name.startswith("_")]
     assert found == []
+
+
+
+def _kernels(root: Path) -> list[tuple[str, ast.FunctionDef]]:
+    """Every numba kernel (a function decorated with ``njit`` or a kernel decorator built on it) under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.FunctionDef) and any(
+                    re.search(r"\b(njit|borrowing)\b", ast.unparse(d)) for d in node.decorator_list):
+                found.append((f"{path.relative_to(root.parent)}:{node.lineno}", node))
+    return found
+
+
+def _wide_public_kernels(root: Path) -> list[str]:
+    return [f"{where} {fn.name}: {len(fn.args.args) + len(fn.args.kwonlyargs)} parameters"
+            for where, fn in _kernels(root)
+            if not fn.name.startswith("_") and len(fn.args.args) + len(fn.args.kwonlyargs) > 12]
+
+
+def test_no_public_kernel_takes_more_than_12_parameters():
+    """Data crossing into the kernels has names (the records of ``sampling.kernels.structs``), not a long
+    positional list; a private function may take a record's fields as arguments, where numba prunes on them."""
+    assert sum(len(_kernels(ROOT / package)) for package in LAYERS) > 50, "the kernels were not found"
+    assert [w for package in LAYERS for w in _wide_public_kernels(ROOT / package)] == []
+
+
+def test_the_kernel_width_check_finds_a_wide_public_kernel(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    params = ", ".join(f"a{i}" for i in range(13))
+    (tmp_path / "pkg" / "k.py").write_text(f"@borrowing\ndef wide({params}):\n    pass\n\n\n"
+                                           f"@njit(cache=True)\ndef _private({params}):\n    pass\n\n\n"
+                                           f"@njit\ndef narrow({params[:-5]}):\n    pass\n")
+    assert [fn.name for _, fn in _kernels(tmp_path / "pkg")] == ["wide", "_private", "narrow"]
+    assert _wide_public_kernels(tmp_path / "pkg") == ["pkg/k.py:2 wide: 13 parameters"]

@@ -94,7 +94,8 @@ def run_job(tree: Path, dest: Path, ranks: int, args: argparse.Namespace, seed: 
 def poll_peaks(proc: subprocess.Popen, metrics: Path, interval: float = 0.1) -> list[list[int]]:
     """Every rank's peak resident set (bytes) during each epoch: ``[epoch][rank]``, ranks in start order.
     An epoch ends when rank 0 writes it to the metrics file (after its evaluation and checkpoint); epochs
-    that end within one poll (short epochs, a busy machine) share that poll's window and its peaks."""
+    that end within one poll (short epochs, a busy machine) share that poll's window and its peaks, as does
+    an epoch that ends after the last poll."""
     import psutil
 
     per_epoch: list[dict[int, int]] = [{}]
@@ -113,7 +114,13 @@ def poll_peaks(proc: subprocess.Popen, metrics: Path, interval: float = 0.1) -> 
             per_epoch.append({})
             written = count
         time.sleep(interval)
-    return [[e[p] for p in sorted(e)] for e in per_epoch if e]
+    count = _epochs_written(metrics) or written  # the job has ended: every epoch it wrote, none in progress
+    while len(per_epoch) < count:
+        per_epoch.append({})
+    windows: list[dict[int, int]] = []
+    for window in per_epoch[:count] or per_epoch:  # a window no poll fell in shares the one before it
+        windows.append(window or (windows[-1] if windows else window))
+    return [[w[p] for p in sorted(w)] for w in windows if w]
 
 
 def _epochs_written(metrics: Path) -> int | None:

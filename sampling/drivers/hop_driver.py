@@ -19,6 +19,7 @@ from sampling.graph.kernel_args import BlockArgs, Variants
 from sampling.kernels.idmap import PERHOP_DENSE_MAX_NODES
 from sampling.kernels.frontier import by_id
 from sampling.kernels.picks import STRATEGY_LAST, STRATEGY_UNIFORM
+from sampling.kernels.structs import Edges, Hop, Scratch
 from sampling.distributed.wire import answer_edges, unpack, unpack_into
 
 _EMPTY_I = np.zeros(0, np.int64)
@@ -289,7 +290,7 @@ def _kernel_into(edges: _Edges, args: BlockArgs, rng: np.ndarray, ids: np.ndarra
     start = edges.end
     block_edges = np.zeros(len(args.offsets), np.int64)
     e, out = _picks(args, rng, ids, k, replace, last, limits, exclusion, in_order,
-                    (edges.row, edges.col, edges.eid, edges.pos), start, block_edges)
+                    Edges(edges.row, edges.col, edges.eid, edges.pos), start, block_edges)
     edges.row, edges.col, edges.eid, edges.pos = out
     edges.sync()
     edges.end = e
@@ -328,13 +329,13 @@ def run_kernel(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replac
     positions, each block's first edge)``."""
     block_edges = np.zeros(len(args.offsets), np.int64)
     e, (row, col, eid, pos) = _picks(args, rng, ids, k, replace, last, limits, exclusion, in_order,
-                                     (_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_I), 0, block_edges)
+                                     Edges(_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_I), 0, block_edges)
     return row[:e], col[:e], eid[:e], pos[:e], block_edges
 
 
 def _picks(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: bool, last: bool, limits: Any,
-           exclusion: tuple | None, in_order: bool, out: tuple, start: int, block_edges: np.ndarray
-           ) -> tuple[int, tuple]:
+           exclusion: tuple | None, in_order: bool, out: Edges, start: int, block_edges: np.ndarray
+           ) -> tuple[int, Edges]:
     """The kernel call: picks written into ``out`` from ``start`` (grown as needed), CSC positions."""
     ids = np.ascontiguousarray(ids, np.int64)
     if limits is not None and args.timed:
@@ -342,11 +343,11 @@ def _picks(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: b
     else:
         limits = None
     var = args.var(last, limits is not None, exclusion)
-    bufs = (_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F)
-    e, out, _ = hop_kernel.hop_picks(args.topo, ids, 0, len(ids), int(k), bool(replace), rng, in_order, out,
-                                   np.int64(start), block_edges, bufs, var, limits)
+    hop = Hop(ids, 0, len(ids), int(k), bool(replace), bool(in_order), limits)
+    e, out, _ = hop_kernel.hop_picks(args.topo, var, hop, rng, out, np.int64(start), block_edges,
+                                     Scratch(_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F))
     if BlockArgs.time_sorted(var):  # picks in time order: their CSC positions
-        args.csc_positions(out[3][start:e], block_edges - start)
+        args.csc_positions(out.pos[start:e], block_edges - start)
     return e, out
 
 

@@ -12,6 +12,7 @@ from graphstore.errors import InvalidInputError
 from sampling.graph import derived
 from sampling.graph.topology import CSCBlock
 from sampling.kernels.hop_kernel import variants_csc
+from sampling.kernels.structs import ChunkFiles, TimeRecords, Topology, VariantArrays
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,8 @@ def _ready(array: np.ndarray, dtype: Any) -> np.ndarray:
 class BlockArgs:
     """Kernel arguments of ``blocks`` (consecutive destination ranges) under ``variants``.
 
-    ``topo`` is :func:`sampling.kernels.hop_kernel.hop_picks`'s topology tuple; :meth:`var` its variant tuple.
+    ``topo`` is the kernels' :class:`~sampling.kernels.structs.Topology`; :meth:`var` their
+    :class:`~sampling.kernels.structs.VariantArrays`.
     The packed layout is read when every block has it (also by the filters, for source IDs). Times:
     edge times (``CSCBlock.time``) or the source type's ``node_time``; with exactly one of them each
     destination's edges are cut by a search over a time-sorted copy of its times, and the picks are read
@@ -85,7 +87,7 @@ class BlockArgs:
         self.allowed = blocks[0].allowed if masked else 0
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
         self.files = _unmapped(blocks)
-        self.topo = (indptrs, indices, eids, packed_, self.use_packed, self.offsets, self.files)
+        self.topo = Topology(indptrs, indices, eids, packed_, self.use_packed, self.offsets, self.files)
 
     def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None,
                pairs: tuple[np.ndarray, ...] | None) -> None:
@@ -101,34 +103,36 @@ class BlockArgs:
             wide_pos = any(len(b.indices) >= 2**31 for b in blocks)
             built = [_time_records(b, node_time, p, narrow, wide_pos)
                      for b, p in zip(blocks, pairs or [None] * len(blocks))]
-            self.tsort = (tuple(r[0] for r in built), tuple(r[1] for r in built), tuple(r[2] for r in built),
-                          np.array([[*r[3][:2], r[4]] for r in built], np.int64).reshape(-1, 3))
+            self.tsort = TimeRecords(tuple(r[0] for r in built), tuple(r[1] for r in built),
+                                     tuple(r[2] for r in built), np.array([r[3][0] for r in built], np.int64),
+                                     np.array([r[3][1] for r in built], np.int64),
+                                     np.array([r[4] for r in built], np.int64))
 
     def csc_positions(self, pos: np.ndarray, block_edges: np.ndarray) -> np.ndarray:
         """``pos`` as CSC positions: a time-sorted pick's position is translated (in place) through its
         block's order; ``block_edges`` (rows of each block's first edge, as the kernels fill them)."""
         if self.tsort is not None and len(pos):
-            variants_csc(self.tsort[2], np.ascontiguousarray(block_edges, np.int64).reshape(-1, len(self.blocks) + 1),
+            variants_csc(self.tsort.order, np.ascontiguousarray(block_edges, np.int64).reshape(-1, len(self.blocks) + 1),
                          pos)
         return pos
 
     @staticmethod
-    def time_sorted(var: tuple) -> bool:
-        """Whether the variant tuple ``var`` (of :meth:`var`) has time-sorted records: its picks are positions
-        in time order, until :meth:`csc_positions` translates them."""
-        return var[7] is not None
+    def time_sorted(var: VariantArrays) -> bool:
+        """Whether ``var`` (of :meth:`var`) has time-sorted records: its picks are positions in time order,
+        until :meth:`csc_positions` translates them."""
+        return var.tsort is not None
 
-    def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> tuple:
-        """The variant tuple; ``timed``: limits are given (else times are ignored); ``exclusion`` =
+    def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> VariantArrays:
+        """The kernels' variant record; ``timed``: limits are given (else times are ignored); ``exclusion`` =
         ``(sorted keys, multiplier, mode)`` of links to drop (:func:`sampling.graph.edgemask.exclusion`)."""
         t = timed and self.timed
         excl, mul, mode = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0))
         if excl is not None and self.files is not None:
             raise InvalidInputError("a link batch's exclusion reads each candidate edge, which sampling a partition "
                                     "read without mapping does not do yet; leave the dataset mapped for link prediction")
-        return (self.src, self.stride, self.weights, self.aliases, self.astride, self.amask, self.times if t else None,
-                self.tsort if t else None, self.node_time if t else None,
-                bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
+        return VariantArrays(self.src, self.stride, self.weights, self.aliases, self.astride, self.amask,
+                             self.times if t else None, self.tsort if t else None, self.node_time if t else None,
+                             bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
 
 
 def _refuse_unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, node_time: np.ndarray | None) -> None:
@@ -149,10 +153,9 @@ def _refuse_unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, no
                                 "not serve yet: sample uniformly (plain or disjoint), or leave the dataset mapped")
 
 
-def _unmapped(blocks: list[CSCBlock]) -> tuple | None:
-    """:func:`sampling.kernels.hop_kernel.hop_picks`'s ``files``: per block, the chunk descriptors of its ``indptr``
-    and packed pairs (flat, block ``b``'s from ``first[b]``) and their chunk rows; ``None`` when every block
-    is mapped (:func:`_refuse_unmapped` has checked the rest)."""
+def _unmapped(blocks: list[CSCBlock]) -> ChunkFiles | None:
+    """The topology's ``files``: the chunk descriptors of the blocks' ``indptr`` and packed pairs; ``None``
+    when every block is mapped (:func:`_refuse_unmapped` has checked the rest)."""
     files = [getattr(b, "files", None) for b in blocks]
     if any(f is None for f in files):
         return None
@@ -165,7 +168,7 @@ def _unmapped(blocks: list[CSCBlock]) -> tuple | None:
         first = np.cumsum([0] + [len(a.fds) for a in arrays]).astype(np.int64)
         out += [np.concatenate([a.fds for a in arrays]).astype(np.int64), first,
                 np.array([a.chunk_rows for a in arrays], np.int64)]
-    return tuple(out)
+    return ChunkFiles(*out)
 
 
 def _aliases(block: CSCBlock, weight: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from sampling.kernels.frontier import AHEAD_EDGES, by_block, by_id, gather_picke
 from sampling.kernels import unmapped
 from sampling.kernels.picks import pick_block
 from sampling.kernels.cacheline import prefetch
+from sampling.kernels.structs import Edges, Frontier, Hop, Scratch
 from sampling.kernels.rng import next_u64
 
 # a run that has to compile the kernels says so once, instead of a silent first batch
@@ -36,70 +37,63 @@ announce_compiles("sampling", "about a minute")
 
 
 @njit(cache=True, nogil=True)
-def _room(row, col, eid, pos, bufs, need, max_deg):
-    if need > len(row):
-        row, col, eid, pos = grow(row, need), grow(col, need), grow(eid, need), grow(pos, need)
-    if len(bufs[0]) < max_deg:
-        bufs = (np.empty(max_deg, np.int64), np.empty(max_deg, np.int64), np.empty(max_deg, np.int64),
-                np.empty(max_deg, np.float64))
-    return row, col, eid, pos, bufs
+def _room(out, bufs, need, max_deg):
+    if need > len(out.row):
+        out = Edges(grow(out.row, need), grow(out.col, need), grow(out.eid, need), grow(out.pos, need))
+    if len(bufs.draws) < max_deg:
+        bufs = Scratch(np.empty(max_deg, np.int64), np.empty(max_deg, np.int64), np.empty(max_deg, np.int64),
+                       np.empty(max_deg, np.float64))
+    return out, bufs
 
 
 @njit(cache=True, nogil=True)
-def hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, in_order, out, n_edges, block_edges, bufs, var, limits):
-    """One hop for the frontier ``nodes[f_lo:f_hi]`` (each owned by a block of ``topo``): phases 1 to 3.
+def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
+    """One hop, phases 1 to 3: the picks of ``hop``'s frontier (a :class:`~sampling.kernels.structs.Hop`,
+    each node owned by a block of the :class:`~sampling.kernels.structs.Topology` ``topo``) under the
+    variants ``var`` (:class:`~sampling.kernels.structs.VariantArrays`; ``hop.limits`` per frontier node
+    or ``None``), with the generator ``state``.
 
-    ``topo`` = ``(indptrs, indices, eids, packed, use_packed, offsets, files)``: per-block tuples (block ``b``
-    owns destinations ``[offsets[b], offsets[b+1])``) of the CSC arrays, or of ``packed`` int32 values,
-    ``use_packed`` of them per edge (source and edge ID first; 0: not used), ``files`` the blocks' chunk
-    descriptors when they are read, not mapped (:mod:`sampling.kernels.unmapped`; the plain picks only), else
-    ``None``; ``out`` = ``(row, col,
-    eid, pos)``, written from ``n_edges`` on (grown as needed): global source IDs, frontier positions,
-    edge IDs, CSC positions.
-    ``block_edges[b]`` gets block ``b``'s first edge; with time-sorted edges (``var[7]``) the positions
-    are theirs (:func:`variants_csc` translates them). ``in_order``: visit the frontier in its own
-    order within a block (else, for large frontiers, by ID). ``var`` = ``(src, stride, weights,
-    aliases, astride, amask, times, tcuts, node_time, last, splits, allowed, excl, excl_mul, excl_mode)``
-    (:func:`sampling.kernels.picks.pick_block`), ``limits`` per frontier node or ``None``. Returns
-    ``(end, out, bufs)``.
+    ``out`` (:class:`~sampling.kernels.structs.Edges`) is written from ``n_edges`` on, grown as needed:
+    global source IDs, frontier positions (from ``hop.lo``), edge IDs, CSC positions. ``bufs``
+    (:class:`~sampling.kernels.structs.Scratch`) is grown as needed. ``block_edges[b]`` gets block ``b``'s
+    first edge; with time-sorted edges (``var.tsort``) the positions are theirs (:func:`variants_csc`
+    translates them). Blocks read, not mapped (``topo.files``), take the plain picks of
+    :mod:`sampling.kernels.unmapped`. Returns ``(end, out, bufs)``.
     """
-    indptrs, indices, eids, packed, use_packed, offsets, files = topo
-    row, col, eid, pos = out
-    nf = f_hi - f_lo
-    if not in_order and nf >= 4096 and offsets[-1] - offsets[0] < (1 << 31):
-        order, bounds, ids = by_id(offsets, nodes, f_lo, f_hi)
+    nf = hop.hi - hop.lo
+    offsets, files = topo.offsets, topo.files
+    if not hop.in_order and nf >= 4096 and offsets[-1] - offsets[0] < (1 << 31):
+        order, bounds, ids = by_id(offsets, hop.nodes, hop.lo, hop.hi)
     else:
-        order, bounds, ids = by_block(offsets, nodes, f_lo, f_hi)
-    starts, degs = np.empty(nf, np.int64), np.empty(nf, np.int64)
-    unmapped.pointers(files, indptrs, offsets, ids, bounds, starts, degs)
+        order, bounds, ids = by_block(offsets, hop.nodes, hop.lo, hop.hi)
+    fr = Frontier(order, bounds, ids, np.empty(nf, np.int64), np.empty(nf, np.int64))
+    unmapped.pointers(files, topo.indptrs, offsets, ids, bounds, fr.starts, fr.degs)
+    k, replace, degs = hop.k, hop.replace, fr.degs
     total, max_deg = 0, np.int64(0)  # see the note on literal zeros
     for t in range(nf):
         d = degs[t]
         total += d if (k < 0 or (not replace and d < k)) else (k if d > 0 else 0)
         max_deg = max(max_deg, d)
-    row, col, eid, pos, bufs = _room(row, col, eid, pos, bufs, n_edges + total, max_deg)
-    e = unmapped.picks(files, state, starts, degs, order, bounds, k, replace, f_lo, pos, col, n_edges, bufs[0], row,
-                       eid, block_edges)
+    out, bufs = _room(out, bufs, n_edges + total, max_deg)
+    e = unmapped.picks(files, state, fr, k, replace, hop.lo, out, n_edges, bufs.draws, block_edges)
     if e >= 0:  # read, not mapped: the plain picks over this hop's copy of the frontier's pairs
-        return e, (row, col, eid, pos), bufs
-    src, stride, weights, aliases, astride, amask, times, tsort, node_time, last, splits, allowed, excl, mul, mode = var
+        return e, out, bufs
+    tsort, aliases, use_packed = var.tsort, var.aliases, topo.use_packed
     # the picks read each picked pair themselves (no phase 3) over the layouts that hold it beside what they
     # read anyway: the weighted packed records, the plain packed pairs, blocked time records
-    plain = weights is None and limits is None and splits is None and excl is None
+    plain = var.weights is None and hop.limits is None and var.splits is None and var.excl is None
     gathered = (tsort is None and ((aliases is not None and use_packed >= 3) or (plain and use_packed == 2))
                 or _blocked(tsort))
-    indirect = weights is not None or splits is not None or excl is not None
+    indirect = var.weights is not None or var.splits is not None or var.excl is not None
     ends = np.empty(nf if indirect and _blocked(tsort) else 0, np.int64)  # the picks over time records need them
     e = n_edges
     for b in range(len(offsets) - 1):
         block_edges[b] = e
-        e = pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, ends, src,
-                       stride, weights, aliases, astride, amask, times, tsort, node_time, limits, last, splits, allowed,
-                       excl, mul, mode, gathered, row, eid)
+        e = pick_block(state, b, fr, hop, var, out, e, bufs, ends, gathered)
     block_edges[len(offsets) - 1] = e
     if not gathered:
-        _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, row, eid)
-    return e, (row, col, eid, pos), bufs
+        _gather_picks(tsort, topo.packed, use_packed, topo.indices, topo.eids, block_edges, out)
+    return e, out, bufs
 
 
 @njit(cache=True, nogil=True)
@@ -108,15 +102,16 @@ def _blocked(tsort):
     pairs they read themselves."""
     if tsort is None:
         return False
-    return tsort[3][0, 2] != 0
+    return tsort.blocked[0] != 0
 
 
 @njit(cache=True, nogil=True)
-def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, pos, row, eid):
+def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, out):
     """Phase 3: from the time-sorted pairs when the picks are theirs, else over the packed pairs when
     they are used, else the separate arrays."""
+    pos, row, eid = out.pos, out.row, out.eid
     if tsort is not None:  # the picks are time-sorted positions: their pairs (apart) are in that order
-        _gather_strided(tsort[1], np.int64(2), block_edges, pos, row, eid)  # as the packed pairs' stride
+        _gather_strided(tsort.pairs, np.int64(2), block_edges, pos, row, eid)  # as the packed pairs' stride
     elif use_packed:
         _gather_strided(packed, int(use_packed), block_edges, pos, row, eid)
     else:
@@ -202,11 +197,11 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
     a hop); ``batch_of`` each node's subgraph (the position of its seed; empty when not disjoint). If a
     neighbor ID is not a node ID (a damaged dataset) it stops, with ``nodes_per_hop[0] = -1``.
     """
-    num_seeds, num_blocks, hops = len(seeds), len(topo[5]) - 1, len(fanouts)
+    num_seeds, num_blocks, hops = len(seeds), len(topo.offsets) - 1, len(fanouts)
     cap = buffer_len(num_seeds, fanouts)
     nodes = np.empty(num_seeds + cap, np.int64)
     batch_of = np.empty(num_seeds + cap if disjoint else 0, np.int64)  # of every local node: its subgraph
-    out = (np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64))
+    out = Edges(np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64))
     block_edges = np.zeros((hops, num_blocks + 1), np.int64)
     nodes_per_hop, edges_per_hop = np.zeros(hops + 1, np.int64), np.zeros(hops, np.int64)
     starts = np.zeros((hops + 1, num_seeds + 1), np.int64)  # disjoint: each subgraph's nodes per hop
@@ -221,7 +216,7 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
         insert_seeds(seen, dense, table, seeds, nodes)
     n_nodes, n_edges, f_lo, f_hi = num_seeds, np.int64(0), np.int64(0), num_seeds  # note on literal zeros
     nodes_per_hop[0] = num_seeds
-    bufs = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
+    bufs = Scratch(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
     for h in range(hops):
         k = fanouts[h]
         block_edges[h, :] = n_edges
@@ -230,23 +225,23 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
             starts[h + 1, :] = n_nodes
             continue
         limits = _hop_limits(batch_of, f_lo, f_hi, seed_times)
-        e, out, bufs = hop_picks(topo, nodes, f_lo, f_hi, k, replace, state, disjoint, out, n_edges, block_edges[h],
-                                 bufs, var, limits)
+        hop = Hop(nodes, f_lo, f_hi, k, replace, disjoint, limits)
+        e, out, bufs = hop_picks(topo, var, hop, state, out, n_edges, block_edges[h], bufs)
         if n_nodes + e - n_edges > len(nodes):
             nodes = grow(nodes, n_nodes + e - n_edges)
             if disjoint:
                 batch_of = grow(batch_of, n_nodes + e - n_edges)
         if disjoint:
-            n_nodes, valid, sub_slots = dedup_subgraphs(out[0], out[1], n_edges, e, f_lo, f_hi, nodes, batch_of,
-                                                        n_nodes, num_nodes, starts, h, sub_slots)
+            n_nodes, valid, sub_slots = dedup_subgraphs(out, n_edges, e, f_lo, f_hi, nodes, batch_of, n_nodes,
+                                                        num_nodes, starts, h, sub_slots)
         else:
-            n_nodes, valid, table = _relabel(seen, dense, table, out[0], out[1], n_edges, e, nodes, batch_of,
+            n_nodes, valid, table = _relabel(seen, dense, table, out.row, out.col, n_edges, e, nodes, batch_of,
                                              n_nodes, num_nodes, False)
         if not valid:
             if not disjoint:
                 forget(seen, table, nodes, n_nodes)
             nodes_per_hop[0] = -1
-            return (nodes[:0], out[0][:0], out[1][:0], out[2][:0], out[3][:0], block_edges, nodes_per_hop,
+            return (nodes[:0], out.row[:0], out.col[:0], out.eid[:0], out.pos[:0], block_edges, nodes_per_hop,
                     edges_per_hop, table, batch_of[:0])
         edges_per_hop[h] = e - n_edges
         n_edges = e

@@ -214,9 +214,10 @@ _SPARSE_MAX = 1 << 16  # up to this many slots a subgraph's table is kept 1/8 fu
 
 
 @njit(cache=True, nogil=True)
-def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_nodes, starts, h, slots):
+def dedup_subgraphs(out, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_nodes, starts, h, slots):
     """Phase 4 of disjoint sampling, one subgraph at a time, through a small table that holds only that
-    subgraph's nodes (it stays in L1/L2, unlike one table keyed by (subgraph, node) for the batch).
+    subgraph's nodes (it stays in L1/L2, unlike one table keyed by (subgraph, node) for the batch): the
+    hop's edges ``[lo, hi)`` of ``out`` (:class:`~sampling.kernels.structs.Edges`) get local source IDs.
 
     The frontier ``[f_lo, f_hi)`` is ordered by subgraph (seeds are; each hop appends its new nodes
     subgraph by subgraph); ``starts[j, b]`` is the first local ID of subgraph ``b`` among the nodes found
@@ -229,7 +230,8 @@ def dedup_subgraphs(row, col, lo, hi, f_lo, f_hi, nodes, batch_of, n_nodes, num_
     1.9x over a half-full table that is cleared after each subgraph). Returns ``(n_nodes, valid, slots)``
     (``valid`` as :func:`dedup_hash`)."""
     num_sub = starts.shape[1] - 1
-    first, count = _edge_ranges(col, lo, hi, f_lo, f_hi)
+    row = out.row
+    first, count = _edge_ranges(out.col, lo, hi, f_lo, f_hi)
     t = f_lo
     for b in range(num_sub):
         starts[h + 1, b] = n_nodes

@@ -101,10 +101,11 @@ def _filtered_cum(weight, start, cand, count, wkeys):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _node_outputs(pos, col, row, eid, e, m):
-    """A node's ``m`` outputs from ``e`` as slices indexed from 0: numba wraps an index that may be negative
-    (``pos[e + j]``) per element, which made the vectorised loops over them scatters and gathers."""
-    return pos[e:e + m], col[e:e + m], row[e:e + m], eid[e:e + m]
+def _node_outputs(out, e, m):
+    """A node's ``m`` outputs from ``e`` (``pos``, ``col``, ``row``, ``eid`` of the
+    :class:`~sampling.kernels.structs.Edges` ``out``) as slices indexed from 0: numba wraps an index that may
+    be negative (``pos[e + j]``) per element, which made the vectorised loops over them scatters and gathers."""
+    return out.pos[e:e + m], out.col[e:e + m], out.row[e:e + m], out.eid[e:e + m]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -146,36 +147,47 @@ def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight
     return draw_uniform(state, count, k, replace, pos, e, scratch)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def pick_block(state, b, fr, hop, var, out, e, bufs, ends, gathered):
+    """The picks of block ``b``'s frontier nodes (``t`` in ``fr.bounds[b]:fr.bounds[b + 1]``, a
+    :class:`~sampling.kernels.structs.Frontier`) under the variants ``var``
+    (:class:`~sampling.kernels.structs.VariantArrays`): their CSC positions into ``out.pos[e:]`` and their
+    frontier positions ``hop.lo + fr.order[t]`` into ``out.col[e:]``; returns the end. With time-sorted
+    edges (``var.tsort``) the positions are the sorted ones: :func:`_pick_sorted`. ``gathered``: the picks
+    read their node's lines (alias entries beside the packed pairs), so the sources and edge IDs are read
+    from there at once, into ``out.row``/``out.eid``. ``ends``: per frontier position, room for each node's
+    end over blocked time records with weights or filters (else empty): these kernels allocate nothing.
+
+    Inlined: it hands the variants that may be off to :func:`_picks_of` as arguments, where numba prunes
+    the branches of those that are (it does not prune on a record's fields)."""
+    return _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, var.weights, var.aliases, var.times,
+                     var.tsort, var.node_time, hop.limits, var.splits, var.excl)
+
+
 @borrowing
-def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos, col, e, bufs, ends, src, stride,
-               weights, aliases, astride, amask, times, tsort, node_time, limits, last, splits, allowed, excl, excl_mul,
-               excl_mode, gathered, row, eid):
-    """The picks of block ``b``'s frontier nodes (``order[t]``, ID ``ids[t]``, for ``t`` in its bounds):
-    their CSC positions into ``pos[e:]`` and their frontier positions ``f_lo + order[t]`` into
-    ``col[e:]``; returns the end. ``limits`` is per frontier position; the variants as in the module
-    docstring (``src[b][stride * p]`` the source of position ``p``, read by filters only). With
-    ``tsort`` (time-sorted edges) the positions are the sorted ones: :func:`_pick_sorted`. ``gathered``: the
-    picks read their node's lines (alias entries beside the packed pairs), so the sources and edge IDs
-    are read from there at once, into ``row``/``eid``. ``ends``: per frontier position, room for each node's
-    end over blocked time records with weights or filters (else empty): these kernels allocate nothing."""
+def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, aliases, times, tsort, node_time, limits,
+              splits, excl):
+    """:func:`pick_block` with the variants that may be off (``None``) as arguments."""
+    t_lo, t_hi = fr.bounds[b], fr.bounds[b + 1]
     if tsort is not None:
-        return _pick_sorted(state, starts, degs, order, ids, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
-                            bufs, ends, src[b], stride, _at(weights, b), _at(splits, b), allowed, excl, excl_mul,
-                            excl_mode, limits, last, tsort[0][b], tsort[2][b], tsort[3][b, 0], tsort[3][b, 1],
-                            tsort[3][b, 2] != 0, row, eid)
+        return _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, var.src[b], var.stride, _at(weights, b),
+                            _at(splits, b), var.allowed, excl, var.excl_mul, var.excl_mode, var.last, tsort.keys[b],
+                            tsort.order[b], tsort.base[b], tsort.latest[b], tsort.blocked[b] != 0)
     if weights is None and limits is None and splits is None and excl is None:  # every variant off
-        if stride == 2:  # over the packed pairs the picks read them too
-            return pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
-                                 bufs[0], src[b], row, eid)
-        return pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
-                             bufs[0], _NO_PAIRS, row, eid)
+        if var.stride == 2:  # over the packed pairs the picks read them too
+            return pick_uniform(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, var.src[b])
+        return pick_uniform(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, _NO_PAIRS)
+    starts, degs, order, ids = fr.starts, fr.degs, fr.order, fr.ids
+    k, replace, f_lo, stride, astride, amask = hop.k, hop.replace, hop.lo, var.stride, var.astride, var.amask
+    allowed, excl_mul, excl_mode = var.allowed, var.excl_mul, var.excl_mode
     scratch, cand, tkeys_buf, wkeys = bufs
+    pos = out.pos
     filtered = limits is not None or splits is not None or excl is not None
-    latest = last and limits is not None
-    src_b, split_b, times_b = src[b], _at(splits, b), _at(times, b)
+    latest = var.last and limits is not None
+    src_b, split_b, times_b = var.src[b], _at(splits, b), _at(times, b)
     weight_b, alias_b = _at(weights, b), _at(aliases, b)
-    for t in range(bounds[b], bounds[b + 1]):
-        if t + _AHEAD < bounds[b + 1]:  # the attribute arrays are read at each node: fetch ahead
+    for t in range(t_lo, t_hi):
+        if t + _AHEAD < t_hi:  # the attribute arrays are read at each node: fetch ahead
             _fetch_ahead(starts[t + _AHEAD], degs[t + _AHEAD], b, weights, aliases, astride, times, splits)
         deg, start = degs[t], starts[t]
         if deg == 0:
@@ -190,7 +202,7 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
                 _weights_of(weight_b, filtered, start, cand, count, wkeys)
         m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, amask,
                     wkeys, scratch, pos, e)
-        picked, cols, rows, eids = _node_outputs(pos, col, row, eid, e, m)
+        picked, cols, rows, eids = _node_outputs(out, e, m)
         for j in range(m):
             picked[j] = start + (cand[picked[j]] if filtered else picked[j])
             cols[j] = f_lo + order[t]
@@ -201,12 +213,15 @@ def pick_block(state, b, starts, degs, order, ids, bounds, k, replace, f_lo, pos
 
 
 @borrowing
-def pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch, packed, row, eid):
-    """:func:`pick_block` with every variant off (the plain path): ``k`` CSC positions of each node's
-    edges (:func:`sampling.kernels.draws.uniform_draws`: all of them when ``k < 0`` or, without replacement,
+def pick_uniform(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, packed):
+    """:func:`pick_block` with every variant off (the plain path), for the frontier nodes ``t`` in
+    ``[t_lo, t_hi)`` of ``fr``: ``k`` CSC positions of each node's edges
+    (:func:`sampling.kernels.draws.uniform_draws`: all of them when ``k < 0`` or, without replacement,
     ``deg <= k``; ``scratch`` ≥ the largest degree), the generator state in locals. With the ``packed``
     (source, edge ID) pairs (not empty) each node is one pass: its pairs fetched ahead, the draws, and
-    the picked pairs read into ``row``/``eid`` (no phase 3); else positions only."""
+    the picked pairs read into ``out.row``/``out.eid`` (no phase 3); else positions only. It takes no
+    :class:`~sampling.kernels.structs.Hop` (whose limits would make one specialisation per variant)."""
+    starts, degs, order, pos = fr.starts, fr.degs, fr.order, out.pos
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     reads = len(packed) > 0
     for t in range(t_lo, t_hi):
@@ -216,7 +231,7 @@ def pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, 
         if deg == 0:
             continue
         m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
-        picked, cols, rows, eids = _node_outputs(pos, col, row, eid, e, m)
+        picked, cols, rows, eids = _node_outputs(out, e, m)
         for j in range(m):
             cols[j] = dst
             if reads:
@@ -291,25 +306,25 @@ def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mod
 
 
 @borrowing
-def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, pos, col, e, bufs, ends, src, stride,
-                 weight, split, allowed, excl, excl_mul, excl_mode, limits, last, keys, csc, base, latest, blocked, row,
-                 eid):
+def _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, src, stride, weight, split, allowed, excl, excl_mul,
+                 excl_mode, last, keys, csc, base, latest, blocked):
     """:func:`pick_block` over time-sorted edges (``keys``: time less ``base`` per position, at most
     ``latest``; ``csc``: each one's CSC position): the cut is a search over the keys, ``last`` takes the
     end of the prefix, and the positions written are the sorted ones. Over ``blocked`` records each pick's
-    pair is read here too, into ``row``/``eid`` (without weights or filters in one pass per node:
-    :func:`_pick_blocked`); over records apart phase 3 reads them."""
+    pair is read here too, into ``out.row``/``out.eid`` (without weights or filters in one pass per node:
+    :func:`_pick_blocked`); over records apart phase 3 reads them. Block ``b``'s arrays, not the records of
+    every block: one specialisation serves any number of blocks."""
+    starts, degs, order, ids = fr.starts, fr.degs, fr.order, fr.ids
+    k, replace, f_lo, limits, pos = hop.k, hop.replace, hop.lo, hop.limits, out.pos
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
     if blocked and not indirect:  # cut, picks and pairs in one pass over each node's block
-        return _pick_blocked(state, keys, starts, degs, order, limits, base, latest, t_lo, t_hi, k, replace, last,
-                             f_lo, pos, col, row, eid, e, scratch)
+        return _pick_blocked(state, keys, fr, t_lo, t_hi, hop, last, base, latest, out, e, scratch)
     for t in range(t_lo, t_hi if blocked else t_lo):  # each node's end (its pairs' place in the block) before the cut
         ends[t] = starts[t] + degs[t]
     _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked)
     if not indirect and not last:  # uniform over each node's prefix (apart records): the plain picks
-        return pick_uniform(state, starts, degs, order, t_lo, t_hi, k, replace, f_lo, pos, col, e, scratch,
-                             _NO_PAIRS, row, eid)
+        return pick_uniform(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, _NO_PAIRS)
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
         count, start, dst = degs[t], starts[t], f_lo + order[t]
@@ -330,7 +345,7 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
             s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
         else:
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, first)
-        picked, cols, rows, eids = _node_outputs(pos, col, row, eid, e, m)
+        picked, cols, rows, eids = _node_outputs(out, e, m)
         for j in range(m):
             if indirect:
                 picked[j] = start + cand[picked[j]]
@@ -344,12 +359,13 @@ def _pick_sorted(state, starts, degs, order, ids, t_lo, t_hi, k, replace, f_lo, 
 
 
 @borrowing
-def _pick_blocked(state, records, starts, degs, order, limits, base, latest, t_lo, t_hi, k, replace, last, f_lo, pos,
-                  col, row, eid, e, scratch):
+def _pick_blocked(state, records, fr, t_lo, t_hi, hop, last, base, latest, out, e, scratch):
     """Picks over blocked time records (uniform, or ``last``: the end of the prefix), each node in one pass:
-    its lines fetched ahead, the cut, the picks, and their pairs read into ``row``/``eid`` (no phase 3).
-    Against the cut, picks and gather as three passes over the frontier: temporal ``uniform`` 45.9-48.6 M
-    edges/s against 38.6-40.1 (tools/bench_variants.py, interleaved; README, Sampling against pyg-lib)."""
+    its lines fetched ahead, the cut, the picks, and their pairs read into ``out.row``/``out.eid`` (no phase
+    3), rather than the cut, picks and gather as three passes over the frontier (faster: the
+    ``temporal-uniform`` rows of ``tools/bench_variants.py``)."""
+    starts, degs, order, limits, k, replace, f_lo = fr.starts, fr.degs, fr.order, hop.limits, hop.k, hop.replace, hop.lo
+    pos = out.pos
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
         if t + _AHEAD_BLOCK < t_hi:  # its keys and the first half of its pairs, where the earliest edges are
@@ -367,7 +383,7 @@ def _pick_blocked(state, records, starts, degs, order, limits, base, latest, t_l
         else:
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, start)
         dst, end = f_lo + order[t], start + deg
-        picked, cols, rows, eids = _node_outputs(pos, col, row, eid, e, m)
+        picked, cols, rows, eids = _node_outputs(out, e, m)
         for j in range(m):
             cols[j] = dst
             at = pair_at(picked[j], end)

@@ -35,19 +35,20 @@ def pointers(files, indptrs, offsets, ids, bounds, starts, degs):
 
 
 @njit(cache=True, nogil=True)
-def picks(files, state, starts, degs, order, bounds, k, replace, f_lo, pos, col, e, scratch, row, eid, block_edges):
-    """The plain picks of a hop over blocks read, not mapped, from ``e`` on; returns the end, or -1 when
-    ``files`` is ``None`` (mapped: the caller picks)."""
+def picks(files, state, fr, k, replace, f_lo, out, e, scratch, block_edges):
+    """The plain picks of a hop over blocks read, not mapped, from ``e`` on (``fr`` the frontier grouped by
+    block, :class:`~sampling.kernels.structs.Frontier`; ``out`` :class:`~sampling.kernels.structs.Edges`);
+    returns the end, or -1 when ``files`` is ``None`` (mapped: the caller picks)."""
     if files is None:
         return np.int64(-1)
-    stage, shift = stage_pairs(files, bounds, order, starts, degs)
+    bounds = fr.bounds
+    stage, shift = stage_pairs(files, bounds, fr.order, fr.starts, fr.degs)
     e0 = e
     for b in range(len(bounds) - 1):
         block_edges[b] = e
-        e = pick_uniform(state, starts, degs, order, bounds[b], bounds[b + 1], k, replace, f_lo, pos, col, e,
-                          scratch, stage, row, eid)
+        e = pick_uniform(state, fr, bounds[b], bounds[b + 1], k, replace, f_lo, out, e, scratch, stage)
     block_edges[len(bounds) - 1] = e
-    shift_positions(pos, col, f_lo, shift, e0, e)
+    shift_positions(out.pos, out.col, f_lo, shift, e0, e)
     return e
 
 
@@ -56,7 +57,8 @@ def read_pointers(files, offsets, ids, bounds, starts, degs):
     """Phase 1 unmapped: each frontier node's CSC start and degree, block by block."""
     win = np.empty(_WINDOW, np.int64)
     for b in range(len(bounds) - 1):
-        fds, chunk_rows, lo = files[0][files[1][b]:files[1][b + 1]], files[2][b], offsets[b]
+        fds = files.indptr_fds[files.indptr_first[b]:files.indptr_first[b + 1]]
+        chunk_rows, lo = files.indptr_rows[b], offsets[b]
         w_lo, w_hi = np.int64(0), np.int64(0)  # the entries [w_lo, w_hi) in ``win``
         for t in range(bounds[b], bounds[b + 1]):
             g = ids[t] - lo
@@ -103,8 +105,8 @@ def stage_pairs(files, bounds, order, starts, degs):
     stage = np.empty(2 * total, np.int32)
     for r in range(runs):
         b = run_block[r]
-        fds = files[3][files[4][b]:files[4][b + 1]]
-        if not read_span(fds, files[5][b], 8, run_lo[r], run_hi[r] - run_lo[r], stage, 2 * run_at[r], 2):
+        fds = files.pair_fds[files.pair_first[b]:files.pair_first[b + 1]]
+        if not read_span(fds, files.pair_rows[b], 8, run_lo[r], run_hi[r] - run_lo[r], stage, 2 * run_at[r], 2):
             raise CorruptDatasetError("reading a partition's packed pairs came back short (a truncated chunk file or "
                                       "a failing disk); run `graphstore verify` on the dataset")
     shift = np.zeros(nf, np.int64)

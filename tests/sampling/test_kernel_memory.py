@@ -22,6 +22,7 @@ from graphstore.storage.local import LocalLocation
 from sampling import NeighborSampler
 from sampling.graph import derived
 from sampling.kernels import picks
+from sampling.kernels.structs import Edges, Frontier, Hop
 
 
 def _sample(sampler, seeds, time=None):
@@ -47,7 +48,8 @@ def test_the_picks_kernels_are_compiled_without_reference_counting():
     """Reference counting made numba incref and decref each array an inlined draw is passed, once per frontier
     node: atomic operations, 7% of the plain path's time and 20% of the weighted one's (perf). The kernels
     numba inlines the draws into are compiled without it; what they call inherits that."""
-    for kernel in (picks.pick_block, picks.pick_uniform, picks._pick_blocked, picks._pick_sorted):
+    assert picks.pick_block.targetoptions.get("inline") == "always"  # its body is _picks_of's call
+    for kernel in (picks._picks_of, picks.pick_uniform, picks._pick_blocked, picks._pick_sorted):
         assert kernel.targetoptions.get("_nrt") is False, kernel.py_func.__name__
         assert kernel.targetoptions.get("nogil") is True, kernel.py_func.__name__  # loader threads sample in parallel
 
@@ -97,10 +99,11 @@ def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
     options["cache"] = False
     uniform = njit(**options)(picks.pick_uniform.py_func)
     blocked = njit(**options)(picks._pick_blocked.py_func)
+    fr, out = Frontier(order, np.array([0, n], np.int64), order, starts, degs), Edges(row, col, eid, pos)
     for replace in (False, True):
-        uniform(state, starts, degs, order, 0, n, 15, replace, 0, pos, col, 0, scratch, packed, row, eid)
-        blocked(state, records, starts, degs, order, limits, np.int64(0), np.int64(1000), 0, n, 15, replace, False, 0,
-                pos, col, row, eid, 0, scratch)
+        uniform(state, fr, 0, n, 15, replace, 0, out, 0, scratch, packed)
+        hop = Hop(order, 0, n, 15, replace, False, limits)
+        blocked(state, records, fr, 0, n, hop, False, np.int64(0), np.int64(1000), out, 0, scratch)
     for kernel in (uniform, blocked):
         for signature in kernel.signatures:
             asm = kernel.inspect_asm(signature)

@@ -151,6 +151,31 @@ def test_bench_train_runs_two_ranks_and_their_loader_alone(tmp_path):
     assert loader["compute_per_step"] == 0
 
 
+def test_bench_train_gives_an_epoch_that_ends_after_the_last_poll_the_window_before_it(tmp_path, monkeypatch):
+    from tests.tools.conftest import load_tool
+
+    tool = load_tool("bench_train")
+    metrics, rss = tmp_path / "m.json", iter([100, 200])
+
+    class Job:  # polled twice while running; epochs 1-2 written before the second poll, 3 after it
+        pid, calls = 1, 0
+
+        def poll(self):
+            self.calls += 1
+            if self.calls >= 2:
+                metrics.write_text(json.dumps({"epochs": [{}] * (2 if self.calls == 2 else 3)}))
+            return None if self.calls < 3 else 0
+
+    class Rank:
+        pid = 7
+
+        def memory_info(self):
+            return type("M", (), {"rss": next(rss)})()
+
+    monkeypatch.setattr(tool.benchinfo, "rank_processes", lambda pid: [Rank()])
+    assert tool.poll_peaks(Job(), metrics, interval=0) == [[200], [200], [200]]
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_bench_train_compares_with_a_baseline_checkout(tmp_path):

@@ -31,6 +31,7 @@ TOOL_CASES = [
     ("bench_trim", ["--steps", "-1"], "argument --steps: -1 is out of range"),
     ("bench_variants", ["--batches", "x"], "argument --batches: 'x' is not an integer"),
     ("demo", ["--nproc", "0"], "argument --nproc: 0 is out of range"),
+    ("kernel_cache", ["{t}/missing"], "{t}/missing: no such checkout"),
     ("make_link_graphs", ["regular", "{t}/g.npz", "--degree", "-1"], "argument --degree: -1 is out of range"),
 ]
 
