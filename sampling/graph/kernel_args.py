@@ -31,6 +31,24 @@ class Variants:
         return not (self.weighted or self.temporal or self.disjoint)
 
 
+BLOCK_ARITY = 4  # the fewest entries of a per-block tuple: the kernels compile once for 1 to 4 blocks
+
+
+def arity(blocks: int) -> int:
+    """The length of the kernels' per-block tuples for ``blocks`` blocks: at least :data:`BLOCK_ARITY`, else
+    the next power of two. numba compiles a kernel for each tuple length, so a rank serving 1, 2, 3 or 4
+    partitions runs the same compiled kernels (the warm-up's), and 5 to 8 share the next."""
+    return max(BLOCK_ARITY, 1 << (blocks - 1).bit_length())
+
+
+def padded(arrays: tuple[np.ndarray, ...] | None, length: int) -> tuple[np.ndarray, ...] | None:
+    """``arrays`` (one per block) to ``length`` entries, the rest empty arrays of the same type (the kernels
+    index blocks below their count only)."""
+    if arrays is None:
+        return None
+    return tuple(arrays) + (np.zeros(0, arrays[0].dtype),) * (length - len(arrays))
+
+
 def _ready(array: np.ndarray, dtype: Any) -> np.ndarray:
     """``array`` as the kernels take it: contiguous, writable (copy-on-write maps are) and of ``dtype``
     (a copy only when it is not)."""
@@ -87,7 +105,11 @@ class BlockArgs:
         self.allowed = blocks[0].allowed if masked else 0
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
         self.files = _unmapped(blocks)
-        self.topo = Topology(indptrs, indices, eids, packed_, self.use_packed, self.offsets, self.files)
+        n = self.arity = arity(len(blocks))
+        self.topo = Topology(padded(indptrs, n), padded(indices, n), padded(eids, n), padded(packed_, n),
+                             self.use_packed, self.offsets, self.files)
+        self._arrays = {name: padded(getattr(self, name), n)
+                        for name in ("src", "weights", "aliases", "times", "splits")}
 
     def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None,
                pairs: tuple[np.ndarray, ...] | None) -> None:
@@ -103,8 +125,9 @@ class BlockArgs:
             wide_pos = any(len(b.indices) >= 2**31 for b in blocks)
             built = [_time_records(b, node_time, p, narrow, wide_pos)
                      for b, p in zip(blocks, pairs or [None] * len(blocks))]
-            self.tsort = TimeRecords(tuple(r[0] for r in built), tuple(r[1] for r in built),
-                                     tuple(r[2] for r in built), np.array([r[3][0] for r in built], np.int64),
+            n = arity(len(blocks))
+            keys, pairs, order = (padded(tuple(r[i] for r in built), n) for i in range(3))
+            self.tsort = TimeRecords(keys, pairs, order, np.array([r[3][0] for r in built], np.int64),
                                      np.array([r[3][1] for r in built], np.int64),
                                      np.array([r[4] for r in built], np.int64))
 
@@ -130,9 +153,10 @@ class BlockArgs:
         if excl is not None and self.files is not None:
             raise InvalidInputError("a link batch's exclusion reads each candidate edge, which sampling a partition "
                                     "read without mapping does not do yet; leave the dataset mapped for link prediction")
-        return VariantArrays(self.src, self.stride, self.weights, self.aliases, self.astride, self.amask,
-                             self.times if t else None, self.tsort if t else None, self.node_time if t else None,
-                             bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
+        a = self._arrays  # per-block tuples of the kernels' length
+        return VariantArrays(a["src"], self.stride, a["weights"], a["aliases"], self.astride, self.amask,
+                             a["times"] if t else None, self.tsort if t else None, self.node_time if t else None,
+                             bool(last), a["splits"], int(self.allowed), excl, int(mul), int(mode))
 
 
 def _refuse_unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, node_time: np.ndarray | None) -> None:

@@ -416,10 +416,31 @@ def test_a_datasets_derived_arrays_are_stored_once_and_memory_mapped(graphs, tmp
     monkeypatch.setattr(derived, "time_records", None)
     monkeypatch.setattr(derived, "compact_weighted_packed", None)
     again, mapped = sample()
-    assert all(isinstance(t, np.memmap) for part in mapped.tsort[:3] for t in part)
-    assert all(isinstance(p, np.memmap) for p in mapped.topo[3])
+    n = len(mapped.blocks)  # the per-block tuples go on with empty arrays to the kernels' length
+    assert all(isinstance(t[b], np.memmap) for t in (mapped.tsort.keys, mapped.tsort.pairs, mapped.tsort.order)
+               for b in range(n))
+    assert all(isinstance(p, np.memmap) for p in mapped.topo.packed[:n])
     assert torch.equal(first.edge, again.edge) and torch.equal(first.node, again.node)
     assert (g.edge_time[first.edge.numpy()] <= 600).all()
+
+
+@pytest.mark.parametrize("options", [{}, {"weight_attr": "weight", "time_attr": "edge_time"}])
+def test_one_and_three_partitions_run_the_same_compiled_kernel(graphs, options):
+    """The kernels' per-block tuples have one length for 1 to 4 blocks, so a rank serving three partitions runs
+    the kernel compiled (by the warm-up) for one; a fourth entry would take the next length."""
+    from sampling.graph.kernel_args import arity
+    from sampling.kernels import hop_kernel
+
+    assert [arity(n) for n in (1, 2, 3, 4, 5, 8, 9)] == [4, 4, 4, 4, 8, 8, 16]
+    seeds, times = np.arange(0, 400, 9), np.full(len(np.arange(0, 400, 9)), 10**9)
+    compiled = []
+    for name in ("dataset1", "dataset3"):
+        sampler = NeighborSampler(graphs[name].data, [3, 2], seed=0, **options)
+        blocks = sampler.fast_path.blocks
+        assert len(blocks.blocks) == int(name[-1]) and len(blocks.topo.indptrs) == 4
+        assert _sample(sampler, seeds, times if options else None).row.numel() > 0
+        compiled.append(len(hop_kernel.sample_variants.signatures))
+    assert compiled[1] == compiled[0], "three blocks compiled a kernel of their own"
 
 
 def test_the_cut_at_and_around_the_latest_edge_time():
