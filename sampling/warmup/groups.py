@@ -4,8 +4,9 @@ Each case runs a public entry point (``graphstore.ingest``, the loaders, the dis
 loopback transport) for one batch, so numba compiles exactly the specialisations those paths call: the
 one-call fast path (in-memory graphs and whole datasets), the per-hop driver (heterogeneous graphs, a
 partition's store, the distributed sampler and its partition servers), with each variant that changes
-the kernels' argument types (weights, node and edge times, edge masks, a link batch's exclusion) and
-the block counts a rank sees (one partition, or two).
+the kernels' argument types (weights, node and edge times, edge masks, a link batch's exclusion), over
+one partition a rank and two (the kernels' per-block tuples are padded to four entries, so both, and
+three or four, run the same specialisations: :func:`sampling.graph.kernel_args.arity`).
 """
 
 from __future__ import annotations
