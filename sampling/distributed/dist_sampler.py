@@ -19,7 +19,7 @@ from graphstore.dataset.opened import Dataset
 from graphstore.dataset.rank_layout import RankLayout
 from graphstore.errors import InvalidInputError
 from sampling.drivers.neighbor_sampler import NeighborSampler
-from sampling.distributed.server import SAMPLE
+from sampling.distributed.server import SAMPLE, SampleOptions
 from sampling.graph.topology import EdgeTopology, from_dataset
 from sampling.distributed.transport import Transport
 from sampling.distributed.wire import EDGE_IDS, POSITIONS, pack
@@ -78,7 +78,7 @@ class RemoteBlock:
     transport: Transport
     layout: RankLayout
     stats: RemoteStats
-    options: tuple  # (weight_attr, time_attr, message_edges) the server samples with
+    options: SampleOptions  # what the server samples with
     returns: int = EDGE_IDS | POSITIONS  # edge IDs / CSC positions the batch needs (else -1 here, unsent)
     is_remote = True
 
@@ -140,7 +140,7 @@ class DistributedSampler(NeighborSampler):
                 for p in range(self._data.num_parts):
                     blocks.append(topo.blocks[self.parts.index(p)] if p in self.parts else RemoteBlock(
                         int(dst[p]), int(dst[p + 1]), p, etype, self.transport, self.layout, self.stats,
-                        (c.weight_attr, c.time_attr, c.message_edges), self._returns(etype)))
+                        SampleOptions(c.weight_attr, c.time_attr, c.message_edges), self._returns(etype)))
                 out[etype] = EdgeTopology(etype, topo.src_type, topo.dst_type, blocks, topo.num_src, topo.num_dst)
             self._topology = out
         return self._topology

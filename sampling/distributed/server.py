@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -21,6 +21,16 @@ from sampling.distributed.transport import Transport
 from sampling.distributed.wire import EDGE_IDS, POSITIONS, pack, pack_sample, unpack
 
 SAMPLE, GATHER, EDGE_ATTR = "graphstore.sample", "graphstore.gather", "graphstore.edge_attr"
+
+
+class SampleOptions(NamedTuple):
+    """What the caller's sampler samples with, sent with each remote hop: the server builds (once per options,
+    edge type and partition) the kernel arguments for them. ``message_edges``: the sampler's link-split mask
+    (:class:`sampling.MessageEdges`; ``None``: every edge)."""
+
+    weight_attr: str | None
+    time_attr: str | None
+    message_edges: Any
 
 
 class PartitionServer:
@@ -40,13 +50,13 @@ class PartitionServer:
         transport.register(GATHER, self.gather)
         transport.register(EDGE_ATTR, self.edge_attr)
 
-    def _block_args(self, options: tuple, edge_type: Any, part: int) -> BlockArgs:
+    def _block_args(self, options: SampleOptions, edge_type: Any, part: int) -> BlockArgs:
         """The kernel's arguments for ``part``'s block of ``edge_type`` under a caller's options."""
         with self._lock:
             key = (options, edge_type, part)
             if key not in self._args:
-                weight_attr, time_attr, mask = options
-                topo = from_dataset(self.dataset, [part], weight_attr, time_attr, mask=mask)[edge_type]
+                weight_attr, time_attr = options.weight_attr, options.time_attr
+                topo = from_dataset(self.dataset, [part], weight_attr, time_attr, mask=options.message_edges)[edge_type]
                 node_time = node_times(self.dataset, time_attr).get(topo.src_type) if time_attr else None
                 # an edge type without the weight attribute samples uniformly (as in PyG)
                 weighted = weight_attr is not None and topo.has_weight
@@ -62,10 +72,11 @@ class PartitionServer:
         return rng
 
     def sample(self, edge_type: Any, part: int, nodes: Any, fanout: int, replace: bool, seed_time: Any,
-               strategy: int, options: tuple, exclusion: tuple | None = None, returns: int = EDGE_IDS | POSITIONS,
+               strategy: int, options: SampleOptions, exclusion: tuple | None = None,
+               returns: int = EDGE_IDS | POSITIONS,
                seed: int | None = None) -> tuple[Any, ...]:
         """One hop for ``nodes`` of this partition, by the caller's options, in the engine's kernel: its
-        link split mask (``options[2]``) and the links of its batch to leave out (``exclusion``) are
+        link split mask (``options.message_edges``) and the links of its batch to leave out (``exclusion``) are
         applied by the kernel, so the fanout counts admitted edges only; ``seed_time`` is each node's
         time limit; ``seed`` (the caller's draw) seeds this request's picks. Integers come and go packed
         (:func:`sampling.distributed.wire.pack`); edge IDs and positions only when ``returns`` asks for them."""
