@@ -105,11 +105,11 @@ class BlockArgs:
         self.allowed = blocks[0].allowed if masked else 0
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
         self.files = _unmapped(blocks)
-        n = self.arity = arity(len(blocks))
+        n = arity(len(blocks))  # the per-block tuples the kernels read, padded to their length
         self.topo = Topology(padded(indptrs, n), padded(indices, n), padded(eids, n), padded(packed_, n),
                              self.use_packed, self.offsets, self.files)
-        self._arrays = {name: padded(getattr(self, name), n)
-                        for name in ("src", "weights", "aliases", "times", "splits")}
+        self.src, self.weights, self.aliases, self.times, self.splits = (
+            padded(a, n) for a in (self.src, self.weights, self.aliases, self.times, self.splits))
 
     def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None,
                pairs: tuple[np.ndarray, ...] | None) -> None:
@@ -153,10 +153,9 @@ class BlockArgs:
         if excl is not None and self.files is not None:
             raise InvalidInputError("a link batch's exclusion reads each candidate edge, which sampling a partition "
                                     "read without mapping does not do yet; leave the dataset mapped for link prediction")
-        a = self._arrays  # per-block tuples of the kernels' length
-        return VariantArrays(a["src"], self.stride, a["weights"], a["aliases"], self.astride, self.amask,
-                             a["times"] if t else None, self.tsort if t else None, self.node_time if t else None,
-                             bool(last), a["splits"], int(self.allowed), excl, int(mul), int(mode))
+        return VariantArrays(self.src, self.stride, self.weights, self.aliases, self.astride, self.amask,
+                             self.times if t else None, self.tsort if t else None, self.node_time if t else None,
+                             bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
 
 
 def _refuse_unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, node_time: np.ndarray | None) -> None:
