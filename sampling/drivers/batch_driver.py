@@ -13,9 +13,10 @@ from torch_geometric.sampler import SamplerOutput
 
 from graphstore.heap import keep_freed_memory
 from graphstore.errors import CorruptDatasetError, InvalidInputError, NotOwnedError
-from sampling.kernels import frontier, hop_kernel
+from sampling.kernels import hop_kernel
 from sampling.graph.kernel_args import BlockArgs, Variants
 from sampling.kernels.idmap import DENSE_MAX_NODES
+from sampling.kernels.structs import IdMap
 from sampling.graph.topology import EdgeTopology
 
 __all__ = ["FastPath", "Variants"]
@@ -57,6 +58,7 @@ class FastPath:
             local.seen = np.zeros(-(-self.num_nodes // 64) if self.dense else 0, np.uint64)
             local.dense = np.empty(self.num_nodes if self.dense else 0, np.int32)
             local.table = np.full(0 if self.dense else 1 << 12, -1, np.int64)
+            local.sizes = np.zeros(4, np.int64)  # the kernel's buffer sizes: what the last batch needed
         try:
             time_sorted, *result, batch = self._sample(seeds, local, seed_time, exclusion, strict)
             nodes, row, col, eid, pos, block_edges, per_hop_nodes, per_hop_edges, local.table = result
@@ -66,9 +68,12 @@ class FastPath:
         if len(per_hop_nodes) and per_hop_nodes[0] < 0:
             raise CorruptDatasetError(f"a neighbor ID read from the topology is not a node ID (0..{self.num_nodes - 1});"
                                       " run `graphstore verify` on the dataset")
-        start_len = frontier.buffer_len(len(seeds), self.fanouts)
-        nodes, row, col, eid, pos = (_fit(a, start_len) for a in (nodes, row, col, eid, pos))
-        batch = torch.from_numpy(_fit(batch, start_len)) if self.variants.disjoint else None
+        sizes = local.sizes
+        edge_room, node_room = int(sizes[0]), int(sizes[1])
+        row, col, eid, pos = (_fit(a, edge_room) for a in (row, col, eid, pos))
+        nodes = _fit(nodes, node_room)
+        batch = torch.from_numpy(_fit(batch, node_room)) if self.variants.disjoint else None
+        sizes[0], sizes[1] = (n + n // 4 for n in sizes[2:])  # the next batch's: this one's need, and a margin
         out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
                             torch.from_numpy(eid), batch, per_hop_nodes.tolist(), per_hop_edges.tolist())
         if time_sorted and not self.positions:
@@ -90,14 +95,18 @@ class FastPath:
                                         "one time per seed (input_time or edge_label_time)")
             limits = np.ascontiguousarray(seed_time, np.int64) - (1 if strict else 0)  # t' < t <=> t' <= t - 1
         var = self.blocks.var(self.variants.last, limits is not None, exclusion)
-        result = hop_kernel.sample_variants(self.blocks.topo, seeds, self.fanouts, self.replace, local.rng, local.seen,
-                                          local.dense, local.table, self.num_nodes, self.variants.disjoint, var, limits)
+        result = hop_kernel.sample_variants(self.blocks.topo, seeds, self.fanouts, self.replace, local.rng,
+                                            IdMap(local.seen, local.dense, local.table), self.num_nodes,
+                                            self.variants.disjoint, var, limits, local.sizes)
         return BlockArgs.time_sorted(var), *result  # first: whether the picks are positions in time order
 
 
 def _fit(a: np.ndarray, buffer_len: int) -> np.ndarray:
-    """``a``, a view into a kernel buffer sized for the worst case; copied out when it fills under half
-    of it, so a batch kept alive (prefetched, queued) does not keep the whole buffer alive."""
+    """``a``, a view into a kernel buffer of ``buffer_len`` entries; copied out when it fills under half of
+    it, so a batch kept alive (prefetched, queued) does not keep the whole buffer alive. The buffers are
+    sized by what the thread's last batch needed (``sizes`` of
+    :func:`~sampling.kernels.hop_kernel.sample_variants`), so most batches fill them past half and are
+    handed over as they are (a copy was a tenth of a batch's time when they were sized for the worst case)."""
     return a.copy() if 2 * len(a) < buffer_len else a
 
 

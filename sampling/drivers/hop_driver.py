@@ -344,8 +344,8 @@ def _picks(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: b
         limits = None
     var = args.var(last, limits is not None, exclusion)
     hop = Hop(ids, 0, len(ids), int(k), bool(replace), bool(in_order), limits)
-    e, out, _ = hop_kernel.hop_picks(args.topo, var, hop, rng, out, np.int64(start), block_edges,
-                                     Scratch(_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F))
+    e, out, _, _ = hop_kernel.hop_picks(args.topo, var, hop, rng, out, np.int64(start), block_edges,
+                                        Scratch(_EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_F))
     if BlockArgs.time_sorted(var):  # picks in time order: their CSC positions
         args.csc_positions(out.pos[start:e], block_edges - start)
     return e, out

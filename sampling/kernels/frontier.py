@@ -163,6 +163,16 @@ def buffer_len(num_seeds, fanouts):
 
 
 @njit(cache=True, nogil=True)
+def start_len(num_seeds, fanouts, wanted):
+    """Edges the output buffers of a batch start with when its caller wants ``wanted`` (from the room earlier
+    batches needed; 0: :func:`buffer_len`): never more than a batch can hold, at least 64."""
+    if wanted <= 0:
+        return buffer_len(num_seeds, fanouts)
+    cap = _capacity(num_seeds, fanouts)
+    return max(64, min(wanted, cap) if cap > 0 else wanted)
+
+
+@njit(cache=True, nogil=True)
 def _capacity(num_seeds, fanouts):
     """Edges a batch can hold at most when every fanout is positive (else 0: grow as needed)."""
     total, width = 0, num_seeds

@@ -21,7 +21,7 @@ from numba import njit
 from graphstore.jitcache import announce_compiles
 from sampling.kernels.idmap import (dedup_dense, dedup_disjoint, dedup_hash, dedup_subgraphs, forget, forget_disjoint,
                             insert_seeds, insert_seeds_disjoint, pow2, rehash)
-from sampling.kernels.frontier import AHEAD_EDGES, by_block, by_id, gather_picked, grow, buffer_len
+from sampling.kernels.frontier import AHEAD_EDGES, by_block, by_id, gather_picked, grow, start_len
 from sampling.kernels import unmapped
 from sampling.kernels.picks import pick_block
 from sampling.kernels.cacheline import prefetch
@@ -58,7 +58,8 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
     (:class:`~sampling.kernels.structs.Scratch`) is grown as needed. ``block_edges[b]`` gets block ``b``'s
     first edge; with time-sorted edges (``var.tsort``) the positions are theirs (:func:`variants_csc`
     translates them). Blocks read, not mapped (``topo.files``), take the plain picks of
-    :mod:`sampling.kernels.unmapped`. Returns ``(end, out, bufs)``.
+    :mod:`sampling.kernels.unmapped`. Returns ``(end, out, bufs, need)``, ``need`` the room ``out`` had to
+    have for the hop (``n_edges`` plus each frontier node's most picks).
     """
     nf = hop.hi - hop.lo
     offsets, files = topo.offsets, topo.files
@@ -74,10 +75,11 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
         d = degs[t]
         total += d if (k < 0 or (not replace and d < k)) else (k if d > 0 else 0)
         max_deg = max(max_deg, d)
-    out, bufs = _room(out, bufs, n_edges + total, max_deg)
+    need = n_edges + total
+    out, bufs = _room(out, bufs, need, max_deg)
     e = unmapped.picks(files, state, fr, k, replace, hop.lo, out, n_edges, bufs.draws, block_edges)
     if e >= 0:  # read, not mapped: the plain picks over this hop's copy of the frontier's pairs
-        return e, out, bufs
+        return e, out, bufs, need
     tsort, aliases, use_packed = var.tsort, var.aliases, topo.use_packed
     # the picks read each picked pair themselves (no phase 3) over the layouts that hold it beside what they
     # read anyway: the weighted packed records, the plain packed pairs, blocked time records
@@ -93,7 +95,7 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
     block_edges[len(offsets) - 1] = e
     if not gathered:
         _gather_picks(tsort, topo.packed, use_packed, topo.indices, topo.eids, block_edges, out)
-    return e, out, bufs
+    return e, out, bufs, need
 
 
 @njit(cache=True, nogil=True)
@@ -183,24 +185,34 @@ def _forget(seen, table, nodes, batch_of, n_nodes, num_nodes, disjoint):
 
 
 @njit(cache=True, nogil=True)
-def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, num_nodes, disjoint, var, seed_times):
+def sample_variants(topo, seeds, fanouts, replace, state, ids, num_nodes, disjoint, var, seed_times, sizes):
     """Sample every hop of one batch with the variants ``var`` (as for :func:`hop_picks`).
 
     The one sampling kernel: every variant off (``var`` of ``None`` s, not disjoint) is the plain path.
-    ``topo`` as for :func:`hop_picks`. Global IDs map to local ones through ``seen`` (uint64 bitmap
-    over the nodes, all 0) with ``dense`` (int32, one entry per node, any content), or, when ``seen`` is
-    empty, through ``table`` (interleaved int64 key/value hash, all -1); either is left empty again
-    (when disjoint ``seen`` must be empty: a per-subgraph table is used). ``seed_times``: per seed, or
-    ``None`` (needs ``disjoint``). Returns ``(nodes, row, col, edge_ids, edge_positions, block_edges,
-    nodes_per_hop, edges_per_hop, table, batch_of)``: ``row``/``col`` local source/destination IDs;
-    ``block_edges[h, b]`` the first edge of hop ``h`` in block ``b`` (edges are grouped by block within
-    a hop); ``batch_of`` each node's subgraph (the position of its seed; empty when not disjoint). If a
-    neighbor ID is not a node ID (a damaged dataset) it stops, with ``nodes_per_hop[0] = -1``.
+    ``topo`` as for :func:`hop_picks`. Global IDs map to local ones through the
+    :class:`~sampling.kernels.structs.IdMap` ``ids``: ``seen`` (uint64 bitmap over the nodes, all 0) with
+    ``dense`` (int32, one entry per node, any content), or, when ``seen`` is empty, ``table`` (interleaved
+    int64 key/value hash, all -1); either is left empty again (when disjoint ``seen`` must be empty: a
+    per-subgraph table is used). ``seed_times``: per seed, or ``None`` (needs ``disjoint``).
+
+    ``sizes`` (int64, 4): in ``sizes[0]``/``sizes[1]`` the edges and nodes the output buffers start with
+    (0: room for the most a batch of these fanouts can sample,
+    :func:`~sampling.kernels.frontier.buffer_len`); on return the room they have there, and in
+    ``sizes[2]``/``sizes[3]`` the room this batch needed (the most edges its picks could write, the most
+    nodes before de-duplication), for the caller to size the next batch's buffers by.
+
+    Returns ``(nodes, row, col, edge_ids, edge_positions, block_edges, nodes_per_hop, edges_per_hop, table,
+    batch_of)``: ``row``/``col`` local source/destination IDs; ``block_edges[h, b]`` the first edge of hop
+    ``h`` in block ``b`` (edges are grouped by block within a hop); ``batch_of`` each node's subgraph (the
+    position of its seed; empty when not disjoint). If a neighbor ID is not a node ID (a damaged dataset)
+    it stops, with ``nodes_per_hop[0] = -1``.
     """
+    seen, dense, table = ids
     num_seeds, num_blocks, hops = len(seeds), len(topo.offsets) - 1, len(fanouts)
-    cap = buffer_len(num_seeds, fanouts)
-    nodes = np.empty(num_seeds + cap, np.int64)
-    batch_of = np.empty(num_seeds + cap if disjoint else 0, np.int64)  # of every local node: its subgraph
+    cap = start_len(num_seeds, fanouts, sizes[0])
+    node_cap = num_seeds + cap if sizes[1] <= 0 else max(num_seeds, min(sizes[1], num_seeds + cap))
+    nodes = np.empty(node_cap, np.int64)
+    batch_of = np.empty(node_cap if disjoint else 0, np.int64)  # of every local node: its subgraph
     out = Edges(np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64), np.empty(cap, np.int64))
     block_edges = np.zeros((hops, num_blocks + 1), np.int64)
     nodes_per_hop, edges_per_hop = np.zeros(hops + 1, np.int64), np.zeros(hops, np.int64)
@@ -214,6 +226,7 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
         if len(seen) == 0 and len(table) < 4 * num_seeds:
             table = rehash(table, pow2(4 * num_seeds))
         insert_seeds(seen, dense, table, seeds, nodes)
+    sizes[2], sizes[3] = 0, num_seeds
     n_nodes, n_edges, f_lo, f_hi = num_seeds, np.int64(0), np.int64(0), num_seeds  # note on literal zeros
     nodes_per_hop[0] = num_seeds
     bufs = Scratch(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float64))
@@ -226,7 +239,8 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
             continue
         limits = _hop_limits(batch_of, f_lo, f_hi, seed_times)
         hop = Hop(nodes, f_lo, f_hi, k, replace, disjoint, limits)
-        e, out, bufs = hop_picks(topo, var, hop, state, out, n_edges, block_edges[h], bufs)
+        e, out, bufs, need = hop_picks(topo, var, hop, state, out, n_edges, block_edges[h], bufs)
+        sizes[2], sizes[3] = max(sizes[2], need), max(sizes[3], n_nodes + e - n_edges)
         if n_nodes + e - n_edges > len(nodes):
             nodes = grow(nodes, n_nodes + e - n_edges)
             if disjoint:
@@ -249,6 +263,7 @@ def sample_variants(topo, seeds, fanouts, replace, state, seen, dense, table, nu
         nodes_per_hop[h + 1] = f_hi - f_lo
     if not disjoint:
         forget(seen, table, nodes, n_nodes)
+    sizes[0], sizes[1] = len(out.row), len(nodes)
     row, col, eid, pos = out
     return (nodes[:n_nodes], row[:n_edges], col[:n_edges], eid[:n_edges], pos[:n_edges], block_edges,
             nodes_per_hop, edges_per_hop, table, batch_of[:n_nodes])

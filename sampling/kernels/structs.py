@@ -136,3 +136,13 @@ class Scratch(NamedTuple):
     cand: np.ndarray
     tkeys: np.ndarray
     wkeys: np.ndarray
+
+
+class IdMap(NamedTuple):
+    """A thread's map of global node IDs to a batch's local ones (:mod:`sampling.kernels.idmap`): ``seen``
+    (a bit per node) with ``dense`` (a local ID per node), or, when ``seen`` is empty, ``table`` (a hash of
+    the batch's nodes, grown as needed: the kernel returns the one it ends with)."""
+
+    seen: np.ndarray
+    dense: np.ndarray
+    table: np.ndarray

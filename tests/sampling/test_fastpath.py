@@ -214,8 +214,8 @@ def test_an_error_inside_the_kernel_leaves_no_stale_nodes(graphs, monkeypatch):
     before = _per_hop(_sample(sampler, [3, 17]))
     real = hop_kernel.sample_variants
 
-    def fails_midway(topo, seeds, fanouts, replace, state, seen, dense, table, *rest):
-        idmap.insert_seeds(seen, dense, table, np.array([17, 250, 99]), np.empty(3, np.int64))
+    def fails_midway(topo, seeds, fanouts, replace, state, ids, *rest):
+        idmap.insert_seeds(ids.seen, ids.dense, ids.table, np.array([17, 250, 99]), np.empty(3, np.int64))
         raise MemoryError("simulated: allocation failed inside the kernel")
 
     monkeypatch.setattr(batch_driver.hop_kernel, "sample_variants", fails_midway)
@@ -223,6 +223,32 @@ def test_an_error_inside_the_kernel_leaves_no_stale_nodes(graphs, monkeypatch):
         _sample(sampler, [250, 99])
     monkeypatch.setattr(batch_driver.hop_kernel, "sample_variants", real)
     assert _per_hop(_sample(sampler, [3, 17])) == before
+
+
+@pytest.mark.parametrize("kw", [{}, {"time_attr": "time"}])
+def test_buffers_sized_by_the_last_batch_sample_what_the_largest_buffers_do(graphs, kw):
+    """The kernel's output buffers start at the room the thread's last batch needed: a batch that needs more
+    grows them mid-batch and samples what buffers sized for the most a batch can hold would."""
+    from sampling.kernels.frontier import buffer_len
+
+    sampler, seeds = NeighborSampler(graphs["dataset3"].data, [10, 5], **kw), np.arange(0, 400, 2)
+
+    def sample(ids):  # temporal: seed times in the middle of the edge times (0..99)
+        return sampler.sample_from_nodes(NodeSamplerInput(None, torch.as_tensor(ids),
+                                                          torch.full((len(ids),), 50) if kw else None))
+
+    sample(seeds[:1])  # a one-seed batch: the next starts with room for about one seed's picks
+    local = sampler._local
+    start = int(local.sizes[0])
+    assert 0 < start < buffer_len(len(seeds), np.array([10, 5])) // 20
+    state = local.rng.copy()
+    grown = sample(seeds)
+    assert local.sizes[2] > 20 * start, "the batch needed far more room than it started with"
+    local.sizes[:], local.rng[:] = 0, state  # the largest buffers, the same draws
+    largest = sample(seeds)
+    for name in ("node", "row", "col", "edge"):
+        assert torch.equal(getattr(grown, name), getattr(largest, name)), name
+    assert grown.num_sampled_edges == largest.num_sampled_edges and len(grown.edge) > 100
 
 
 def test_a_pair_of_dataset_stores_returns_input_edge_ids(graphs):
