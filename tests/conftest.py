@@ -216,3 +216,19 @@ def rig():
     finally:
         for cluster in made:
             cluster.close()
+
+
+def running(procs: list) -> list:
+    """Of ``procs`` (``psutil.Process`` objects or PIDs), those still running: not ended, not a zombie
+    (a process that ends while it is asked counts as ended)."""
+    import psutil
+
+    alive = []
+    for p in procs:
+        try:
+            proc = p if isinstance(p, psutil.Process) else psutil.Process(p)
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive

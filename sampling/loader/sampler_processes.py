@@ -26,13 +26,13 @@ from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 from graphstore.errors import GraphstoreError
+from graphstore.forking import fork_allowed
 from sampling.loader import handoff
 from sampling.loader.device_feed import pin
 from sampling.distributed.transport import PeerError, Transport
 
 logger = logging.getLogger(__name__)
 _POLL = 0.5  # seconds between checks that a worker (or the parent) is still alive
-FORK_ENV = "GRAPHSTORE_FORK_RANKS"  # graphstore-train's variable too: 0 makes every sampler process (and rank) fresh
 # what a sampler process imports before it builds a batch: the fork server imports it once for a rank's workers
 _PRELOAD = ["torch", "torch_geometric", "sampling.distributed.dist_loader", __name__]
 SLOTS = 2  # index batches in flight a worker: it builds one while its rank copies another out
@@ -165,10 +165,8 @@ def late_context(env: dict[str, str] | None = None) -> Any:
     server (its processes forked from one that imported :data:`_PRELOAD` once) on Linux, spawn where
     ``GRAPHSTORE_FORK_RANKS=0`` asks for fresh interpreters or where there is no fork server."""
     import multiprocessing
-    import sys
 
-    env = os.environ if env is None else env
-    if env.get(FORK_ENV, "1").strip() == "0" or not sys.platform.startswith("linux"):
+    if not fork_allowed(env):  # a value other than 0 or 1 is refused there, in one line
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)  # read once, when the server starts

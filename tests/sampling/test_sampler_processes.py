@@ -12,9 +12,10 @@ import psutil
 import pytest
 import torch
 
-from graphstore.errors import InvalidInputError
+from graphstore.errors import GraphstoreError, InvalidInputError
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader
 from sampling.loader.sampler_processes import SamplerProcessLost, late_context
+from tests.conftest import running
 from tests.sampling.test_loader_threads import _group, _view
 
 pytestmark = pytest.mark.slow
@@ -53,6 +54,8 @@ def test_late_sampler_processes_come_from_the_fork_server_unless_fresh_interpret
     assert late_context({}).get_start_method() == "forkserver"
     assert late_context({"GRAPHSTORE_FORK_RANKS": "1"}).get_start_method() == "forkserver"
     assert late_context({"GRAPHSTORE_FORK_RANKS": "0"}).get_start_method() == "spawn"
+    with pytest.raises(GraphstoreError, match=r"GRAPHSTORE_FORK_RANKS='yes': set it to 1 .* or 0 "):
+        late_context({"GRAPHSTORE_FORK_RANKS": "yes"})  # the launcher's reading: not a fork server by default
 
 
 def test_sampler_processes_forked_at_the_start_or_by_the_fork_server_give_the_same_batches_and_die_with_the_rank(graphs):
@@ -76,20 +79,9 @@ def test_sampler_processes_forked_at_the_start_or_by_the_fork_server_give_the_sa
     assert not late["forked_at_start"] and not late["server_is_this_process"] and late["server_is_a_child"], late
     assert late["same_batches"]
     deadline = time.monotonic() + 15  # the rank died by SIGKILL: its fork server and that worker follow it
-    while _running(late["pids"]) and time.monotonic() < deadline:
+    while running(late["pids"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _running(late["pids"]), "a sampler process or the fork server outlived its rank"
-
-
-def _running(pids: list[int]) -> list[int]:
-    alive = []
-    for pid in pids:
-        try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
+    assert not running(late["pids"]), "a sampler process or the fork server outlived its rank"
 
 
 def test_a_sampler_process_that_dies_is_named(graphs):

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from graphstore.forking import FORK_RANKS_ENV
 from tests.training.conftest import ROOT
 from training.launcher import forkserver
 
@@ -83,12 +84,12 @@ def test_a_server_whose_imports_fail_refuses_and_ranks_start_fresh(server_env, t
 
 
 def test_a_bad_fork_ranks_value_is_one_line_at_the_door(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), forkserver.FORK_RANKS_ENV: "yes"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), FORK_RANKS_ENV: "yes"}
     script = tmp_path / "s.py"
     script.write_text("print('ran')\n")
     out = subprocess.run([sys.executable, "-m", "training.run", str(script)], capture_output=True, text=True,
                          env=env, cwd=ROOT, timeout=60)
     assert out.returncode == 2 and "ran" not in out.stdout
     assert out.stderr.strip().splitlines() == [
-        "graphstore-run: error: GRAPHSTORE_FORK_RANKS='yes': set it to 1 (fork ranks from one server, the default) "
-        "or 0 (start each rank as a fresh interpreter)"], out.stderr
+        "graphstore-run: error: GRAPHSTORE_FORK_RANKS='yes': set it to 1 (fork ranks and sampler processes from one "
+        "server, the default) or 0 (start each as a fresh interpreter)"], out.stderr

@@ -13,6 +13,7 @@ import psutil
 import pytest
 import torch
 
+from tests.conftest import running
 from tests.training.conftest import ROOT, metrics, run_train, train_cmd
 from tests.training.test_train import _wait_for_ranks
 
@@ -28,10 +29,6 @@ def _start(dataset, *args, env=None) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     return subprocess.Popen(train_cmd(dataset, *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=ROOT, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def _after_epoch_1(launcher: subprocess.Popen) -> None:
@@ -107,11 +104,11 @@ def test_no_rank_outlives_its_launcher(synthetic2, tmp_path, how):
         launcher.send_signal(signal.SIGKILL if how == "kill -9" else signal.SIGINT)
         sent = time.monotonic()
         _, err = launcher.communicate(timeout=30)
-        while _alive(ranks) and time.monotonic() - sent < 15:
+        while running(ranks) and time.monotonic() - sent < 15:
             time.sleep(0.2)
-        assert not _alive(ranks), f"ranks alive {time.monotonic() - sent:.0f} s after {how}"
+        assert not running(ranks), f"ranks alive {time.monotonic() - sent:.0f} s after {how}"
     finally:
-        for p in _alive(ranks if "ranks" in locals() else []):
+        for p in running(ranks if "ranks" in locals() else []):
             p.kill()
         if launcher.poll() is None:
             launcher.kill()
@@ -140,7 +137,7 @@ def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(synthetic2):
         _, err = launcher.communicate(timeout=60)
         took = time.monotonic() - stopped
     finally:
-        for p in _alive(ranks):
+        for p in running(ranks):
             p.kill()
         if launcher.poll() is None:
             launcher.kill()
@@ -194,12 +191,12 @@ def test_a_rank_whose_stderr_was_the_launcher_still_ends_with_it(tmp_path, stuck
         launcher.wait(timeout=10)
         killed = time.monotonic()
         # the shell kills the rank, then removes the directory: wait (bounded) for both
-        while (_alive([rank]) or job.exists()) and time.monotonic() - killed < lifetime.BACKSTOP_SECONDS + 10:
+        while (running([rank]) or job.exists()) and time.monotonic() - killed < lifetime.BACKSTOP_SECONDS + 10:
             time.sleep(0.1)
-        assert not _alive([rank]), f"the rank is alive {time.monotonic() - killed:.0f} s after its launcher died"
+        assert not running([rank]), f"the rank is alive {time.monotonic() - killed:.0f} s after its launcher died"
         assert not job.exists(), "the rank is gone but its job directory is still there"
     finally:
-        if rank is not None and _alive([rank]):
+        if rank is not None and running([rank]):
             rank.kill()
         if launcher.poll() is None:
             launcher.kill()

@@ -26,7 +26,8 @@ import sys
 import time
 from typing import Any
 
-FORK_RANKS_ENV = "GRAPHSTORE_FORK_RANKS"  # 0: every rank a fresh interpreter
+from graphstore.forking import fork_allowed
+
 _PR_SET_CHILD_SUBREAPER = 36
 _SERVER_ENV = "GRAPHSTORE_FORK_SERVER"  # the server's parameters: [request fd, reply fd, preload, rank fds]
 _MODULE = "training.launcher.forkserver"
@@ -50,14 +51,9 @@ def _environ(env: dict[str, str]) -> bytes:
 
 
 def enabled(env: dict[str, str]) -> bool:
-    """Whether ranks may be forked (``GRAPHSTORE_FORK_RANKS`` unset or 1), on Linux only."""
-    raw = env.get(FORK_RANKS_ENV, "1").strip()
-    if raw not in ("0", "1"):
-        from graphstore.errors import GraphstoreError
-
-        raise GraphstoreError(f"{FORK_RANKS_ENV}={raw!r}: set it to 1 (fork ranks from one server, the default) or 0 "
-                              "(start each rank as a fresh interpreter)")
-    return raw == "1" and sys.platform.startswith("linux")
+    """Whether ranks may be forked (``GRAPHSTORE_FORK_RANKS`` unset or 1), on Linux only
+    (:func:`graphstore.forking.fork_allowed`, which refuses any other value)."""
+    return fork_allowed(env)
 
 
 def set_subreaper(on: bool) -> bool:
