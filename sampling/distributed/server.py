@@ -126,10 +126,16 @@ class PartitionServer:
 
 @njit(cache=True, nogil=True)
 def _counts(col, n):
-    """``np.bincount(col, minlength=n)`` (values in ``[0, n)``), int64."""
+    """``np.bincount(col, minlength=n)`` (values in ``[0, n)``), int64: one write per run of equal values (a
+    node's picks are contiguous), not an increment per edge that waits for the store before it."""
     out = np.zeros(n, np.int64)
-    for c in col:
-        out[c] += 1
+    x, m = 0, len(col)
+    while x < m:
+        c, y = col[x], x + 1
+        while y < m and col[y] == c:
+            y += 1
+        out[c] += y - x
+        x = y
     return out
 
 

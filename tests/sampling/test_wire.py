@@ -177,3 +177,12 @@ def test_edge_ids_must_be_a_bool(plain):
 
     with pytest.raises(InvalidInputError, match="edge_ids='no' given to the distributed sampler"):
         _run(plain[0], edge_ids="no")
+
+
+def test_a_servers_pick_counts_are_bincount_in_any_order():
+    from sampling.distributed.server import _counts
+
+    rng = np.random.default_rng(0)
+    for col in (np.sort(rng.integers(0, 50, 400)), rng.integers(0, 50, 400), np.zeros(0, np.int64),
+                np.array([3, 3, 1, 3])):  # in request order (a node's picks contiguous), shuffled, none, runs apart
+        assert _counts(col, 60).tolist() == np.bincount(col, minlength=60).tolist()
