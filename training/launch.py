@@ -21,6 +21,7 @@ from training.launcher import allocator
 from graphstore.cli.args import Parser, integer, number, size
 from graphstore.cli.storage_options import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
+from graphstore.forking import fork_allowed
 from training.loop import checkpoint, featurecache
 from training.launcher import checks, failures, forkserver, lifetime, placement
 from training.cluster import preempt, threads
@@ -267,7 +268,7 @@ def run_ranks(command: list[str], nproc: int, grace: float, omp_threads: int, jo
         # one process imports torch and PyG once and forks the ranks (training.launcher.forkserver); where it
         # refuses, a rank is a fresh interpreter. Either way a session of its own: the terminal's Ctrl-C reaches
         # the launcher only, which stops them
-        server = forkserver.ForkServer(command, envs[0], preload, fds) if preload and forkserver.enabled(base) else None
+        server = forkserver.ForkServer(command, envs[0], preload, fds) if preload and fork_allowed(base) else None
         try:
             for rank in range(nproc):
                 forked = server.start(command, envs[rank], fds[rank]) if server is not None else None
@@ -431,7 +432,7 @@ def _check_job(config: TrainConfig, nproc: int | None, cuda: bool, gpus: int) ->
 
             load(spec, flag)
     allocator.preload_env(dict(os.environ))  # raises with the fix for a bad GRAPHSTORE_MALLOC/GRAPHSTORE_JEMALLOC
-    forkserver.enabled(dict(os.environ))  # and for a bad GRAPHSTORE_FORK_RANKS
+    fork_allowed()  # and for a bad GRAPHSTORE_FORK_RANKS
     ds = graphstore.open_dataset(config.dataset, config.storage_options or None, cache_dir=config.cache_dir)
     checks.check_dataset(config, ds)
     ranks = placement.local_ranks(nproc, ds.num_parts, cuda, gpus)

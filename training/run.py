@@ -10,6 +10,7 @@ import sys
 
 from graphstore.cli.args import Parser, integer, number
 from graphstore.errors import GraphstoreError
+from graphstore.forking import fork_allowed
 from training.launcher import failures, forkserver, lifetime, placement
 from training.cluster.world import DEVICE_ENV, TIMEOUT_ENV
 
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         script = _check_script(args.script)
-        forkserver.enabled(dict(os.environ))  # a bad GRAPHSTORE_FORK_RANKS: one line here
+        fork_allowed()  # a bad GRAPHSTORE_FORK_RANKS: one line here
         gpus = placement.gpu_count()
         cuda = placement.use_cuda(args.device, gpus)
         nproc = args.nproc if args.nproc is not None else (max(1, gpus) if cuda else 1)

@@ -50,12 +50,6 @@ def _environ(env: dict[str, str]) -> bytes:
     return b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in env.items())
 
 
-def enabled(env: dict[str, str]) -> bool:
-    """Whether ranks may be forked (``GRAPHSTORE_FORK_RANKS`` unset or 1), on Linux only
-    (:func:`graphstore.forking.fork_allowed`, which refuses any other value)."""
-    return fork_allowed(env)
-
-
 def set_subreaper(on: bool) -> bool:
     """Make this process the subreaper of its descendants (``prctl``), or stop being one; whether it worked."""
     try:
@@ -215,7 +209,7 @@ def prefork_samplers(count: int) -> None:
     """A rank's ``count`` sampler processes (``--loader-workers``) forked now, before it starts a thread, so
     that they need not import torch and PyG again (:func:`sampling.loader.sampler_processes.prefork`);
     ``GRAPHSTORE_FORK_RANKS=0`` spawns them as fresh interpreters, as it starts the ranks."""
-    if count and enabled(dict(os.environ)):
+    if count and fork_allowed():
         from sampling.loader.sampler_processes import prefork
 
         prefork(count)
