@@ -64,6 +64,7 @@ class TrainConfig:
     loader_threads: int | None = None  # threads sampling and gathering batches per rank (default: cores / ranks)
     loader_workers: int = 0  # sampler processes beside each rank building its training batches (0: its threads)
     tensorboard: str | None = None  # rank 0 writes each epoch's scalars as TensorBoard event files here
+    servers: str | None = None  # HOST:PORT of sampler servers (graphstore serve): the ranks open no partition
 
     def __post_init__(self) -> None:
         if self.model not in MODELS and not is_spec(self.model):
@@ -123,6 +124,8 @@ def check_config(c: TrainConfig) -> None:
         flag = "--gpu-cache" if c.gpu_cache is not None else "--unmapped"
         raise InvalidInputError(f"--loader-workers does not work with {flag} yet (the sampler processes open the "
                                 f"dataset themselves); drop one of them")
+    if c.servers is not None:
+        _check_served(c)
     every = c.checkpoint_every
     if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 0:
         raise InvalidInputError(f"--checkpoint-every must be an integer >= 0 (steps), got {every!r}")
@@ -160,6 +163,23 @@ def check_config(c: TrainConfig) -> None:
     if c.cache_max_bytes is not None and (parse_size(c.cache_max_bytes, "--cache-max-bytes") or 0) <= 0:
         raise InvalidInputError(f"--cache-max-bytes {c.cache_max_bytes!r} is not a positive size; give e.g. 50GB, "
                                 "or leave it out for no limit")
+
+
+def _check_served(c: TrainConfig) -> None:
+    """What a trainer of sampler servers cannot do: it holds no partition, and the servers sample."""
+    held = {"--loader-workers": bool(c.loader_workers), "--gpu-cache": c.gpu_cache is not None,
+            "--unmapped": c.unmapped, "--infer-out": bool(c.infer_out),
+            "--feature-cache": c.feature_cache not in (None, "off")}
+    for flag, given in held.items():
+        if given:
+            where = ("give the servers sampler processes with graphstore serve --loader-workers"
+                     if flag == "--loader-workers" else "run it on ranks that hold partitions (without --servers)")
+            raise InvalidInputError(f"{flag} with --servers: these ranks hold no partition and the sampler servers "
+                                    f"sample and gather; {where}")
+    if c.task != "node":
+        raise InvalidInputError("--task link with --servers is not built into graphstore-train yet; train links "
+                                "through sampler servers from your own script (training.Session(url, servers=...)"
+                                ".link_loader), or without --servers")
 
 
 def _number(flag: str, value: Any, low: float, high: float | None = None, *, above: bool = False,

@@ -106,6 +106,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="sampler processes beside each rank building its training batches (sampling and feature "
                         "gather out of the rank's process, past its GIL; the same batches as its threads). Default "
                         "0: the rank's own loader threads")
+    p.add_argument("--servers", metavar="HOST:PORT",
+                   help="train from sampler servers (graphstore serve URL --address HOST:PORT): the ranks open no "
+                        "partition and no file of the dataset; their batches, features included, are sampled on the "
+                        "servers (default --nproc 1)")
     p.add_argument("--loader-only", action="store_true",
                    help="iterate the training loader with no model: batches/s per rank (the rate a model is fed)")
     p.add_argument("--no-progress", action="store_true")
@@ -145,7 +149,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
                        checkpoint_every=args.checkpoint_every, device=args.device,
                        gpu_cache=args.gpu_cache, feature_cache=args.feature_cache, unmapped=args.unmapped,
                        loader_threads=args.loader_threads, loader_workers=args.loader_workers,
-                       tensorboard=args.tensorboard)
+                       tensorboard=args.tensorboard, servers=args.servers)
 
 
 def run_rank(config: TrainConfig, world: World) -> int:
@@ -433,6 +437,11 @@ def _check_job(config: TrainConfig, nproc: int | None, cuda: bool, gpus: int) ->
             load(spec, flag)
     allocator.preload_env(dict(os.environ))  # raises with the fix for a bad GRAPHSTORE_MALLOC/GRAPHSTORE_JEMALLOC
     fork_allowed()  # and for a bad GRAPHSTORE_FORK_RANKS
+    if config.servers is not None:  # the servers hold the dataset; the ranks check what they are sent
+        from sampling.remote.client import parse_address
+
+        parse_address(config.servers)
+        return placement.local_ranks(nproc, 1, cuda, gpus)
     ds = graphstore.open_dataset(config.dataset, config.storage_options or None, cache_dir=config.cache_dir)
     checks.check_dataset(config, ds)
     ranks = placement.local_ranks(nproc, ds.num_parts, cuda, gpus)

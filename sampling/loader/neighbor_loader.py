@@ -134,18 +134,23 @@ class _Threaded:
         (a GPU rank): the copy is this loader thread's, not the training loop's."""
         pool = getattr(self, "_pool", None)
         if pool is None:
-            from sampling.loader.sampler_processes import SamplerProcesses
-
-            recipe = self._recipe  # type: ignore[attr-defined]
-            cls, dataset, fanout, seeds, kwargs = recipe
-            kwargs = {k: v for k, v in kwargs.items() if k not in ("num_workers", "loader_threads", "prefetch")}
-            pool = self._pool = SamplerProcesses((cls, dataset, fanout, seeds, kwargs), count,
-                                                 self.transport, pinned)  # type: ignore[attr-defined]
-            pool.stats = self.stats  # type: ignore[attr-defined]
-            weakref.finalize(self, pool.close)
+            pool = self._pool = process_pool(self, count, pinned)
         sampler = getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
         stream = sampler._epoch
         return lambda index: pool.build(stream, index)
+
+
+def process_pool(loader: Any, count: int, pinned: bool = False) -> Any:
+    """``count`` sampler processes (:class:`sampling.loader.sampler_processes.SamplerProcesses`) that build a
+    distributed loader's batches from its recipe, closed with the loader; ``pool.build(stream, index)``."""
+    from sampling.loader.sampler_processes import SamplerProcesses
+
+    cls, dataset, fanout, seeds, kwargs = loader._recipe
+    kwargs = {k: v for k, v in kwargs.items() if k not in ("num_workers", "loader_threads", "prefetch")}
+    pool = SamplerProcesses((cls, dataset, fanout, seeds, kwargs), count, loader.transport, pinned)
+    pool.stats = loader.stats
+    weakref.finalize(loader, pool.close)
+    return pool
 
 
 def _builder(base: Any, inner: Any) -> Callable[[Any], Any]:

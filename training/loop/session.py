@@ -69,6 +69,11 @@ class Session:
         Read this rank's partitions with ``pread`` instead of mapping them (uniform node sampling only).
     interface : str, optional
         Network interface for gloo and RPC across hosts (default: the route to ``MASTER_ADDR``).
+    servers : str, optional
+        ``HOST:PORT`` of sampler servers (``graphstore serve URL --address HOST:PORT``): this rank opens no
+        partition and no file of the dataset; its loaders' batches, features included, are sampled on the
+        servers (:mod:`sampling.remote`). Its seeds are its share of the whole dataset's (a mask over every
+        partition), split over the ranks of this job.
 
     Examples
     --------
@@ -82,8 +87,16 @@ class Session:
                  storage_options: dict[str, Any] | None = None, cache_dir: str | None = None,
                  cache_max_bytes: str | None = None, verify_reads: bool = False, threads: int | None = None,
                  loader_threads: int | None = None, loader_workers: int = 0, unmapped: bool = False,
-                 interface: str | None = None, world: World | None = None) -> None:
+                 interface: str | None = None, servers: str | None = None, world: World | None = None) -> None:
         self.url = str(url)
+        self.served_by = servers  # HOST:PORT of sampler servers: this rank holds no partition
+        if servers is not None:
+            from sampling.remote.client import parse_address
+
+            parse_address(servers, "Session(servers=...)")
+            if unmapped:
+                raise InvalidInputError("Session(unmapped=True) with servers: the servers read the partitions; give "
+                                        "graphstore serve the option instead")
         self.seed = _seed(seed)
         self.timeout = _timeout(timeout if timeout is not None else os.environ.get(TIMEOUT_ENV, 120.0))
         self._device_choice = device or os.environ.get(DEVICE_ENV) or "auto"
@@ -95,6 +108,9 @@ class Session:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise InvalidInputError(f"Session({name}={value!r}): give an integer >= {low}, or leave it out")
         self.loader_workers = loader_workers or 0
+        if servers is not None and self.loader_workers:
+            raise InvalidInputError(f"Session(loader_workers={loader_workers}) with servers: the sampler servers build "
+                                    "the batches; give them processes with graphstore serve --loader-workers")
         forkserver.prefork_samplers(self.loader_workers)  # forked now where no thread runs yet, else spawned later
         self._world = world
         self._scratch: str | None = None  # the rendezvous directory of a session on its own
@@ -106,6 +122,7 @@ class Session:
         self.watchdog: process_groups.Watchdog | None = None
         self.cpu_group: Any = None
         self.stats = RemoteStats()
+        self.servers: Any = None  # the connections to the sampler servers (sampling.remote.client.SamplerServers)
 
     # -- joining and leaving --
 
@@ -133,6 +150,8 @@ class Session:
             logger.warning(hint)
         allocator.keep_freed_memory()  # before any thread starts (see training.launcher.allocator)
         _seed_everything(self.seed)
+        if self.served_by is not None:
+            return self._start_served()
         self.dataset = graphstore.open_dataset(self.url, self._open["storage_options"] or None,
                                                cache_dir=self._open["cache_dir"],
                                                cache_max_bytes=self._open["cache_max_bytes"],
@@ -153,6 +172,45 @@ class Session:
             self.close(exc)
             raise
         return self
+
+    def _start_served(self) -> Session:
+        """Join the trainers' process group (no RPC: they hold no partition) and the sampler servers."""
+        from graphstore.dataset.manifest import Manifest
+        from sampling.remote.client import SamplerServers, ServedDataset
+
+        self.layout, self.parts = None, ()
+        self.threads = threads.choose(self._threads, self.world.local_world_size)
+        threads.apply(self.threads)
+        self._started = True
+        try:
+            self.transport = process_groups.start(self.world, self.timeout, use_rpc=False, interface=self.interface)
+            self.cpu_group = dist.new_group(backend="gloo") if self.world.use_cuda else None
+            self.watchdog = process_groups.Watchdog(self.world, limit=self.timeout)
+            process_groups.set_stage("connecting to the sampler servers")
+            self.servers = SamplerServers(self.served_by, self.timeout, self._job_name(), self.world.rank,
+                                          self.world.world_size).connect()
+            self.transport.wire = self.servers.wire  # what the epoch records count: bytes from the servers
+            hello = self.servers.hello
+            if hello["url"] != self.url:
+                raise InvalidInputError(f"the sampler servers at {self.served_by} serve {hello['url']}, not {self.url}: "
+                                        "give the URL they were started with")
+            self.dataset = ServedDataset(Manifest.from_json(hello["manifest"], hello["url"]), hello["url"])
+            process_groups.set_stage("start-up")
+            self.barrier()
+            process_groups.set_stage("training")
+        except BaseException as exc:
+            self.close(exc)
+            raise
+        return self
+
+    def _job_name(self) -> str:
+        """A name every rank of this job shares (rank 0's, through the rendezvous store), for the servers."""
+        import uuid
+
+        store = dist.distributed_c10d._get_default_store()
+        if self.rank == 0:
+            store.set("graphstore/session/job", uuid.uuid4().hex[:12])
+        return store.get("graphstore/session/job").decode()
 
     def _serve(self) -> None:
         """Join the process group and RPC, start the watchdog and this rank's partition servers."""
@@ -202,6 +260,8 @@ class Session:
             if not graceful:  # leaving a failed job must be bounded too, whatever the peers do
                 process_groups.exit_after(15.0, f"graphstore rank {self.world.rank}: shutdown after the failure did not "
                                          "finish within 15 s; exiting")
+            if self.servers is not None:
+                self.servers.close(finished=graceful)
             process_groups.stop(self.transport, graceful=graceful)
             self._remove_scratch()
 
@@ -264,10 +324,17 @@ class Session:
             types = [n.name for n in self._joined().dataset.manifest.node_types if "y" in n.attrs]
             if not types:
                 raise InvalidInputError(f"{self.dataset.url} has no labels y")
-            mine = torch.tensor([_max_label(self.dataset, self.parts, t) for t in types], dtype=torch.int64)
+            mine = torch.tensor([self.largest_label(t) for t in types], dtype=torch.int64)
             self.all_reduce(mine, "max")
             self._classes = {t: int(m) + 1 for t, m in zip(types, mine)}
         return self._classes if self.dataset.is_hetero else self._classes[None]
+
+    def largest_label(self, node_type: Any) -> int:
+        """The largest label of ``node_type`` on this rank's partitions, or, with sampler servers, on all."""
+        if self.servers is None:
+            return max_label(self.dataset, self.parts, node_type)
+        answers = self.servers.ask_all("labels")
+        return max((int(m) for fields, _ in answers for t, m in fields["largest"] if t == node_type), default=-1)
 
     def _joined(self) -> Session:
         if not self._started:
@@ -293,6 +360,11 @@ class Session:
         order) until it has that many, so DDP never waits on a rank that ran out. ``even=False`` yields
         exactly this rank's own batches once each (for evaluation, which needs no lock-step).
         """
+        if self._joined().servers is not None:
+            from training.loop.served import served_node_loader
+
+            inner = self._build("loader", kwargs, lambda **kw: served_node_loader(self, num_neighbors, input_nodes, kw))
+            return self._register(inner, even)
         seeds = node_seeds(self._joined(), input_nodes)
         inner = self._build("loader", kwargs, lambda **kw: _node_loader(self, num_neighbors, seeds, kw))
         return self._register(inner, even)
@@ -310,6 +382,12 @@ class Session:
         if split is not None and "edge_label_index" in kwargs:
             raise InvalidInputError("link_loader: give split='train'/'val'/'test' (the stored split) or "
                                     "edge_label_index with split=None, not both")
+        if self.servers is not None:
+            from training.loop.served import served_link_loader
+
+            inner = self._build("link_loader", kwargs, lambda **kw: served_link_loader(
+                self, num_neighbors, split, edge_type, kw))
+            return self._register(inner, even)
         if split is not None:
             index, mask, extra = link_seeds(self, split, edge_type, kwargs.get("time_attr"))
             kwargs = {"message_edges": mask, "exclude_seed_edges": True, **extra, **kwargs,
@@ -326,6 +404,10 @@ class Session:
                                     f"arguments it takes: {', '.join(sorted(LOADER_OPTIONS[what]))}")
         options = {"seed": self.seed * 7919 + self.rank, "pin_memory": self.world.use_cuda,
                    "filter_per_worker": False, "num_workers": self.loader_workers, **kwargs}
+        if self.servers is not None:  # the servers sample and gather; loader_threads: batches requested at once
+            if self.loader_threads and "loader_threads" not in kwargs:
+                options["loader_threads"] = self.loader_threads
+            return make(**options)
         if not options["num_workers"]:  # sampler processes build the batches, or this rank's threads
             options.setdefault("loader_threads", threads.loader_threads(self.loader_threads,
                                                                         self.world.local_world_size))
@@ -435,7 +517,7 @@ def _node_loader(session: Session, num_neighbors: Any, seeds: Any, kwargs: dict[
                                      layout=session.layout, stats=session.stats, **kwargs)
 
 
-def _max_label(dataset: Any, parts: tuple[int, ...], node_type: Any) -> int:
+def max_label(dataset: Any, parts: tuple[int, ...], node_type: Any) -> int:
     """The largest label in this rank's partitions (-1 when they hold none); the ranks agree on the largest."""
     largest = -1
     for part in parts:

@@ -121,6 +121,9 @@ class NodeTask:
         for split, mask in (("train", "train_mask"), ("val", "val_mask"), ("test", "test_mask")):
             if mask not in info.attrs:
                 continue
+            if getattr(t, "servers", None) is not None:
+                out[split] = _served_loader(t, fanout, (self.target, mask) if self.hetero else mask, split)
+                continue
             seeds = local_seeds(t.dataset, t.parts, mask, t.layout, t.world.rank, node_type=self.target)
             seeds = (self.target, seeds) if self.hetero else seeds
             out[split] = DistributedNeighborLoader(t.dataset, fanout, t.transport, seeds, **_loader_options(t, split))
@@ -333,8 +336,24 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def _served_loader(trainer: Any, fanout: Any, input_nodes: Any, split: str) -> Any:
+    """A split's loader when sampler servers build the batches (``--servers``): the options of
+    :func:`_loader_options` that the servers or the trainer honour; ``--loader-threads``: requests at once."""
+    from sampling.remote.client import ServedLoader
+    from training.loop.served import node_seeds
+
+    options = _loader_options(trainer, split)
+    for name in ("layout", "stats", "filter_per_worker", "num_workers"):
+        options.pop(name)
+    options["loader_threads"] = trainer.config.loader_threads
+    seeds = node_seeds(trainer.session, input_nodes)
+    return ServedLoader(trainer.servers, "node", fanout, seeds, **options)
+
+
 def _max_label(trainer: TaskHost, target: Any) -> int:
     """The largest label of this rank's partitions (the ranks then agree on the largest of all)."""
+    if getattr(trainer, "servers", None) is not None:
+        return trainer.session.largest_label(target)
     ys = [trainer.dataset.partition(p)[0][target, "y", None] for p in trainer.parts]
     return max((int(y.max()) for y in ys if y.numel()), default=0)
 

@@ -53,7 +53,7 @@ class Trainer:
                                storage_options=config.storage_options, cache_dir=config.cache_dir,
                                cache_max_bytes=config.cache_max_bytes, verify_reads=config.verify_reads,
                                threads=config.threads, loader_threads=config.loader_threads,
-                               unmapped=config.unmapped, interface=config.interface)
+                               unmapped=config.unmapped, interface=config.interface, servers=config.servers)
         self.timers, self.bytes = Timers(), Timers()  # bytes: gradient all-reduce
         self.peak = PeakMeter()
         self.stopped: preempt.Stopped | None = None  # set when the ranks stopped on SIGTERM
@@ -70,12 +70,13 @@ class Trainer:
     threads = property(lambda self: self.session.threads)
     watchdog = property(lambda self: self.session.watchdog)
     _cpu_group = property(lambda self: self.session.cpu_group)
+    servers = property(lambda self: self.session.servers)  # sampler servers build the batches (--servers)
 
     # -- set-up --
 
     def _loaders(self) -> dict[str, Any]:
         size = self.config.feature_cache
-        if size != "off" and not self.config.unmapped:
+        if size != "off" and not self.config.unmapped and self.servers is None:
             self.features = featurecache.FeatureReader.install(
                 self.dataset, list(self.parts), None if size is None else parse_size(size, "--feature-cache") or 0,
                 self.world.local_world_size)

@@ -103,7 +103,7 @@ def _dataset_pages(dataset: Any, proc: Any) -> dict[str, int]:
     import psutil
 
     out = {"dataset_rss": 0, "dataset_pss": 0}
-    root = str(getattr(dataset.location, "root", "") or "")
+    root = str(getattr(getattr(dataset, "location", None), "root", "") or "")  # none: a trainer of sampler servers
     try:
         for m in proc.memory_maps(grouped=True):
             if root and m.path.startswith(root):

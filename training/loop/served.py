@@ -1,0 +1,76 @@
+"""A session's loaders when sampler servers build the batches: seeds resolved on the servers, this rank's
+share of them, and the served loaders (:mod:`sampling.remote.client`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from graphstore.errors import InvalidInputError
+from sampling.graph.edgemask import MessageEdges
+from sampling.remote.client import ServedLoader
+from training.loop.session_loaders import MESSAGES
+
+
+def _trainer_options(options: dict[str, Any]) -> dict[str, Any]:
+    if options.pop("num_workers", 0):
+        raise InvalidInputError("num_workers with sampler servers: the servers build the batches; give them sampler "
+                                "processes with graphstore serve --loader-workers")
+    if options.pop("filter_per_worker", False):
+        raise InvalidInputError("filter_per_worker=True with sampler servers: the servers gather the features "
+                                "with the sampling; drop it")
+    return options
+
+
+def served_node_loader(session: Any, num_neighbors: Any, input_nodes: Any, options: dict[str, Any]) -> ServedLoader:
+    """``Session.loader`` over sampler servers."""
+    seeds = node_seeds(session, input_nodes)
+    return ServedLoader(session.servers, "node", num_neighbors, seeds, **_trainer_options(options))
+
+
+def node_seeds(session: Any, input_nodes: Any) -> Any:
+    """This rank's seeds: IDs as given, or its share of a mask's nodes over every partition (``None``: all)."""
+    ds = session.dataset
+    node_type, mask = (input_nodes if isinstance(input_nodes, tuple) and len(input_nodes) == 2
+                       else (None, input_nodes))
+    if ds.is_hetero and node_type is None:
+        types = [n.name for n in ds.manifest.node_types]
+        raise InvalidInputError(f"{ds.url} is heterogeneous: give input_nodes=(node_type, mask or IDs), a node type "
+                                f"of {types}")
+    if mask is not None and not isinstance(mask, str):
+        return input_nodes
+    info = ds.manifest.node_type(node_type)
+    if mask is not None and (mask not in info.attrs or info.attrs[mask].dtype != "bool"):
+        masks = sorted(k for k, a in info.attrs.items() if a.dtype == "bool")
+        raise InvalidInputError(f"input_nodes={mask!r}: {ds.url} has no node mask of that name"
+                                f"{'' if node_type is None else f' for {node_type!r}'}; its masks: {masks}")
+    answers = session.servers.ask_all("seeds", {"what": "node", "mask": mask, "node_type": node_type})
+    every = torch.cat([tensors[0] for _, tensors in answers])
+    mine = every[session.rank::session.world_size].clone()
+    return (node_type, mine) if node_type is not None else mine
+
+
+def served_link_loader(session: Any, num_neighbors: Any, split: str | None, edge_type: Any,
+                       options: dict[str, Any]) -> ServedLoader:
+    """``Session.link_loader`` over sampler servers: this rank's share of the stored split's links."""
+    ds = session.dataset
+    options = _trainer_options(options)
+    if split is not None:
+        info = ds.manifest.edge_type(edge_type) if edge_type is not None else ds.manifest.edge_types[0]
+        etype = list(info.name) if isinstance(info.name, tuple) else info.name
+        answers = session.servers.ask_all("seeds", {"what": "link", "split": split, "edge_type": etype,
+                                                    "time_attr": options.get("time_attr")})
+        index = torch.cat([tensors[0] for _, tensors in answers], dim=1)[:, session.rank::session.world_size]
+        extra = {}
+        if all(len(tensors) > 1 for _, tensors in answers):
+            times = torch.cat([tensors[1] for _, tensors in answers])[session.rank::session.world_size]
+            extra["edge_label_time"] = times.clone()
+        options = {"message_edges": MessageEdges(info.name, MESSAGES[split]), "exclude_seed_edges": True, **extra,
+                   **options}
+        seeds = (info.name, index.clone()) if ds.is_hetero else index.clone()
+    else:
+        seeds = options.pop("edge_label_index", None)
+        if seeds is None:
+            raise InvalidInputError("link_loader(split=None) needs edge_label_index (global IDs)")
+    return ServedLoader(session.servers, "link", num_neighbors, seeds, **options)
