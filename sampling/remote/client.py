@@ -3,7 +3,7 @@ loaders (:class:`ServedLoader`), which draw the seed order here and have the bat
 
 The trainer finds the servers through their rendezvous (``HOST:PORT``, where server 0 hosts the servers'
 store: each server publishes there the address it listens on), opens ``in_flight`` connections to each
-and keeps a request on each of them: a batch goes to whichever server has a connection free. A server
+and keeps a request on each of them: a batch goes to the server holding its first seed. A server
 that closes a connection, or does not answer within ``timeout`` seconds, ends the trainer's pass with
 :class:`ServerLost` naming it.
 """
@@ -81,7 +81,6 @@ class SamplerServers:
         self.hello: dict[str, Any] = {}
         self.wire = WireStats()  # bytes to and from each server, per request kind
         self._cond = threading.Condition()
-        self._turn = itertools.count()
         self._loaders = itertools.count()
 
     @property
@@ -136,37 +135,18 @@ class SamplerServers:
         finally:
             self._give(target, sock)
 
-    def ask_any(self, kind: str, fields: dict[str, Any], tensors: list[torch.Tensor] | tuple = ()
-                ) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        """One request to whichever server has the most free connections (in turn among equals)."""
-        start = next(self._turn)
-
-        def pick() -> _Server | None:
-            order = self.servers[start % len(self.servers):] + self.servers[:start % len(self.servers)]
-            best = max(order, key=lambda s: len(s.idle))
-            return best if best.idle else None
-
-        chosen: list[_Server] = []
-        sock = self._take(pick, chosen)
-        try:
-            return self._ask(chosen[0], sock, kind, fields, tensors)
-        finally:
-            self._give(chosen[0], sock)
-
     def ask_all(self, kind: str, fields: dict[str, Any] | None = None,
                 tensors: list[torch.Tensor] | tuple = ()) -> list[tuple[dict[str, Any], list[torch.Tensor]]]:
         """The same request to every server, in server order."""
         return [self.ask(s.rank, kind, fields, tensors) for s in self.servers]
 
-    def _take(self, pick: Callable[[], _Server | None], chosen: list[_Server] | None = None) -> socket.socket:
+    def _take(self, pick: Callable[[], _Server | None]) -> socket.socket:
         with self._cond:
             while True:
                 if not self.servers:
                     raise ServerLost("the connections to the sampler servers are closed")
                 server = pick()
                 if server is not None:
-                    if chosen is not None:
-                        chosen.append(server)
                     return server.idle.pop()
                 self._cond.wait()
 
@@ -194,7 +174,7 @@ class SamplerServers:
         return out_fields, out_tensors
 
     def open_loader(self, spec: dict[str, Any], tensors: list[torch.Tensor]) -> int:
-        """Register a loader with every server; its number, for :meth:`ask_any` ``batch`` requests."""
+        """Register a loader with every server; its number, for ``batch`` requests."""
         number = next(self._loaders)
         self.ask_all("open", {"loader": number, "spec": spec}, tensors)
         return number

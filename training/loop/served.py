@@ -10,7 +10,7 @@ import torch
 from graphstore.errors import InvalidInputError
 from sampling.graph.edgemask import MessageEdges
 from sampling.remote.client import ServedLoader
-from training.loop.session_loaders import MESSAGES
+from training.loop.session_loaders import MESSAGES, seed_mask
 
 
 def _trainer_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -31,20 +31,9 @@ def served_node_loader(session: Any, num_neighbors: Any, input_nodes: Any, optio
 
 def node_seeds(session: Any, input_nodes: Any) -> Any:
     """This rank's seeds: IDs as given, or its share of a mask's nodes over every partition (``None``: all)."""
-    ds = session.dataset
-    node_type, mask = (input_nodes if isinstance(input_nodes, tuple) and len(input_nodes) == 2
-                       else (None, input_nodes))
-    if ds.is_hetero and node_type is None:
-        types = [n.name for n in ds.manifest.node_types]
-        raise InvalidInputError(f"{ds.url} is heterogeneous: give input_nodes=(node_type, mask or IDs), a node type "
-                                f"of {types}")
+    node_type, mask = seed_mask(session.dataset, input_nodes)
     if mask is not None and not isinstance(mask, str):
         return input_nodes
-    info = ds.manifest.node_type(node_type)
-    if mask is not None and (mask not in info.attrs or info.attrs[mask].dtype != "bool"):
-        masks = sorted(k for k, a in info.attrs.items() if a.dtype == "bool")
-        raise InvalidInputError(f"input_nodes={mask!r}: {ds.url} has no node mask of that name"
-                                f"{'' if node_type is None else f' for {node_type!r}'}; its masks: {masks}")
     answers = session.servers.ask_all("seeds", {"what": "node", "mask": mask, "node_type": node_type})
     every = torch.cat([tensors[0] for _, tensors in answers])
     mine = every[session.rank::session.world_size].clone()

@@ -96,23 +96,30 @@ def node_seeds(session: Any, input_nodes: Any) -> Any:
     """``input_nodes`` as this rank's seeds: a mask name resolved on its partitions (its share when ranks
     share one), ``(node_type, mask)`` in a heterogeneous dataset, or IDs as given."""
     ds = session.dataset
+    node_type, mask = seed_mask(ds, input_nodes)
+    if not isinstance(mask, str) and mask is not None:
+        return input_nodes
+    seeds = local_seeds(ds, session.parts, mask, session.layout, session.rank, node_type=node_type)
+    return (node_type, seeds) if node_type is not None else seeds
+
+
+def seed_mask(ds: Any, input_nodes: Any) -> tuple[Any, Any]:
+    """``input_nodes`` split into (node type, mask name or IDs or ``None``), a mask name checked against the
+    manifest: every loader of a session (partitions held, or sampler servers) reads its seeds through it."""
     node_type, mask = (input_nodes if isinstance(input_nodes, tuple) and len(input_nodes) == 2
                        else (None, input_nodes))
     if ds.is_hetero and node_type is None:
         types = [n.name for n in ds.manifest.node_types]
         raise InvalidInputError(f"{ds.url} is heterogeneous: give input_nodes=(node_type, mask or IDs), a node type "
                                 f"of {types}")
-    if not isinstance(mask, str) and mask is not None:
-        return input_nodes
-    info = ds.manifest.node_type(node_type)
     if isinstance(mask, str):
+        info = ds.manifest.node_type(node_type)
         attr = info.attrs.get(mask)
         if attr is None or attr.dtype != "bool":
             masks = sorted(k for k, a in info.attrs.items() if a.dtype == "bool")
             raise InvalidInputError(f"input_nodes={mask!r}: {ds.url} has no node mask of that name"
                                     f"{'' if node_type is None else f' for {node_type!r}'}; its masks: {masks}")
-    seeds = local_seeds(ds, session.parts, mask, session.layout, session.rank, node_type=node_type)
-    return (node_type, seeds) if node_type is not None else seeds
+    return node_type, mask
 
 
 def link_seeds(session: Any, split: str, edge_type: Any, time_attr: str | None) -> tuple[Any, MessageEdges,
