@@ -27,6 +27,21 @@ def metrics(path) -> dict:
     return json.loads(Path(path).read_text())
 
 
+def opened_under(pids, root: str) -> list[str]:
+    """Files under ``root`` that any of ``pids`` maps or holds open, read through /proc (gone processes skipped)."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            found += [m.path for m in proc.memory_maps() if m.path.startswith(root)]
+            found += [f.path for f in proc.open_files() if f.path.startswith(root)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
 @pytest.fixture(scope="session")
 def cora2(tmp_path_factory):
     """Cora in 2 METIS partitions."""

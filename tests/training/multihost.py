@@ -9,11 +9,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from tests.cluster import Cluster, Host
 from tests.training.conftest import ROOT
 
 MASTER_PORT = 29500  # each host is a fresh namespace: nothing else listens there
+BIN = Path(sys.executable).parent  # the venv's console scripts
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -43,6 +45,14 @@ def srun_rank(cluster: Cluster, host: Host, rank: int, world: int, master: str, 
              "MASTER_ADDR": master, "MASTER_PORT": str(port)}
     cmd = [sys.executable, "-m", "training.launch", str(dataset), "--no-progress", *map(str, args)]
     return Run(cluster.popen(host, cmd, env={**clean_env(), **slurm, **(env or {})}, cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+
+def run_cli(cluster: Cluster, host: Host, command: str, *args, env=None) -> Run:
+    """``graphstore COMMAND ARGS`` (``command`` "serve") or ``graphstore-train ARGS`` (``command`` "train") on
+    ``host``, as a user types them there."""
+    exe = ([str(BIN / "graphstore"), command] if command != "train" else [str(BIN / "graphstore-train")])
+    return Run(cluster.popen(host, [*exe, *map(str, args)], env=env or clean_env(), cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
 
 

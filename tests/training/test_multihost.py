@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import graphstore
 from tests.conftest import shared_data
-from tests.training.conftest import metrics
-from tests.training.multihost import srun_rank, torchrun, wait_all
+from tests.training.conftest import metrics, opened_under
+from tests.training.multihost import run_cli, srun_rank, torchrun, wait_all
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 TRAIN = ("--fanout", "10,10", "--batch-size", 32, "--lr", 0.01, "--hidden", 32)
@@ -140,4 +142,59 @@ def test_torchrun_rendezvous_faults_end_both_hosts_within_the_agent_timeout(rig,
     assert first.code not in (None, 0) and second.code not in (None, 0), (first, second)
     assert "waiting for clients. 1/2 clients joined" in first.stderr, first.stderr[-3000:]
     assert f"({master}, {port})" in second.stderr, second.stderr[-3000:]  # the agent names what it tried
+    _no_process_left(cluster)
+
+
+# -- server-client mode across hosts: sampler servers on two hosts, a trainer that holds nothing on a third --
+
+SERVE_PORT = 29600
+
+
+def _served_job(cluster, dataset, *train_args, timeout: int = 60):
+    """Servers 0 and 1 on hosts 0 and 1 (server 0's host is the rendezvous), ``graphstore-train --servers`` on
+    host 2; returns the three runs."""
+    h0, h1, h2 = cluster.hosts
+    address = f"{h0.addr}:{SERVE_PORT}"
+    servers = [run_cli(cluster, h, "serve", dataset, "--address", address, "--servers", 2, "--rank", h.index,
+                          "--timeout", timeout) for h in (h0, h1)]
+    trainer = run_cli(cluster, h2, "train", dataset, "--servers", address, "--timeout", timeout, "--no-progress",
+                         *train_args)
+    return servers, trainer
+
+
+def test_two_sampler_server_hosts_train_a_trainer_host_that_opens_no_file_of_the_dataset(rig, cora_shared, tmp_path):
+    cluster = rig(3)
+    h0, h1, h2 = cluster.hosts
+    servers, trainer = _served_job(cluster, cora_shared, "--epochs", 3, "--fanout", "10,5", "--batch-size", 32,
+                                   "--metrics-out", tmp_path / "m.json")
+    seen: list[str] = []
+    deadline = time.monotonic() + 300
+    while trainer.proc.poll() is None and time.monotonic() < deadline:  # every process on the trainer's host
+        seen += opened_under(cluster.pids(h2), str(cora_shared))
+        time.sleep(0.2)
+    done, *ended = wait_all([trainer, *servers], max(1.0, deadline - time.monotonic()) + 60)
+    assert done.code == 0, f"trainer: exit {done.code}\n{done.stderr[-3000:]}"
+    assert seen == [], "the trainer's host opened files of the dataset"
+    last = metrics(tmp_path / "m.json")["epochs"][-1]
+    assert last["test_acc"] >= 0.6, last
+    assert last["wire"]["bytes"]["batch"] > 0
+    for h, o in zip((h0, h1), ended):
+        assert o.code == 0, f"server on {h.netns}: exit {o.code}\n{o.stderr[-3000:]}"
+        assert f"trainers served at {h.addr}:" in o.stderr, o.stderr[-3000:]  # on the host's own address
+    _no_process_left(cluster)
+
+
+def test_sampler_server_killed_mid_epoch_ends_the_trainer_naming_it(rig, cora_shared):
+    cluster = rig(3)
+    h0, h1, h2 = cluster.hosts
+    timeout = 20
+    servers, trainer = _served_job(cluster, cora_shared, "--epochs", 200, "--fanout", "10,5", "--batch-size", 8,
+                                   timeout=timeout)
+    assert trainer.wait_for("epoch 1/200", 300), trainer.stderr[-3000:]
+    cluster.kill_host(h1)  # kill -9 of server 1 (and anything else on its host)
+    done, first = wait_all([trainer, servers[0]], timeout + 30)
+    assert done.code not in (None, 0), done
+    assert f"lost sampler server 1 at {h1.addr}:" in done.stderr, done.stderr[-3000:]
+    assert first.code not in (None, 0), first
+    assert f"lost rank 1 at {h1.addr}" in first.stderr, first.stderr[-3000:]
     _no_process_left(cluster)

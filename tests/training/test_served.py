@@ -10,26 +10,19 @@ from pathlib import Path
 
 import psutil
 
-from tests.training.conftest import metrics
+from tests.training.conftest import metrics, opened_under
 from training.cluster.world import free_port
 
 BIN = Path(sys.executable).parent
 
 
 def _opened_dataset(pid: int, root: str) -> list[str]:
-    """Files under ``root`` that process ``pid`` or its children map or hold open (read through /proc)."""
-    found = []
+    """Files under ``root`` that process ``pid`` or its children map or hold open."""
     try:
-        procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+        procs = [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
     except psutil.NoSuchProcess:
-        return found
-    for proc in procs:
-        try:
-            found += [m.path for m in proc.memory_maps() if m.path.startswith(root)]
-            found += [f.path for f in proc.open_files() if f.path.startswith(root)]
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
+        return []
+    return opened_under(procs, root)
 
 
 def test_a_trainer_of_two_sampler_servers_trains_cora_and_opens_no_file_of_it(cora2, tmp_path):
