@@ -176,10 +176,6 @@ def _check_served(c: TrainConfig) -> None:
                      if flag == "--loader-workers" else "run it on ranks that hold partitions (without --servers)")
             raise InvalidInputError(f"{flag} with --servers: these ranks hold no partition and the sampler servers "
                                     f"sample and gather; {where}")
-    if c.task != "node":
-        raise InvalidInputError("--task link with --servers is not built into graphstore-train yet; train links "
-                                "through sampler servers from your own script (training.Session(url, servers=...)"
-                                ".link_loader), or without --servers")
 
 
 def _number(flag: str, value: Any, low: float, high: float | None = None, *, above: bool = False,

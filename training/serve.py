@@ -115,9 +115,11 @@ def serve(url: str, host: str, port: int, servers: int, rank: int, *, loader_wor
 
 
 def seeds(session: Any, fields: dict[str, Any]) -> list[torch.Tensor]:
-    """This server's share of the seeds a trainer asks for: a node mask's nodes (``None``: all), or a stored
-    link split's links (and their times when ``time_attr`` is an edge attribute)."""
+    """This server's share of the seeds a trainer asks for: a node mask's nodes (``None``: all), or a link
+    split's links (stored, or computed by the trainer's ``rule``; their times when ``time_attr`` is an edge
+    attribute)."""
     from sampling.distributed.dist_loader import local_seeds
+    from sampling.remote.specs import rule_in
     from training.loop.session_loaders import link_seeds
 
     if fields.get("what") == "node":
@@ -126,7 +128,7 @@ def seeds(session: Any, fields: dict[str, Any]) -> list[torch.Tensor]:
                             node_type=node_type)]
     etype = fields.get("edge_type")
     etype = tuple(etype) if isinstance(etype, list) else etype
-    index, _, extra = link_seeds(session, fields["split"], etype, fields.get("time_attr"))
+    index, _, extra = link_seeds(session, fields["split"], etype, fields.get("time_attr"), rule_in(fields.get("rule")))
     index = index[1] if isinstance(index, tuple) else index
     return [index] + ([extra["edge_label_time"]] if "edge_label_time" in extra else [])
 

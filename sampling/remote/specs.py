@@ -33,12 +33,10 @@ def encode(kind: str, fanout: Any, seeds: Any, options: dict[str, Any]) -> tuple
                                                                           if not isinstance(value, dict)
                                                                           else value.get("amount", 1))}
         elif name == "message_edges":
-            if value.rule is not None:
-                raise InvalidInputError("message_edges with a rule cannot be served: the servers use the stored link "
-                                        "split (graphstore ingest --link-split)")
             etype = value.edge_type
             fields["options"][name] = {"edge_type": list(etype) if isinstance(etype, tuple) else etype,
-                                       "allowed": list(value.allowed), "attr": value.attr}
+                                       "allowed": list(value.allowed), "attr": value.attr,
+                                       "rule": rule_out(value.rule)}
         elif name in SAMPLING:
             fields["options"][name] = getattr(value, "value", value)  # enums (subgraph_type) by value
         else:
@@ -58,7 +56,7 @@ def decode(fields: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[str, An
         if name == "message_edges":
             etype = value["edge_type"]
             value = MessageEdges(tuple(etype) if isinstance(etype, list) else etype, tuple(value["allowed"]),
-                                 attr=value["attr"])
+                                 rule=rule_in(value.get("rule")), attr=value["attr"])
         elif name not in SAMPLING and name != "neg_sampling":
             raise InvalidInputError(f"a trainer sent loader option {name!r}, which a sampler server does not take")
         options[name] = value
@@ -72,6 +70,26 @@ def decode(fields: dict[str, Any], tensors: list[torch.Tensor]) -> tuple[str, An
     if seed_type is not None:
         seeds = (tuple(seed_type) if isinstance(seed_type, list) else seed_type, seeds)
     return kind, _fanout_in(fields["fanout"]), seeds, options
+
+
+def rule_out(rule: Any) -> dict[str, Any] | None:
+    """A :class:`~graphstore.dataset.linksplit.LinkSplit` (the split computed by ingest's rules) as JSON."""
+    if rule is None:
+        return None
+    etype = rule.edge_type
+    return {"fractions": list(rule.fractions), "by": rule.by, "seed": int(rule.seed), "time_attr": rule.time_attr,
+            "edge_type": list(etype) if etype is not None else None}
+
+
+def rule_in(value: dict[str, Any] | None) -> Any:
+    """The server's side of :func:`rule_out` (checked as a rule the trainer made itself is)."""
+    from graphstore.dataset.linksplit import LinkSplit
+
+    if value is None:
+        return None
+    etype = value.get("edge_type")
+    return LinkSplit(tuple(value["fractions"]), value["by"], tuple(etype) if etype is not None else None,
+                     value["seed"], value["time_attr"])
 
 
 def _add(tensors: list[torch.Tensor], value: Any) -> int:

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from graphstore.dataset.linksplit import LinkSplit
 from graphstore.dataset.rank_layout import RankLayout
 from graphstore.errors import GraphstoreError
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader, local_seeds
@@ -87,6 +88,11 @@ def test_a_loader_spec_crosses_as_it_was_given():
     assert torch.equal(back["edge_label_time"], torch.arange(4))
     with pytest.raises(GraphstoreError, match="option 'transform'"):
         specs.decode({**fields, "options": {"transform": 1}}, tensors)
+    # a split computed by ingest's rules (no stored one) crosses as its rule, which the servers apply
+    rule = LinkSplit((0.7, 0.2, 0.1), "time", ("a", "to", "b"), seed=5, time_attr="t")
+    ruled = {"message_edges": MessageEdges(("a", "to", "b"), (0,), rule)}
+    back = specs.decode(*specs.encode("link", [2], torch.zeros(2, 3, dtype=torch.int64), ruled)[:2])[3]
+    assert back["message_edges"] == ruled["message_edges"] and back["message_edges"].rule == rule
 
 
 @pytest.fixture

@@ -73,6 +73,13 @@ FLAG_CASES = [
     (["--neg-sampling", "triplet"], 2, "--neg-sampling"),
     (["--task", "link", "--edge-type", "rel"], 2, "--edge-type rel"),
     (["--checkpoint-dir", "{t}/ck", "--infer-out", "x"], 2, "--infer-out"),  # the tried directory is gone again
+    (["--servers", "nohost"], 2, "--servers 'nohost': give HOST:PORT"),
+    (["--servers", "h:0"], 2, "give HOST:PORT"),
+    (["--servers", "h:1", "--loader-workers", "2"], 2, "graphstore serve --loader-workers"),
+    (["--servers", "h:1", "--unmapped"], 2, "--unmapped with --servers"),
+    (["--servers", "h:1", "--gpu-cache", "1GB"], 2, "--gpu-cache with --servers"),
+    (["--servers", "h:1", "--infer-out", "h"], 2, "--infer-out with --servers"),
+    (["--servers", "h:1", "--feature-cache", "1GB"], 2, "--feature-cache with --servers"),
 ]
 
 # flags the door must let through (ranks start; here a stub): what was tried is removed, nothing is left in {t}
@@ -85,6 +92,7 @@ GOOD_CASES = [
     ["--infer-out", "emb", "--model", "gin"],
     ["--task", "link", "--neg-sampling", "triplet"],
     ["--loader-only", "--model", "gcn"],
+    ["--servers", "h:1", "--task", "link", "--neg-sampling", "triplet"],
 ]
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -25,35 +26,58 @@ def _opened_dataset(pid: int, root: str) -> list[str]:
     return opened_under(procs, root)
 
 
-def test_a_trainer_of_two_sampler_servers_trains_cora_and_opens_no_file_of_it(cora2, tmp_path):
-    port = free_port()
-    address = f"127.0.0.1:{port}"
-    servers = [subprocess.Popen([str(BIN / "graphstore"), "serve", str(cora2), "--address", address, "--servers", "2",
-                                 "--rank", str(rank), "--timeout", "60"], stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True) for rank in range(2)]
-    trainer = None
+def _train(cora2, address, tmp_path, name, *args) -> tuple[list[str], str, dict]:
+    """``graphstore-train --servers`` to the end (bounded); what its processes opened of the dataset, its
+    output, and its metrics."""
+    out_file = tmp_path / f"{name}.json"
+    trainer = subprocess.Popen([str(BIN / "graphstore-train"), str(cora2), "--servers", address, "--timeout", "60",
+                                "--no-progress", "--metrics-out", str(out_file), *map(str, args)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        trainer = subprocess.Popen([str(BIN / "graphstore-train"), str(cora2), "--servers", address, "--epochs", "3",
-                                    "--fanout", "10,5", "--batch-size", "32", "--timeout", "60", "--no-progress",
-                                    "--metrics-out", str(tmp_path / "m.json")],
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         seen: list[str] = []
         deadline = time.monotonic() + 240
         while trainer.poll() is None and time.monotonic() < deadline:  # the trainer's processes, while they train
             seen += _opened_dataset(trainer.pid, str(cora2))
             time.sleep(0.2)
         out = trainer.communicate(timeout=max(1.0, deadline - time.monotonic()))[0]
-        assert trainer.returncode == 0, out
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait(10)
+    assert trainer.returncode == 0, out
+    return seen, out, metrics(out_file)
+
+
+def test_sampler_servers_serve_a_node_job_then_a_link_job_and_trainers_open_no_file(cora2, tmp_path):
+    """Two servers kept serving (``--keep-serving``) train two jobs: node classification on 1 rank, then link
+    prediction (triplet negatives, the split computed by ingest's rule on the servers) on 2 ranks; SIGTERM then
+    stops them, 0."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    servers = [subprocess.Popen([str(BIN / "graphstore"), "serve", str(cora2), "--address", address, "--servers", "2",
+                                 "--rank", str(rank), "--timeout", "60", "--keep-serving"], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    try:
+        seen, _, doc = _train(cora2, address, tmp_path, "node", "--epochs", 3, "--fanout", "10,5", "--batch-size", 32)
         assert seen == []
-        epochs = metrics(tmp_path / "m.json")["epochs"]
+        epochs = doc["epochs"]
         assert len(epochs) == 3 and epochs[-1]["test_acc"] >= 0.6, epochs[-1]
         assert epochs[-1]["wire"]["bytes"]["batch"] > 0  # the batches came over the servers' connections
-        for rank, server in enumerate(servers):  # the job is over: each server leaves, 0
+
+        seen, out, doc = _train(cora2, address, tmp_path, "link", "--task", "link", "--neg-sampling", "triplet",
+                                "--nproc", 2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64)
+        assert seen == []
+        assert doc["world_size"] == 2 and len(doc["epochs"]) == 1
+        assert doc["epochs"][-1]["test_mrr"] >= 0.7, doc["epochs"][-1]  # 5 negatives each: chance is 0.41
+        for server in servers:
+            assert server.poll() is None, server.communicate()[0]  # still serving: --keep-serving
+            server.send_signal(signal.SIGTERM)
+        for rank, server in enumerate(servers):
             log = server.communicate(timeout=60)[0]
             assert server.returncode == 0, log
-            assert f"sampler server {rank}: the 1 trainer(s) of job" in log and "finished" in log
+            assert log.count(f"sampler server {rank}: the ") == 2 and "stopped by signal" in log, log
     finally:
-        for proc in [*servers, trainer]:
-            if proc is not None and proc.poll() is None:
+        for proc in servers:
+            if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)

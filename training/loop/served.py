@@ -47,19 +47,30 @@ def served_link_loader(session: Any, num_neighbors: Any, split: str | None, edge
     options = _trainer_options(options)
     if split is not None:
         info = ds.manifest.edge_type(edge_type) if edge_type is not None else ds.manifest.edge_types[0]
-        etype = list(info.name) if isinstance(info.name, tuple) else info.name
-        answers = session.servers.ask_all("seeds", {"what": "link", "split": split, "edge_type": etype,
-                                                    "time_attr": options.get("time_attr")})
-        index = torch.cat([tensors[0] for _, tensors in answers], dim=1)[:, session.rank::session.world_size]
-        extra = {}
-        if all(len(tensors) > 1 for _, tensors in answers):
-            times = torch.cat([tensors[1] for _, tensors in answers])[session.rank::session.world_size]
-            extra["edge_label_time"] = times.clone()
+        index, extra = split_links(session, split, info.name, options.get("time_attr"))
         options = {"message_edges": MessageEdges(info.name, MESSAGES[split]), "exclude_seed_edges": True, **extra,
                    **options}
-        seeds = (info.name, index.clone()) if ds.is_hetero else index.clone()
+        seeds = (info.name, index) if ds.is_hetero else index
     else:
         seeds = options.pop("edge_label_index", None)
         if seeds is None:
             raise InvalidInputError("link_loader(split=None) needs edge_label_index (global IDs)")
     return ServedLoader(session.servers, "link", num_neighbors, seeds, **options)
+
+
+def split_links(session: Any, split: str, edge_type: Any, time_attr: str | None,
+                rule: Any = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """This rank's share of a link split's links of ``edge_type`` (global IDs, ``[2, n]``), as the servers hold
+    them, and ``edge_label_time`` when ``time_attr`` is an attribute of the edge type. The split is the
+    stored one, or computed on the servers by ``rule`` (:class:`~graphstore.dataset.linksplit.LinkSplit`)."""
+    from sampling.remote.specs import rule_out
+
+    etype = list(edge_type) if isinstance(edge_type, tuple) else edge_type
+    answers = session.servers.ask_all("seeds", {"what": "link", "split": split, "edge_type": etype,
+                                                "time_attr": time_attr, "rule": rule_out(rule)})
+    mine = slice(session.rank, None, session.world_size)
+    index = torch.cat([tensors[0] for _, tensors in answers], dim=1)[:, mine].clone()
+    extra = {}
+    if answers and all(len(tensors) > 1 for _, tensors in answers):
+        extra["edge_label_time"] = torch.cat([tensors[1] for _, tensors in answers])[mine].clone()
+    return index, extra

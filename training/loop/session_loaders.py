@@ -122,16 +122,17 @@ def seed_mask(ds: Any, input_nodes: Any) -> tuple[Any, Any]:
     return node_type, mask
 
 
-def link_seeds(session: Any, split: str, edge_type: Any, time_attr: str | None) -> tuple[Any, MessageEdges,
-                                                                                            dict[str, Any]]:
-    """This rank's links of the stored split ``split`` (global IDs), the message mask of that split, and
+def link_seeds(session: Any, split: str, edge_type: Any, time_attr: str | None,
+               rule: Any = None) -> tuple[Any, MessageEdges, dict[str, Any]]:
+    """This rank's links of the stored split ``split`` (global IDs; computed by ``rule``, a
+    :class:`~graphstore.dataset.linksplit.LinkSplit`, when given), the message mask of that split, and
     ``edge_label_time`` (each link at its own time) when ``time_attr`` is an attribute of the edge type."""
     ds = session.dataset
     if split not in SPLIT_NAMES:
         raise InvalidInputError(f"link_loader split={split!r}: give one of {SPLIT_NAMES}, or split=None with "
                                 "edge_label_index")
     info = ds.manifest.edge_type(edge_type) if edge_type is not None else ds.manifest.edge_types[0]
-    mask = MessageEdges(info.name, MESSAGES[split])
+    mask = MessageEdges(info.name, MESSAGES[split], rule)
     timed = bool(time_attr) and time_attr in info.attrs
     index, times = local_links(ds, session.layout, session.rank, info.name, time_attr if timed else None)
     splits = []

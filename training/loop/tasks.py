@@ -224,9 +224,11 @@ class LinkTask:
 
     def loaders(self) -> dict[str, Any]:
         t, c = self.t, self.t.config
-        index, times, split = self._own_links()
         fanout = {et: list(c.fanout) for et in t.dataset.edge_types} if self.hetero else list(c.fanout)
         negatives = dict(mode=c.neg_sampling, amount=1 if not self.triplet else 5)
+        if getattr(t, "servers", None) is not None:
+            return self._served_loaders(fanout, negatives)
+        index, times, split = self._own_links()
         out = {}
         for value, name in enumerate(SPLIT_NAMES):
             sel = torch.nonzero(split == value).view(-1)
@@ -235,6 +237,21 @@ class LinkTask:
             out[name] = DistributedLinkNeighborLoader(t.dataset, fanout, t.transport, seeds, neg_sampling=negatives,
                                                       message_edges=self._mask(name), exclude_seed_edges=True,
                                                       **kwargs, **_loader_options(t, name))
+        return out
+
+    def _served_loaders(self, fanout: Any, negatives: dict[str, Any]) -> dict[str, Any]:
+        """Each split's loader over sampler servers (``--servers``): this rank's share of the split's links as
+        the servers hold them (the stored split, or computed there by :attr:`rule`), the same masks."""
+        from sampling.remote.client import ServedLoader
+        from training.loop.served import split_links
+
+        t, out = self.t, {}
+        for name in SPLIT_NAMES:
+            index, extra = split_links(t.session, name, self.edge_type, t.config.time_attr, self.rule)
+            seeds = (self.edge_type, index) if self.hetero else index
+            out[name] = ServedLoader(t.servers, "link", fanout, seeds, neg_sampling=negatives,
+                                     message_edges=self._mask(name), exclude_seed_edges=True, **extra,
+                                     **_served_options(t, name))
         return out
 
     def model(self) -> torch.nn.Module:
@@ -336,18 +353,23 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
-def _served_loader(trainer: Any, fanout: Any, input_nodes: Any, split: str) -> Any:
-    """A split's loader when sampler servers build the batches (``--servers``): the options of
+def _served_options(trainer: Any, split: str) -> dict[str, Any]:
+    """A split's loader options when sampler servers build the batches (``--servers``): those of
     :func:`_loader_options` that the servers or the trainer honour; ``--loader-threads``: requests at once."""
-    from sampling.remote.client import ServedLoader
-    from training.loop.served import node_seeds
-
     options = _loader_options(trainer, split)
     for name in ("layout", "stats", "filter_per_worker", "num_workers"):
         options.pop(name)
     options["loader_threads"] = trainer.config.loader_threads
+    return options
+
+
+def _served_loader(trainer: Any, fanout: Any, input_nodes: Any, split: str) -> Any:
+    """A node split's loader over sampler servers."""
+    from sampling.remote.client import ServedLoader
+    from training.loop.served import node_seeds
+
     seeds = node_seeds(trainer.session, input_nodes)
-    return ServedLoader(trainer.servers, "node", fanout, seeds, **options)
+    return ServedLoader(trainer.servers, "node", fanout, seeds, **_served_options(trainer, split))
 
 
 def _max_label(trainer: TaskHost, target: Any) -> int:
