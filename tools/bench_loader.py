@@ -2,13 +2,15 @@
 
 Usage::
 
-    python tools/bench_loader.py [--json] [--threads 1,2,p1,p2] [--repeats 3] [--batches 30] [--step-ms 6] [--train]
+    python tools/bench_loader.py [--json] [--threads 1,2,p1,p2,s2] [--repeats 3] [--batches 30] [--step-ms 6] [--train]
 
 The graph (``SPEC``, a 200k-node synthetic graph) is ingested once into one partition under
 ``bench-out/loader/`` and reused. The loader is graphstore-train's: ``DistributedNeighborLoader`` of
 rank 0 of 1 (``--loader in-process``: ``sampling.NeighborLoader``), fanout 15,10,5, batch 1,024,
 ``seed=0``, prefetch 1. ``--threads`` lists the ways batches are built: ``N`` loader threads in the
-rank, ``pN`` N sampler processes beside it (``num_workers=N``; distributed loader only). In one
+rank, ``pN`` N sampler processes beside it (``num_workers=N``; distributed loader only), ``sN`` a sampler
+server (``graphstore serve``, its own process on loopback, started once for every ``sN`` way) building N
+batches at once for a ``ServedLoader`` with N requests in flight (distributed loader only). In one
 process, each repeat runs one pass per way in turn (interleaved, so a drift of the machine hits every
 way alike) over the same seed nodes and the same sampler pass, so every way must give the same
 batches: each batch's ``n_id`` and ``edge_index`` are hashed (after the timed pass) and compared; the
@@ -31,6 +33,7 @@ epochs: the second is reported).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -39,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +60,54 @@ FANOUT = [15, 10, 5]
 
 
 def _ways(raw: str) -> str:
-    """An argparse type: comma-separated ways to build batches, ``N`` threads or ``pN`` processes."""
+    """An argparse type: comma-separated ways to build batches: ``N`` threads, ``pN`` processes, ``sN`` served."""
     items = raw.split(",")
-    if not items or not all(w.removeprefix("p").isdigit() and int(w.removeprefix("p")) >= 1 for w in items):
-        raise argparse.ArgumentTypeError(f"{raw!r}: give loader thread counts N and sampler process counts pN, "
-                                         "e.g. 1,2,p1,p2")
+    if not items or not all(w.lstrip("ps").isdigit() and len(w) - len(w.lstrip("ps")) <= 1 and int(w.lstrip("ps")) >= 1
+                            for w in items):
+        raise argparse.ArgumentTypeError(f"{raw!r}: give loader thread counts N, sampler process counts pN and "
+                                         "requests in flight to a sampler server sN, e.g. 1,2,p1,p2,s2")
     return raw
 
 
-def _loader(ds: Any, kind: str, seeds: torch.Tensor, way: str, batch_size: int, prefetch: int) -> Any:
+@contextlib.contextmanager
+def _sampler_server(dest: Path, in_flight: int) -> Iterator[tuple[str, Any]]:
+    """``graphstore serve DEST`` (one server, loopback) and a trainer's connections to it (``in_flight``
+    each building a batch at once); the server is told the job finished, and must exit 0."""
+    from sampling.remote.client import SamplerServers
+    from training.cluster.world import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    cmd = [str(Path(sys.executable).parent / "graphstore"), "serve", str(dest), "--address", address, "--servers",
+           "1", "--rank", "0", "--timeout", "300"]
+    server = subprocess.Popen(cmd, cwd=ROOT, env=benchinfo.child_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    client = None
+    try:
+        client = SamplerServers(address, timeout=300, job="bench", trainer=0, trainers=1, in_flight=in_flight)
+        yield address, client.connect()
+        client.close(finished=True)
+        client = None
+        log = server.communicate(timeout=120)[0]
+        if server.returncode != 0:
+            raise SystemExit(f"tools/bench_loader.py: the sampler server exited {server.returncode}:\n{log[-2000:]}")
+    finally:
+        if client is not None:
+            client.close(finished=False)
+        if server.poll() is None:
+            server.kill()
+            server.wait(30)
+
+
+def _loader(ds: Any, kind: str, seeds: torch.Tensor, way: str, batch_size: int, prefetch: int,
+            servers: Any = None) -> Any:
+    if way.startswith("s"):
+        if kind == "in-process":
+            raise SystemExit("tools/bench_loader.py: error: sampler servers (sN) serve the distributed loader's "
+                             "batches; drop --loader in-process")
+        from sampling.remote.client import ServedLoader
+
+        return ServedLoader(servers, "node", FANOUT, seeds, batch_size=batch_size, seed=0, loader_threads=int(way[1:]),
+                            prefetch=prefetch)
     processes = int(way[1:]) if way.startswith("p") else 0
     options = dict(batch_size=batch_size, seed=0, loader_threads=1 if processes else int(way), prefetch=prefetch,
                    **({"num_workers": processes} if processes else {}))
@@ -122,7 +165,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     n = ds.num_nodes()
     seeds = torch.from_numpy(benchinfo.rng(args.seed, 0).permutation(n)[: args.batches * args.batch_size])
     ways = args.threads.split(",")
-    loaders = {w: _loader(ds, args.loader, seeds, w, args.batch_size, args.prefetch) for w in ways}
+    served = [int(w[1:]) for w in ways if w.startswith("s")]
+    with contextlib.ExitStack() as stack:
+        client = stack.enter_context(_sampler_server(dest, max(served)))[1] if served else None
+        loaders = {w: _loader(ds, args.loader, seeds, w, args.batch_size, args.prefetch, client) for w in ways}
+        out = _timed(ways, loaders, args)
+    if args.train:
+        out["graphstore_train"] = {w: _train(dest, w, args) for w in ways}
+    return out
+
+
+def _timed(ways: list[str], loaders: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     for w in ways:
         _pass(loaders[w])  # warm-up: kernels loaded, pages mapped, the heap grown, sampler processes started
     steps = [0.0, args.step_ms] if args.step_ms else [0.0]
@@ -157,15 +210,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            "same_batches": all(digests[w] == digests[base] for w in ways)}
     if args.step_ms:
         out["with_step"] = {"step_ms": args.step_ms, **figures(args.step_ms)}
-    if args.train:
-        out["graphstore_train"] = {w: _train(dest, w, args) for w in ways}
     return out
 
 
 def _train(dest: Path, way: str, args: argparse.Namespace) -> Any:
     """``graphstore-train --loader-only`` built ``way``: the last epoch's batches/s of rank 0."""
-    flag = ["--loader-workers", way[1:]] if way.startswith("p") else ["--loader-threads", way]
-    with tempfile.TemporaryDirectory() as tmp:
+    flag = ["--loader-workers", way[1:]] if way.startswith("p") else ["--loader-threads", way.lstrip("s")]
+    with contextlib.ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
+        if way.startswith("s"):  # a server of its own for the job (it exits when the job's trainer finishes)
+            flag += ["--servers", stack.enter_context(_sampler_server(dest, 1))[0]]
         metrics = Path(tmp) / "m.json"
         cmd = [sys.executable, "-m", "training.launch", str(dest), "--loader-only", "--nproc", "1",
                *flag, "--fanout", ",".join(map(str, FANOUT)),
@@ -235,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _name(way: str) -> str:
+    if way.startswith("s"):
+        return f"a sampler server, {way[1:]} request(s) in flight"
     return f"{way[1:]} sampler process(es)" if way.startswith("p") else f"{way} loader thread(s)"
 
 
