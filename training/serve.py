@@ -84,7 +84,7 @@ def serve(url: str, host: str, port: int, servers: int, rank: int, *, loader_wor
         listen = process_groups.HOSTS.get(rank, process_groups.HOSTS.get(-1, "127.0.0.1")).split()[0]
         served = ServedPartitions(session.dataset, session.transport, session.layout, session.stats,
                                   lambda fields: seeds(session, fields), lambda: largest_labels(session),
-                                  loader_workers)
+                                  loader_workers, lambda exc: lost_server(exc, rank))
         server = SamplerServer(served, listen, keep_serving).start()
         # the rendezvous store itself (the process group's adds a prefix to every key), where trainers look
         store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=timeout))
@@ -112,6 +112,20 @@ def serve(url: str, host: str, port: int, servers: int, rank: int, *, loader_wor
         logger.error("sampler server %d: %s", rank, " ".join(str(session.explain(exc)).split()))
         return 1
     return code
+
+
+def lost_server(exc: BaseException, rank: int) -> BaseException:
+    """A request that failed because a peer server did not answer, as the trainer is told it: naming that
+    server and its host (the trainer knows servers by number and address, not by RPC rank)."""
+    from sampling.distributed.transport import PeerError
+    from training.cluster import process_groups
+
+    peer = getattr(exc, "peer", None)
+    if not isinstance(exc, PeerError) or peer is None or "did not answer" not in str(exc):
+        return exc
+    host = process_groups.HOSTS.get(peer, "an unknown host")
+    return process_groups.PeerFailure(f"sampler server {rank} lost sampler server {peer} at {host} while sampling "
+                                      f"across it: {' '.join(str(exc).split())}")
 
 
 def seeds(session: Any, fields: dict[str, Any]) -> list[torch.Tensor]:

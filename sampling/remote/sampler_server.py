@@ -44,6 +44,8 @@ class ServedPartitions:
     seeds: Callable[[dict[str, Any]], list[torch.Tensor]]  # this server's share of the seeds a request names
     labels: Callable[[], dict[str, int]]  # the largest label of each labelled node type on its partitions
     loader_workers: int = 0  # sampler processes per loader (0: the connections' threads build the batches)
+    # what a failed request tells the trainer: a lost peer server named with its host (``graphstore serve``)
+    explain: Callable[[BaseException], BaseException] = lambda exc: exc
 
     @property
     def rank(self) -> int:
@@ -182,7 +184,8 @@ class SamplerServer:
                 except Exception as exc:  # delivered to the trainer, which ends naming this server
                     if not isinstance(exc, GraphstoreError):
                         logger.exception("sampler server %d: %s from %s failed", self.served.rank, kind, conn.peer)
-                    out_kind, out_fields, out_tensors = "error", {"error": f"{type(exc).__name__}: {exc}"}, []
+                    told = self.served.explain(exc)
+                    out_kind, out_fields, out_tensors = "error", {"error": f"{type(told).__name__}: {told}"}, []
                 frames.send(sock, out_kind, out_fields, out_tensors)
         except (frames.FrameError, OSError):
             pass  # the trainer closed the connection, or is gone

@@ -84,10 +84,10 @@ def test_link_down_mid_epoch_ends_both_hosts_naming_the_lost_peer(rig, cora_shar
     cluster = rig(2)
     h0, h1 = cluster.hosts
     runs = [torchrun(cluster, h, 2, h0.addr, cora_shared, "--epochs", 200, *TRAIN, "--batch-size", 8,
-                     "--timeout", 30) for h in (h0, h1)]
+                     "--timeout", 15) for h in (h0, h1)]
     assert runs[0].wait_for("epoch 1/200", 300), runs[0].stderr[-3000:]
     cluster.link_down(h1)  # packets dropped silently: the peers see silence, not a reset
-    first, second = wait_all(runs, 120)
+    first, second = wait_all(runs, 90)
     assert first.code not in (None, 0) and second.code not in (None, 0), (first, second)
     assert f"lost rank 1 at {h1.addr}" in first.stderr, first.stderr[-3000:]
     assert f"rank 1 at {h1.addr}" in second.stderr and f"rank 0 at {h0.addr}" in second.stderr, second.stderr[-3000:]
@@ -187,14 +187,15 @@ def test_two_sampler_server_hosts_train_a_trainer_host_that_opens_no_file_of_the
 def test_sampler_server_killed_mid_epoch_ends_the_trainer_naming_it(rig, cora_shared):
     cluster = rig(3)
     h0, h1, h2 = cluster.hosts
-    timeout = 20
+    timeout = 15
     servers, trainer = _served_job(cluster, cora_shared, "--epochs", 200, "--fanout", "10,5", "--batch-size", 8,
                                    timeout=timeout)
     assert trainer.wait_for("epoch 1/200", 300), trainer.stderr[-3000:]
     cluster.kill_host(h1)  # kill -9 of server 1 (and anything else on its host)
     done, first = wait_all([trainer, servers[0]], timeout + 30)
     assert done.code not in (None, 0), done
-    assert f"lost sampler server 1 at {h1.addr}:" in done.stderr, done.stderr[-3000:]
+    # named by the trainer (its request to server 1 failed) or by server 0 (sampling across server 1 failed)
+    assert f"lost sampler server 1 at {h1.addr}" in done.stderr, done.stderr[-3000:]
     assert first.code not in (None, 0), first
     assert f"lost rank 1 at {h1.addr}" in first.stderr, first.stderr[-3000:]
     _no_process_left(cluster)

@@ -81,3 +81,18 @@ def test_sampler_servers_serve_a_node_job_then_a_link_job_and_trainers_open_no_f
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_a_request_that_failed_on_a_lost_peer_server_names_that_server_and_its_host(monkeypatch):
+    from sampling.distributed.transport import PeerError
+    from training.cluster import process_groups
+    from training.serve import lost_server
+
+    monkeypatch.setitem(process_groups.HOSTS, 1, "10.0.0.2 (node7)")
+    lost = PeerError("rank 1 did not answer 'graphstore.sample' (dead, unreachable, or slower than the 5 s timeout)")
+    lost.peer = 1
+    told = lost_server(lost, 0)
+    assert str(told).startswith("sampler server 0 lost sampler server 1 at 10.0.0.2 (node7) while sampling")
+    failed = PeerError("rank 1 failed in 'graphstore.sample': ValueError: bad")  # its handler raised: not lost
+    failed.peer = 1
+    assert lost_server(failed, 0) is failed
