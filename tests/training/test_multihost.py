@@ -111,7 +111,7 @@ def test_killed_host_is_named_by_the_survivor(rig, cora_shared):
 def test_rendezvous_faults_are_bounded_and_named(rig, cora_shared, fault):
     cluster = rig(2)
     h0, h1 = cluster.hosts
-    port, timeout = 29512, 15
+    port, timeout = 29512, 10
     args = (cora_shared, "--epochs", 1, *TRAIN, "--timeout", timeout)
     runs = [srun_rank(cluster, h0, 0, 2, h0.addr, port, *args)]
     if fault != "host never joins":
@@ -119,7 +119,7 @@ def test_rendezvous_faults_are_bounded_and_named(rig, cora_shared, fault):
         runs.append(srun_rank(cluster, h1, 1, 2, master, rank1_port, *args))
     outcomes = wait_all(runs, timeout + 60)
     assert all(o.code not in (None, 0) for o in outcomes), outcomes
-    assert "rendezvous: rank(s) [1] never joined within 15 s" in outcomes[0].stderr, outcomes[0].stderr[-3000:]
+    assert f"rendezvous: rank(s) [1] never joined within {timeout} s" in outcomes[0].stderr, outcomes[0].stderr[-3000:]
     if fault != "host never joins":
         assert f"rank 1 at {h1.addr} (" in outcomes[1].stderr, outcomes[1].stderr[-3000:]
         assert f"rendezvous: cannot reach rank 0's rendezvous at {master}:{rank1_port}" in outcomes[1].stderr
@@ -132,7 +132,7 @@ def test_torchrun_rendezvous_faults_end_both_hosts_within_the_agent_timeout(rig,
     rendezvous before our code runs, so they fail (both hosts) within T, naming what they waited for."""
     cluster = rig(2)
     h0, h1 = cluster.hosts
-    timeout = 15
+    timeout = 10
     master, port = (f"{cluster.subnet}.99", 29500) if fault == "wrong MASTER_ADDR" else (h0.addr, 29501)
     agent = ("--rdzv-conf", f"timeout={timeout}")
     args = (cora_shared, "--epochs", 1, *TRAIN, "--timeout", timeout)
