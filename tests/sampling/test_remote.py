@@ -3,6 +3,7 @@ those of the trainer's own distributed loader whichever server builds them."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from datetime import timedelta
 
@@ -95,29 +96,37 @@ def test_a_loader_spec_crosses_as_it_was_given():
     assert back["message_edges"] == ruled["message_edges"] and back["message_edges"].rule == rule
 
 
-@pytest.fixture
-def served(graphs):
-    """Three sampler servers in this process, one per partition of the 3-partition dataset, found through a
-    rendezvous store as trainers find them; yields (dataset, transports, address)."""
-    ds = graphs["dataset3"].data
+@contextlib.contextmanager
+def _servers(ds, workers=(0, 0, 0)):
+    """Three sampler servers in this process, one per partition of the 3-partition dataset ``ds`` (server
+    ``i`` with ``workers[i]`` sampler processes), found through a rendezvous store as trainers find them."""
     transports = LoopbackTransport.group(ds.num_parts)
     layout = RankLayout(ds.num_parts, ds.num_parts)
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=10))
     servers = []
-    for rank, t in enumerate(transports):
-        PartitionServer(ds, rank).register(t)
-        part = layout.parts_of(rank)
+    try:
+        for rank, t in enumerate(transports):
+            PartitionServer(ds, rank).register(t)
+            part = layout.parts_of(rank)
 
-        def seeds(fields, part=part, rank=rank):
-            return [local_seeds(ds, part, fields.get("mask"), layout, rank)]
+            def seeds(fields, part=part, rank=rank):
+                return [local_seeds(ds, part, fields.get("mask"), layout, rank)]
 
-        served_parts = ServedPartitions(ds, t, layout, RemoteStats(), seeds, lambda: [])
-        servers.append(SamplerServer(served_parts, "127.0.0.1").start())
-        store.set(server_key(rank), servers[-1].address)
-    store.set(SERVERS_KEY, str(len(servers)))
-    yield ds, transports, f"127.0.0.1:{store.port}", servers
-    for server in servers:
-        server.close()
+            served_parts = ServedPartitions(ds, t, layout, RemoteStats(), seeds, lambda: [], workers[rank])
+            servers.append(SamplerServer(served_parts, "127.0.0.1").start())
+            store.set(server_key(rank), servers[-1].address)
+        store.set(SERVERS_KEY, str(len(servers)))
+        yield ds, transports, f"127.0.0.1:{store.port}", servers
+    finally:
+        for server in servers:
+            server.close()
+
+
+@pytest.fixture
+def served(graphs):
+    """Three sampler servers in this process; yields (dataset, transports, address, servers)."""
+    with _servers(graphs["dataset3"].data) as out:
+        yield out
 
 
 def _batches(loader, passes=2):
@@ -153,6 +162,26 @@ def test_served_batches_are_those_of_the_distributed_loader_of_the_server_holdin
         assert client.wire.snapshot()  # the bytes of every request are counted
     finally:
         client.close(finished=True)
+
+
+def test_a_server_with_sampler_processes_serves_the_batches_its_threads_would(graphs):
+    """``graphstore serve --loader-workers 1``: server 1 builds the batches in a sampler process (which asks
+    the other servers for remote neighbours through it), the same batches as with its connections' threads."""
+    ds = graphs["dataset3"].data
+    lo, hi = ds.node_offsets()[1:3]
+    seeds = torch.arange(int(lo), int(hi), 3)  # every seed in partition 1: server 1 builds every batch
+    got = []
+    for workers in ((0, 0, 0), (0, 1, 0)):
+        with _servers(ds, workers) as (_, _, address, servers):
+            client = SamplerServers(address, timeout=60, job="j", trainer=0, trainers=1).connect()
+            try:
+                loader = ServedLoader(client, "node", [4, 3], seeds, batch_size=16, shuffle=True, seed=5, prefetch=1)
+                got.append(_batches(loader))
+                entry = next(iter(servers[1]._entries.values()))
+                assert (entry.pool is not None) == bool(workers[1])
+            finally:
+                client.close(finished=True)
+    _same(*got)
 
 
 def test_served_batches_do_not_depend_on_how_many_are_in_flight(served):
