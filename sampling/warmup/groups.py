@@ -97,6 +97,17 @@ def write_homogeneous(dest: Path, *, parts: int = 2, wide: bool = False, link_sp
                       link_split="0.8,0.1,0.1" if link_split else None)
 
 
+def write_int64_ids(dest: Path) -> None:
+    """The tiny homogeneous graph as ingest writes a graph whose node IDs or edge count pass 2**31: without
+    the packed int32 (source, edge ID) pairs, so the samplers read the int64 ``indices``/``eid``."""
+    from unittest import mock
+
+    from graphstore.ingest import edge_stage
+
+    with mock.patch.object(edge_stage, "_INT32_MAX", -1):  # what a graph past 2**31 gets, on 60 nodes
+        write_homogeneous(dest, parts=1, link_split=False)
+
+
 def write_mag(dest: Path) -> None:
     """The heterogeneous synthetic graph graphstore-train users start from (paper times), 2 partitions."""
     import graphstore
@@ -175,8 +186,16 @@ def _seed_times(options: dict[str, Any], seeds: int = _N) -> dict[str, Any]:
     return {**options, "input_time": torch.full((seeds,), WIDE)} if options.get("time_attr") == "etime" else options
 
 
+def _masked() -> dict[str, Any]:
+    """A node loader whose messages pass over training links only (link-prediction inference): edge masks
+    without a link batch's exclusion."""
+    from sampling.graph.edgemask import MessageEdges
+
+    return {"message_edges": MessageEdges(None, (0,))}
+
+
 def _memory(ws: Workspace) -> None:
-    _loaders(pyg_data(), _NODE_OPTIONS, None)
+    _loaders(pyg_data(), [*_NODE_OPTIONS, _masked()], None)
     first_time = [o for o in _NODE_OPTIONS if "time_attr" in o]
     _loaders(pyg_data(wide=True), first_time, None)  # 64-bit time-sorted keys
 
@@ -197,6 +216,10 @@ def _dataset(ws: Workspace) -> None:
             _one_partition(ds, options)
     for options in ({}, {"replace": True}, {"disjoint": True}):  # partitions read with pread (--unmapped)
         first(NeighborLoader(_unmapped(ws), FANOUT, batch_size=8, **options))
+    first(NeighborLoader(homogeneous(ws), FANOUT, batch_size=8, **_masked()))
+    wide_ids = ws.dataset("int64-ids", write_int64_ids)  # no packed pairs: the int64 arrays, with each variant
+    for options in ({}, {"time_attr": "etime"}, {"time_attr": "etime", "weight_attr": "weight"}):
+        first(NeighborLoader(wide_ids, FANOUT, batch_size=8, **_seed_times(options)))
     ds = mag(ws)
     first(NeighborLoader(ds, FANOUT, input_nodes=("paper", None), batch_size=8))
     first(NeighborLoader(ds, FANOUT, input_nodes=("paper", None), batch_size=8, time_attr="time"))
