@@ -96,8 +96,8 @@ def test_sigterm_checkpoints_mid_epoch_and_each_resume_ends_as_an_uninterrupted_
 @pytest.mark.parametrize("how", ["kill -9", "ctrl-c"])
 def test_no_rank_outlives_its_launcher(synthetic2, tmp_path, how):
     (tmp_path / "sys").mkdir()
-    launcher = _start(synthetic2, *FLAGS[:2], "--epochs", 200, "--fanout", "5,5", "--batch-size", 16,
-                      env={"TMPDIR": str(tmp_path / "sys")})
+    launcher = _start(synthetic2, *FLAGS[:2], "--epochs", 200, "--eval-every", 200, "--fanout", "5,5",
+                      "--batch-size", 16, env={"TMPDIR": str(tmp_path / "sys")})
     try:
         ranks = _wait_for_ranks(launcher, 2)
         launcher.stdout.readline()  # an epoch is done: training is under way
@@ -126,8 +126,8 @@ def _job_dirs(directory) -> list[str]:
 
 
 def test_a_stopped_rank_ends_the_job_within_the_timeout_naming_it(synthetic2):
-    launcher = _start(synthetic2, *FLAGS[:2], "--epochs", 200, "--fanout", "5,5", "--batch-size", 16,
-                      "--timeout", 10)
+    launcher = _start(synthetic2, *FLAGS[:2], "--epochs", 200, "--eval-every", 200, "--fanout", "5,5",
+                      "--batch-size", 16, "--timeout", 10)
     ranks = []
     try:
         ranks = _wait_for_ranks(launcher, 2)

@@ -83,8 +83,8 @@ def _no_process_left(cluster) -> None:
 def test_link_down_mid_epoch_ends_both_hosts_naming_the_lost_peer(rig, cora_shared):
     cluster = rig(2)
     h0, h1 = cluster.hosts
-    runs = [torchrun(cluster, h, 2, h0.addr, cora_shared, "--epochs", 200, *TRAIN, "--batch-size", 8,
-                     "--timeout", 15) for h in (h0, h1)]
+    runs = [torchrun(cluster, h, 2, h0.addr, cora_shared, "--epochs", 200, "--eval-every", 200, *TRAIN,
+                     "--batch-size", 8, "--timeout", 15) for h in (h0, h1)]
     assert runs[0].wait_for("epoch 1/200", 300), runs[0].stderr[-3000:]
     cluster.link_down(h1)  # packets dropped silently: the peers see silence, not a reset
     first, second = wait_all(runs, 90)
@@ -97,7 +97,7 @@ def test_link_down_mid_epoch_ends_both_hosts_naming_the_lost_peer(rig, cora_shar
 def test_killed_host_is_named_by_the_survivor(rig, cora_shared):
     cluster = rig(2)
     h0, h1 = cluster.hosts
-    runs = [srun_rank(cluster, h, h.index, 2, h0.addr, 29511, cora_shared, "--epochs", 200, *TRAIN,
+    runs = [srun_rank(cluster, h, h.index, 2, h0.addr, 29511, cora_shared, "--epochs", 200, "--eval-every", 200, *TRAIN,
                       "--batch-size", 8, "--timeout", 30) for h in (h0, h1)]
     assert runs[0].wait_for("epoch 1/200", 300), runs[0].stderr[-3000:]
     cluster.kill_host(h1)
@@ -156,17 +156,17 @@ def _served_job(cluster, dataset, *train_args, timeout: int = 60):
     h0, h1, h2 = cluster.hosts
     address = f"{h0.addr}:{SERVE_PORT}"
     servers = [run_cli(cluster, h, "serve", dataset, "--address", address, "--servers", 2, "--rank", h.index,
-                          "--timeout", timeout) for h in (h0, h1)]
+                       "--timeout", timeout) for h in (h0, h1)]
     trainer = run_cli(cluster, h2, "train", dataset, "--servers", address, "--timeout", timeout, "--no-progress",
-                         *train_args)
+                      *train_args)
     return servers, trainer
 
 
 def test_two_sampler_server_hosts_train_a_trainer_host_that_opens_no_file_of_the_dataset(rig, cora_shared, tmp_path):
     cluster = rig(3)
     h0, h1, h2 = cluster.hosts
-    servers, trainer = _served_job(cluster, cora_shared, "--epochs", 3, "--fanout", "10,5", "--batch-size", 32,
-                                   "--metrics-out", tmp_path / "m.json")
+    servers, trainer = _served_job(cluster, cora_shared, "--epochs", 3, "--eval-every", 3, "--fanout", "10,5",
+                                   "--batch-size", 32, "--metrics-out", tmp_path / "m.json")
     seen: list[str] = []
     deadline = time.monotonic() + 300
     while trainer.proc.poll() is None and time.monotonic() < deadline:  # every process on the trainer's host
@@ -188,8 +188,8 @@ def test_sampler_server_killed_mid_epoch_ends_the_trainer_naming_it(rig, cora_sh
     cluster = rig(3)
     h0, h1, h2 = cluster.hosts
     timeout = 15
-    servers, trainer = _served_job(cluster, cora_shared, "--epochs", 200, "--fanout", "10,5", "--batch-size", 8,
-                                   timeout=timeout)
+    servers, trainer = _served_job(cluster, cora_shared, "--epochs", 200, "--eval-every", 200, "--fanout", "10,5",
+                                   "--batch-size", 8, timeout=timeout)
     assert trainer.wait_for("epoch 1/200", 300), trainer.stderr[-3000:]
     cluster.kill_host(h1)  # kill -9 of server 1 (and anything else on its host)
     done, first = wait_all([trainer, servers[0]], timeout + 30)

@@ -95,7 +95,8 @@ def test_four_partitions_train_on_any_rank_count(synthetic4, tmp_path):
 
 def test_a_killed_rank_ends_the_job_with_its_name(synthetic2, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = train_cmd(synthetic2, "--nproc", 2, "--epochs", 200, "--fanout", "10,10", "--batch-size", 8, "--timeout", 20)
+    cmd = train_cmd(synthetic2, "--nproc", 2, "--epochs", 200, "--eval-every", 200, "--fanout", "10,10",
+                    "--batch-size", 8, "--timeout", 20)
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     try:
         ranks = _wait_for_ranks(launcher, 2)
