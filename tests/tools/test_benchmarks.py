@@ -287,3 +287,15 @@ def test_bench_launch_compares_forked_and_fresh_ranks(tmp_path):
     assert set(rows) == {"forked", "fresh"} and all("failed" not in r for r in rows.values()), out["rows"]
     assert rows["forked"]["cpu_vs_fresh"] == round(rows["forked"]["cpu_seconds"] / rows["fresh"]["cpu_seconds"], 3)
     assert all(r["first_epoch_seconds"] <= r["wall_seconds"] and r["cpu_seconds"] > 0 for r in rows.values())
+
+
+def test_bench_cache_policy_replays_every_policy_at_every_capacity(tmp_path):
+    out = _run("bench_cache_policy", tmp_path, "--spec", TINY, "--data", str(tmp_path / "c"), "--fanout", "5,3",
+               "--batch-size", "64", "--capacities", "100,4000", "--seed", "1")
+    small, whole = out["rows"]
+    assert set(small["hit_share"]) == {"static", "sieve", "static+sieve", "first_pass"}
+    assert all(0 < v < 1 for v in small["hit_share"].values()), small
+    assert whole["capacity_rows"] == out["num_rows"] == 4000
+    for policy in small["hit_share"]:  # a larger cache never hits less
+        assert whole["hit_share"][policy] >= small["hit_share"][policy], policy
+    assert whole["hit_share"]["sieve"] > 0.95, whole  # room for every row: only rows new in the last pass miss
