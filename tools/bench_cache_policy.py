@@ -1,4 +1,4 @@
-"""Which feature rows a RAM cache of a given size should hold: hits of cache policies on the rows a training loader reads.
+"""Which feature rows a RAM cache should hold: cache policies' hits on the rows a training loader reads.
 
 Usage::
 
@@ -36,7 +36,8 @@ import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
 import toolargs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC = "synthetic:nodes=1000000,avg_degree=10,features=4,classes=8,seed=1,train=0.05,val=0.01"  # bench_beyond_ram's graph
+# bench_beyond_ram's graph (skewed degrees), with 4 features: the rows read do not depend on their width
+SPEC = "synthetic:nodes=1000000,avg_degree=10,features=4,classes=8,seed=1,train=0.05,val=0.01"
 
 
 @njit(cache=True)
@@ -152,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--dataset", type=toolargs.dataset, help="a dataset of one partition (default: --spec)")
     parser.add_argument("--spec", default=SPEC, help="the graph to ingest when no --dataset is given")
-    parser.add_argument("--data", type=Path, default=ROOT / "bench-out" / "cache_policy", help="where --spec is ingested")
+    parser.add_argument("--data", type=Path, default=ROOT / "bench-out" / "cache_policy",
+                        help="where --spec is ingested")
     parser.add_argument("--fanout", type=toolargs.fanout, default="10,5")
     parser.add_argument("--batch-size", type=toolargs.count, default=1024)
     parser.add_argument("--epochs", type=toolargs.integer(2), default=3, help="passes recorded (at least 2)")
@@ -171,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{out['num_rows']:,}")
         for row in out["rows"]:
             shares = "  ".join(f"{k} {v:.3f}" for k, v in row["hit_share"].items())
-            print(f"  {row['capacity_rows']:>9,} rows ({row['capacity_share']:.1%}): hits {shares}  (best: {row['best']})")
+            print(f"  {row['capacity_rows']:>9,} rows ({row['capacity_share']:.1%}): hits {shares}  "
+                  f"(best: {row['best']})")
     benchinfo.record("bench_cache_policy", args, out, {"dataset": out["spec"] or out["dataset"],
                                                        "fanout": args.fanout, "batch_size": args.batch_size})
     return 0

@@ -68,14 +68,13 @@ def test_to_hetero_graphsage_learns_on_a_mag_shaped_graph(tmp_path):
 
 def test_link_prediction_on_a_heterogeneous_edge_type_and_triplet_mrr(tmp_path):
     graphstore.ingest("synthetic-mag:papers=3000,classes=8,features=16", tmp_path / "mag", num_parts=2)
-    out = run_train(tmp_path / "mag", "--nproc", 2, "--task", "link", "--edge-type", "writes", "--epochs", 2,
-                    "--fanout", "5,5", "--batch-size", 512, "--lr", 0.01, "--hidden", 32,
+    link = ("--nproc", 2, "--task", "link", "--edge-type", "writes", "--epochs", 2, "--eval-every", 2)
+    out = run_train(tmp_path / "mag", *link, "--fanout", "5,5", "--batch-size", 512, "--lr", 0.01, "--hidden", 32,
                     "--metrics-out", tmp_path / "auc.json")
     assert out.returncode == 0, out.stderr
     assert metrics(tmp_path / "auc.json")["epochs"][-1]["test_auc"] > 0.6
-    out = run_train(tmp_path / "mag", "--nproc", 2, "--task", "link", "--edge-type", "writes", "--epochs", 2,
-                    "--neg-sampling", "triplet", "--fanout", "5,5", "--batch-size", 512, "--lr", 0.01,
-                    "--hidden", 32, "--metrics-out", tmp_path / "mrr.json")
+    out = run_train(tmp_path / "mag", *link, "--neg-sampling", "triplet", "--fanout", "5,5", "--batch-size", 512,
+                    "--lr", 0.01, "--hidden", 32, "--metrics-out", tmp_path / "mrr.json")
     assert out.returncode == 0, out.stderr
     last = metrics(tmp_path / "mrr.json")["epochs"][-1]
     # 5 negatives per link: a random scorer's MRR is (1 + 1/2 + ... + 1/6) / 6 = 0.41
