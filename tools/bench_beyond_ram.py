@@ -3,7 +3,8 @@
 Usage::
 
     python tools/bench_beyond_ram.py [--dataset DIR] [--spec SPEC] [--limit 1.5GB] [--feature-cache 256MB]
-                                     [--fanout 10,5] [--batch-size 1024] [--repeats 1] [--cases page,auto,cache]
+                                     [--fanout 10,5] [--batch-size 1024] [--repeats 1]
+                                     [--cases page,auto,cache,unmapped,unmapped-cache]
                                      [--json]
 
 ``graphstore-train --nproc 1`` (the launcher and its rank, as users run it) trains on ``--dataset`` (ingested
@@ -17,7 +18,9 @@ evaluation is not measured). Cases, interleaved ``--repeats`` times, each on the
   really come from disk), the dataset evicted from the page cache first, the flags users give (none: the rank
   finds its features exceed its memory and reads them from disk by itself);
 - ``cache``: the same limit and eviction, ``--feature-cache SIZE``: a RAM cache of the hottest rows too;
-- ``plain``: the same limit and eviction, ``--feature-cache off``: page faults through the mapping.
+- ``plain``: the same limit and eviction, ``--feature-cache off``: page faults through the mapping;
+- ``unmapped``, ``unmapped-cache``: ``auto`` and ``cache`` with ``--unmapped`` (the partition read with ``pread``,
+  none of it mapped), with their rate as a ratio to the mapped case's too (``ratio_to_mapped``).
 
 Per case: training seconds of the epoch, steps/s, the rate as a ratio to the page-cache case, data wait,
 GB read from disk and RAM cache hits (the epoch's own counts; none for ``plain``), the cgroup's peak
@@ -47,16 +50,16 @@ SPEC = "synthetic:nodes=1000000,avg_degree=10,features=1024,classes=8,seed=1,tra
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _train(dataset: Path, args: argparse.Namespace, cache: str | None, group: memcgroup.MemoryCgroup | None,
+def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: memcgroup.MemoryCgroup | None,
            out: Path) -> dict:
-    """The first epoch's record of ``graphstore-train --nproc 1`` (launcher and rank in ``group``); ``cache``:
-    the ``--feature-cache`` value, ``None`` for none given."""
+    """The first epoch's record of ``graphstore-train --nproc 1`` (launcher and rank in ``group``) with the
+    case's ``flags`` added."""
     metrics = out / "metrics.json"
     metrics.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", "--epochs", "2", "--eval-every",
            "2", "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
            "--no-progress", "--metrics-out", str(metrics), "--timeout", "600",
-           *(["--feature-cache", cache] if cache is not None else [])]
+           *flags]
 
     def start() -> None:  # Ctrl-C at its default (this tool may run in the background), then into the cgroup
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -118,7 +121,8 @@ def main() -> int:
     parser.add_argument("--fanout", type=toolargs.fanout, default="10,5")
     parser.add_argument("--batch-size", type=toolargs.count, default=1024)
     parser.add_argument("--repeats", type=toolargs.count, default=1)
-    parser.add_argument("--cases", default="page,auto,cache", help="comma-separated: page, auto, cache, plain")
+    parser.add_argument("--cases", default="page,auto,cache",
+                        help="comma-separated: page, auto, cache, plain, unmapped, unmapped-cache")
     parser.add_argument("--max-seconds", type=toolargs.positive, default=900,
                         help="give up on a run after this long (reported as not finishing an epoch in it)")
     parser.add_argument("--json", action="store_true")
@@ -134,9 +138,12 @@ def main() -> int:
     out = benchinfo.start(args, args.json)
     dataset = benchinfo.ingested(args.dataset, args.spec, 1)
     limit = parse_size(args.limit, "--limit")
-    names = {"page": "page cache", "auto": "cgroup, no flag", "plain": "cgroup, --feature-cache off",
-             "cache": f"cgroup, --feature-cache {args.feature_cache}"}
-    flags = {"page": "off", "auto": None, "plain": "off", "cache": args.feature_cache}
+    cache = ["--feature-cache", args.feature_cache]
+    flags = {"page": ["--feature-cache", "off"], "auto": [], "plain": ["--feature-cache", "off"], "cache": cache,
+             "unmapped": ["--unmapped"], "unmapped-cache": ["--unmapped", *cache]}
+    names = {case: "page cache" if case == "page" else "cgroup, " + (" ".join(f) or "no flag")
+             for case, f in flags.items()}
+    mapped_of = {names["unmapped"]: names["auto"], names["unmapped-cache"]: names["cache"]}
     unknown = [c for c in args.cases.split(",") if c not in names]
     if unknown:
         parser.error(f"--cases {unknown}: choose among {','.join(names)}")
@@ -146,7 +153,7 @@ def main() -> int:
             for case in args.cases.split(","):
                 if case == "page":
                     with memcgroup.PinnedInPageCache(dataset):
-                        epoch, group = _train(dataset, args, "off", None, Path(tmp)), None
+                        epoch, group = _train(dataset, args, flags[case], None, Path(tmp)), None
                 else:
                     memcgroup.drop_from_page_cache(dataset)
                     with memcgroup.MemoryCgroup(limit) as group:
@@ -160,12 +167,15 @@ def main() -> int:
     for r in rows:
         if base and "steps_per_s" in r:
             r["ratio_to_page_cache"] = round(r["steps_per_s"] / (sum(base) / len(base)), 3)
+        mapped = [m["steps_per_s"] for m in rows if m["case"] == mapped_of.get(r["case"]) and "steps_per_s" in m]
+        if mapped and "steps_per_s" in r:  # an unmapped case against its mapped one, averaged over repeats
+            r["ratio_to_mapped"] = round(r["steps_per_s"] / (sum(mapped) / len(mapped)), 3)
     out.update(rows=rows, dataset=str(dataset), spec=args.spec)
     if args.json:
         print(json.dumps(out, indent=1))
     else:
-        cols = ["case", "repeat", "train_seconds", "steps_per_s", "ratio_to_page_cache", "data_wait", "disk_gb",
-                "cache_hits", "cgroup_peak_gb", "oom_kills"]
+        cols = ["case", "repeat", "train_seconds", "steps_per_s", "ratio_to_page_cache", "ratio_to_mapped",
+                "data_wait", "disk_gb", "cache_hits", "cgroup_peak_gb", "oom_kills"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
             cells = [str(r.get(c, "")) for c in cols]

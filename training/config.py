@@ -155,9 +155,6 @@ def check_config(c: TrainConfig) -> None:
     if c.unmapped and (c.task != "node" or c.time_attr is not None):
         raise InvalidInputError("--unmapped samples uniformly; --task link (its link split) and --time-attr (temporal "
                                 "sampling) read per-edge arrays it does not read yet: drop --unmapped for them")
-    if c.unmapped and c.feature_cache not in (None, "off"):
-        raise InvalidInputError("--unmapped reads features with pread and keeps no RAM cache, so --feature-cache would "
-                                "do nothing: give one of them")
     if c.tensorboard is not None and (not isinstance(c.tensorboard, str) or not c.tensorboard.strip()):
         raise InvalidInputError(f"--tensorboard {c.tensorboard!r} is not a directory path; give one, or leave it out")
     if c.cache_max_bytes is not None and (parse_size(c.cache_max_bytes, "--cache-max-bytes") or 0) <= 0:

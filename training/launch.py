@@ -49,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--unmapped", action="store_true",
                    help="read this rank's partitions (topology, features, labels) with pread instead of mapping "
                         "them, so its resident memory does not grow with the graph; a system call per read "
-                        "(uniform node sampling only)")
+                        "(uniform node sampling only); features x larger than memory, or given --feature-cache, "
+                        "go through the same disk reader as mapped ones")
     p.add_argument("--epochs", type=integer(1), default=3)
     p.add_argument("--model", type=_model, default="sage", metavar="{" + ",".join(MODELS) + "} or MODULE:FACTORY",
                    help="a built-in model, or your own: FACTORY(in_channels, out_channels, config) from MODULE "

@@ -191,9 +191,10 @@ class Dataset:
         """Serve array ``path`` as ``wrap(rows)`` from now on, in this process (e.g. a
         :class:`~graphstore.storage.diskrows.DiskRows`: a RAM cache and parallel disk reads for features
         larger than memory); returns the wrapper. Every store of the dataset reads through it. ``None``
-        (nothing changes) for a remote array whose chunks are still arriving: the chunk cache serves it."""
+        (nothing changes) for a remote array whose chunks are still arriving: the chunk cache serves it. ``rows``
+        is the mapped array, or the :class:`~graphstore.storage.fileio.FileRows` of a partition read unmapped."""
         rows = self.array(path)
-        if not isinstance(rows, np.ndarray):
+        if not isinstance(rows, (np.ndarray, FileRows)):
             return None
         found = self._arrays[path] = wrap(rows)
         return found

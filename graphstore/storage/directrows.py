@@ -41,17 +41,19 @@ THREADS = 16  # reads in flight: about the queue depth where this machine's disk
 
 
 def direct_rows(files: ChunkFiles, mapped: Any = None, hot: np.ndarray | None = None, where: str = "",
-                threads: int = THREADS) -> DirectRows | None:
-    """:class:`DirectRows` over ``files``, or ``None`` where the file system refuses ``O_DIRECT``."""
-    fds = open_direct(files)
+                threads: int = THREADS, direct: bool = True) -> DirectRows | None:
+    """:class:`DirectRows` over ``files``, or ``None`` where the file system refuses ``O_DIRECT``. ``direct``
+    false: the same reads and cache through the page cache (for a file system that refuses direct I/O when
+    there is no mapping to read through instead)."""
+    fds = open_direct(files, direct)
     return None if fds is None else DirectRows(files, fds, mapped, hot, where, threads)
 
 
-def open_direct(files: ChunkFiles) -> list[int] | None:
+def open_direct(files: ChunkFiles, direct: bool = True) -> list[int] | None:
     """``files``' chunks opened again with ``O_DIRECT`` (-1 for an absent chunk), or ``None`` where the file
-    system refuses it (or the platform has no ``O_DIRECT``)."""
-    flag = getattr(os, "O_DIRECT", 0)
-    if not flag:
+    system refuses it (or the platform has no ``O_DIRECT``); ``direct`` false: opened plainly."""
+    flag = getattr(os, "O_DIRECT", 0) if direct else 0
+    if direct and not flag:
         return None
     fds: list[int] = []
     try:
@@ -64,7 +66,7 @@ def open_direct(files: ChunkFiles) -> list[int] | None:
         raise CorruptDatasetError(f"{files.where}: cannot open a chunk file ({exc}); run `graphstore verify` on "
                                   "the dataset") from exc
     probe = next((fd for fd in fds if fd >= 0), -1)
-    if probe >= 0:  # some file systems accept the flag at open and refuse the first read
+    if probe >= 0 and direct:  # some file systems accept the flag at open and refuse the first read
         buf = _aligned(ALIGN)
         try:
             os.preadv(probe, [memoryview(buf)], 0)

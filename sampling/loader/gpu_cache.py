@@ -21,17 +21,33 @@ from graphstore.errors import InvalidInputError
 SLOTS = "_device_cache_slots"  # the batch attribute holding each row's slot (-1: a miss, sent from the host)
 
 
-def edge_source_counts(dataset: Any, parts: Any, info: Any) -> np.ndarray:
+def edge_source_counts(dataset: Any, parts: Any, info: Any, piece: int = 1 << 22) -> np.ndarray:
     """Per node of type ``info`` (global IDs), how many edges into ``parts`` it is the source of: how often
-    the seeds of those partitions draw it (hubs first)."""
+    the seeds of those partitions draw it (hubs first); a partition read unmapped is read ``piece`` edges at
+    a time."""
     counts = np.zeros(info.num_nodes, np.int64)
     for etype in dataset.manifest.edge_types:
         if etype.src != info.key:
             continue
         for part in parts:
-            _, indices, _ = dataset.partition(part)[1].csc_arrays(etype.name)
-            counts += np.bincount(np.asarray(indices), minlength=info.num_nodes)[: info.num_nodes]
+            for indices in _sources(dataset, part, etype, piece):
+                counts += np.bincount(indices, minlength=info.num_nodes)[: info.num_nodes]
     return counts
+
+
+def _sources(dataset: Any, part: int, etype: Any, piece: int = 1 << 22) -> Any:
+    """The sources of partition ``part``'s edges of ``etype`` (its CSC indices): mapped, or for a partition
+    read unmapped (``Dataset.read_unmapped``) read with ``pread`` ``piece`` at a time, so counting them maps
+    nothing and holds one piece."""
+    if part not in getattr(dataset, "unmapped_parts", ()):
+        yield np.asarray(dataset.partition(part)[1].csc_arrays(etype.name)[1])
+        return
+    from graphstore.dataset import layout
+    from graphstore.storage.fileio import FileRows
+
+    rows = FileRows(dataset.chunk_files(layout.edge_array(part, etype.key, layout.INDICES)))
+    for lo in range(0, len(rows), piece):
+        yield rows[lo:lo + piece]
 
 
 class DeviceRowCache:

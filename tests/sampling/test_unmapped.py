@@ -79,6 +79,30 @@ def test_unmapped_reads_leave_no_dataset_page_in_the_resident_set(chunked):
             assert dataset_rss(ds)  # the check itself: mapped reads do show
 
 
+@pytest.mark.parametrize("direct", [True, False])
+def test_the_disk_reader_over_an_unmapped_partition_counts_and_reads_as_over_a_mapped_one(chunked, direct):
+    """``--unmapped --feature-cache``: the hottest rows are counted from the edges read in pieces (mapping
+    nothing), and the disk reader serves the mapped rows, through O_DIRECT or (where a file system refuses
+    it) through the page cache."""
+    from graphstore.storage.directrows import direct_rows
+    from sampling.loader.gpu_cache import edge_source_counts
+
+    ds, mapped = _unmapped(chunked), graphstore.open_dataset(chunked)
+    info = ds.manifest.node_types[0]
+    want = edge_source_counts(mapped, (1, 2), info)
+    assert np.array_equal(edge_source_counts(ds, (1, 2), info, piece=1000), want) and want.sum() > 0
+    path = f"part_00001/nodes/{info.key}/x"
+    full = np.asarray(mapped.array(path))
+    hot = np.argsort(-want[int(info.offsets[1]):int(info.offsets[2])])[:50]
+    reader = direct_rows(ds.chunk_files(path), ds.array(path), hot, direct=direct)
+    if reader is None:  # tmpfs: no O_DIRECT here
+        pytest.skip("this file system refuses O_DIRECT")
+    ids = np.random.default_rng(3).integers(0, len(full), 900)
+    assert np.array_equal(reader[ids], full[ids]) and np.array_equal(np.asarray(reader), full)
+    snap = reader.snapshot()
+    assert snap["hits"] == int(np.isin(ids, hot).sum()) > 0 and snap["disk_bytes"] > 0
+
+
 def test_unmapped_feature_rows_equal_the_mapped_ones_in_any_order(chunked):
     ds, mapped = _unmapped(chunked), graphstore.open_dataset(chunked)
     info = ds.manifest.node_types[0]

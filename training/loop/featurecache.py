@@ -196,21 +196,24 @@ class FeatureReader:
         return {**out, "cache_bytes": self.cache_bytes}
 
 
-def _reader(dataset: Any, path: str, mapped: np.ndarray, hot: np.ndarray, where: str) -> Any:
+def _reader(dataset: Any, path: str, rows: Any, hot: np.ndarray, where: str) -> Any:
     """Rows of ``path`` read with direct I/O (no page cache: :mod:`graphstore.storage.directrows`) where the
-    dataset is local and uncompressed and its file system allows it, else through the page cache
-    (:class:`~graphstore.storage.diskrows.DiskRows`), said in one line."""
+    dataset is local and uncompressed and its file system allows it, else through the page cache, said in one
+    line: by the mapping (:class:`~graphstore.storage.diskrows.DiskRows`), or for a partition read unmapped
+    (``rows`` a :class:`~graphstore.storage.fileio.FileRows`) by the same parallel reads without ``O_DIRECT``."""
     from graphstore.storage.directrows import direct_rows
     from graphstore.storage.diskrows import DiskRows
 
     info = dataset.manifest.arrays.get(path)
     if dataset.location.is_local and info is not None and info.compression == "none":
-        reader = direct_rows(dataset.chunk_files(path), mapped, hot, where)
+        reader = direct_rows(dataset.chunk_files(path), rows, hot, where)
         if reader is not None:
             return reader
         logger.warning("features: the file system of %s refuses direct I/O (O_DIRECT): reading its rows through "
                        "the page cache, whose pages count against a memory limit", where)
-    return DiskRows(mapped, hot, where)
+    if isinstance(rows, np.ndarray):
+        return DiskRows(rows, hot, where)
+    return direct_rows(dataset.chunk_files(path), rows, hot, where, direct=False)  # unmapped: local, uncompressed
 
 
 def _attr_bytes(node_type: Any) -> int:

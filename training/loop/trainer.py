@@ -76,7 +76,7 @@ class Trainer:
 
     def _loaders(self) -> dict[str, Any]:
         size = self.config.feature_cache
-        if size != "off" and not self.config.unmapped and self.servers is None:
+        if size != "off" and self.servers is None:
             self.features = featurecache.FeatureReader.install(
                 self.dataset, list(self.parts), None if size is None else parse_size(size, "--feature-cache") or 0,
                 self.world.local_world_size)
