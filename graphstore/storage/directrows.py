@@ -5,9 +5,13 @@ every row it reads lands in the page cache first. Where the page cache is charge
 memory limit, as under SLURM or Kubernetes), the training thread's own allocations then have to reclaim
 those pages first, and a limit that leaves room for the rank's working set can still end in the OOM
 killer. :class:`DirectRows` opens the chunk files with ``O_DIRECT``: each read goes from the disk into a
-small aligned buffer of the reading thread and is copied into the batch's rows, so the memory a gather uses
-is the batch's rows plus ``threads`` buffers, whatever the dataset's size. Rows close together are read by
-one call; ``threads`` threads read at once (the disk's queue depth; the reads release the GIL).
+small aligned buffer and is copied into the batch's rows, so the memory a gather uses is the batch's rows
+plus those buffers, whatever the dataset's size. Rows close together are read by one call. The reads in
+flight (the disk's queue depth) come from an io_uring of the gathering thread (:mod:`graphstore.storage.uring`:
+``ring`` entries, one system call a round, no GIL), or where the kernel offers none from ``threads`` threads
+each reading a piece of the batch. At the same depth the threads read faster, but the disk saturates at
+about the same rate either way and the ring costs less than half the CPU time per row
+(``tools/bench_disk_reads.py``), which the training step beside it needs on a machine of few cores.
 
 Where the file system refuses ``O_DIRECT`` (tmpfs, some network file systems) :func:`direct_rows` returns
 ``None`` and the caller keeps the page-cache path.
@@ -32,21 +36,23 @@ if TYPE_CHECKING:
 
 from graphstore.errors import CorruptDatasetError
 from graphstore.storage.diskrows import GatherCounts, RowReader
+from graphstore.storage import uring
 from graphstore.storage.fileio import ChunkFiles, close_files, pread_into
 
 ALIGN = 4096  # O_DIRECT wants the buffer, the file offset and the length aligned to the device's block
 GAP_ALIGNED = 1  # rows at most this many blocks apart are read by one call
 SPAN_BYTES = 1 << 18  # the most one call reads (each thread's buffer)
-THREADS = 16  # reads in flight: about the queue depth where this machine's disk gives its most reads/s
+RING = 128  # reads in flight through the io_uring: past this depth the disk gave no more rows/s
+THREADS = 64  # reads in flight without io_uring: threads, each its own read at a time
 
 
 def direct_rows(files: ChunkFiles, mapped: Any = None, hot: np.ndarray | None = None, where: str = "",
-                threads: int = THREADS, direct: bool = True) -> DirectRows | None:
+                threads: int = THREADS, direct: bool = True, ring: int = RING) -> DirectRows | None:
     """:class:`DirectRows` over ``files``, or ``None`` where the file system refuses ``O_DIRECT``. ``direct``
     false: the same reads and cache through the page cache (for a file system that refuses direct I/O when
     there is no mapping to read through instead)."""
     fds = open_direct(files, direct)
-    return None if fds is None else DirectRows(files, fds, mapped, hot, where, threads)
+    return None if fds is None else DirectRows(files, fds, mapped, hot, where, threads, ring)
 
 
 def open_direct(files: ChunkFiles, direct: bool = True) -> list[int] | None:
@@ -80,23 +86,28 @@ def open_direct(files: ChunkFiles, direct: bool = True) -> list[int] | None:
 
 class DirectRows(RowReader):
     """Rows of a stored array (row-chunked, uncompressed, local) as a batch needs them: ``hot`` rows (row
-    numbers) read once into RAM and served from there, the others read with ``O_DIRECT`` by ``threads``
-    threads. ``fds``: the chunk files opened by :func:`open_direct` (this object closes them); ``mapped``: the
-    same array mapped (what
-    ``np.asarray(rows)`` and non-integer indexing read). ``rows[ids]`` returns what ``mapped[ids]`` holds.
+    numbers) read once into RAM and served from there, the others read with ``O_DIRECT`` through an io_uring
+    of ``ring`` entries per gathering thread, or (``ring`` 0, or no io_uring here) by ``threads`` threads.
+    ``fds``: the chunk files opened by :func:`open_direct` (this object closes them); ``mapped``: the same
+    array mapped (what ``np.asarray(rows)`` and non-integer indexing read). ``rows[ids]`` returns what
+    ``mapped[ids]`` holds.
     """
 
     def __init__(self, files: ChunkFiles, fds: list[int], mapped: Any = None, hot: np.ndarray | None = None,
-                 where: str = "", threads: int = THREADS) -> None:
+                 where: str = "", threads: int = THREADS, ring: int = RING) -> None:
         self.files, self.mapped, self.where = files, mapped, where or files.where
         self.shape, self.dtype, self.row_bytes = files.shape, files.dtype, files.row_bytes
         self.fds = np.array(fds, np.int64)
         self._closer = weakref.finalize(self, close_files, list(fds))
+        self._local = threading.local()
+        self.ring = int(ring)  # reads in flight through an io_uring of the gathering thread; 0: the threads
+        if self.ring and _ring_of(self) is None:
+            self.ring = 0  # no io_uring here (an old kernel, a sandbox): the thread pool reads
+        threads = 1 if self.ring else threads
         self.threads = max(1, int(threads))
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="direct-rows") if self.threads > 1 else None
         if self._pool is not None:
             weakref.finalize(self, self._pool.shutdown, wait=False)
-        self._local = threading.local()
         self.counts = GatherCounts()
         hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
         self.slot_of = None
@@ -134,6 +145,14 @@ class DirectRows(RowReader):
         """Rows ``ids[wanted]`` from disk into their places of ``flat``; returns the bytes read."""
         order = wanted[np.argsort(ids[wanted], kind="stable")]  # positions, by row number
         rows = ids[order]
+        ring = _ring_of(self) if self.ring else None
+        if ring is not None:
+            got = uring.read_sorted(*ring.args(), self.fds, self.files.chunk_rows, self.row_bytes, rows,
+                                    order, flat, GAP_ALIGNED * ALIGN)
+            if got < 0:
+                raise CorruptDatasetError(f"{self.where}: a direct read came back short (a truncated chunk file or "
+                                          "a failing disk); run `graphstore verify` on the dataset")
+            return int(got)
         pieces = _pieces(rows, self.threads if self._pool is not None else 1)
         if len(pieces) <= 2:  # one piece
             got = _read_sorted(self.fds, self.files.chunk_rows, self.row_bytes, rows, order, flat, self._buffer())
@@ -158,6 +177,16 @@ class DirectRows(RowReader):
     def __getstate__(self) -> dict[str, Any]:
         raise TypeError("DirectRows holds open files and threads of this process; open the dataset in the other "
                         "process instead")
+
+
+def _ring_of(reader: DirectRows) -> Any:
+    """The calling thread's io_uring for ``reader`` (made on first use, and anew in a forked child: a ring
+    is never shared by two processes), or ``None`` where there is none (the caller reads with threads)."""
+    local = reader._local
+    if getattr(local, "pid", None) != os.getpid():
+        slot = max(SPAN_BYTES // 4, -(-2 * reader.row_bytes // ALIGN) * ALIGN + ALIGN)  # a row straddling blocks fits
+        local.ring, local.pid = uring.open_ring(reader.ring, slot), os.getpid()
+    return local.ring
 
 
 def _pieces(rows: np.ndarray, parts: int) -> list[int]:

@@ -176,7 +176,8 @@ class NeighborLoader(_Threaded, _NewStreamEachPass, _EdgeAttrs, NodeLoader):
     """A drop-in for ``torch_geometric.loader.NeighborLoader`` that also reads graphstore datasets.
 
     ``data`` is a PyG ``Data``/``HeteroData``, a ``(FeatureStore, GraphStore)`` pair, or a graphstore
-    ``Dataset`` (all partitions, memory-mapped). Arguments are PyG's; ``seed`` fixes the sampling RNG.
+    ``Dataset`` (all partitions, memory-mapped). Arguments are PyG's; ``seed`` fixes the sampling RNG, and with
+    ``shuffle=True`` (no ``generator`` given) the seed order of every pass too.
 
     ``loader_threads=N`` builds batches (sampling, feature gather) in N threads of this process, handed
     out in order, at most ``prefetch + N`` in flight; ``prefetch=P`` keeps P batches ready ahead (with
@@ -214,7 +215,7 @@ class NeighborLoader(_Threaded, _NewStreamEachPass, _EdgeAttrs, NodeLoader):
         super().__init__(_as_pyg_data(data), sampler, input_nodes=_default_input_nodes(data, input_nodes),
                          input_time=input_time, transform=transform, transform_sampler_output=transform_sampler_output,
                          filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
-        compact_shuffle(self)  # shuffle=True: torch's order, 4 bytes per seed instead of a Python int each
+        compact_shuffle(self, seed)  # shuffle=True: torch's order, 4 bytes per seed instead of a Python int each
         if time_attr is not None and input_time is None:
             self.input_data.time = _seed_times(sampler, self.input_data, type(self).__name__)
 
@@ -269,7 +270,7 @@ class LinkNeighborLoader(_Threaded, _NewStreamEachPass, _EdgeAttrs, LinkLoader):
                          neg_sampling_ratio=neg_sampling_ratio, transform=transform,
                          transform_sampler_output=transform_sampler_output,
                          filter_per_worker=_filter_per_worker(data, filter_per_worker), **kwargs)
-        compact_shuffle(self)
+        compact_shuffle(self, seed)
         if self.neg_sampling is not None:
             self.neg_sampling = BatchNegatives(self.neg_sampling)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import RandomSampler
 
@@ -49,10 +50,21 @@ def _ints(positions: torch.Tensor) -> Iterator[int]:
         yield from positions[lo:lo + CHUNK].tolist()
 
 
-def compact_shuffle(loader: Any) -> None:
+def compact_shuffle(loader: Any, seed: int | None = None) -> None:
     """Make the ``RandomSampler`` a loader made for ``shuffle=True`` a :class:`ShuffledOrder`, in place
     (the loader and its batch sampler share that object; its generator, set later by whoever reseeds
-    passes, stays the one it draws from). Any other sampler is left alone."""
+    passes, stays the one it draws from). Any other sampler is left alone. With the loader's ``seed`` and
+    no ``generator`` given, the order draws from a generator of its own seeded from ``seed``: the same
+    passes in every process (torch's global generator would differ with whatever else drew from it)."""
     sampler = getattr(loader, "sampler", None)
     if type(sampler) is RandomSampler:
         sampler.__class__ = ShuffledOrder
+        if seed is not None and sampler.generator is None:
+            sampler.generator = torch.Generator().manual_seed(order_seed(seed))
+
+
+def order_seed(seed: int) -> int:
+    """The 63-bit seed of a loader's seed order, from its sampling ``seed`` (mixed, so the order's draws
+    and the sampler's streams are unrelated)."""
+    words = [int(seed) % 2**64, 0x0DE5]
+    return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))

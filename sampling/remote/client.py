@@ -234,7 +234,7 @@ class ServedLoader(DataLoader):
         count = int(ids.shape[-1]) if isinstance(ids, torch.Tensor) else len(ids)
         super().__init__(range(count), batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
                          collate_fn=self._request)
-        compact_shuffle(self)
+        compact_shuffle(self, seed)
         self.servers, self.kind, self.transform, self.pinned = servers, kind, transform, bool(pin_memory)
         self.threads = loader_threads or servers.in_flight * len(servers.servers)
         self.prefetch = prefetch

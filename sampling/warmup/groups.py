@@ -223,6 +223,21 @@ def _dataset(ws: Workspace) -> None:
     ds = mag(ws)
     first(NeighborLoader(ds, FANOUT, input_nodes=("paper", None), batch_size=8))
     first(NeighborLoader(ds, FANOUT, input_nodes=("paper", None), batch_size=8, time_attr="time"))
+    _disk_reader(homogeneous(ws))
+
+
+def _disk_reader(ds: Any) -> None:
+    """The reader of features larger than memory (``--feature-cache``), with an io_uring and with threads, and
+    its RAM cache of hot rows; through the page cache where the scratch folder refuses direct I/O."""
+    from graphstore.dataset import layout
+    from graphstore.storage.directrows import direct_rows
+
+    path = layout.node_array(0, ds.manifest.node_types[0].key, "x")
+    for ring in (8, 0):
+        files = ds.chunk_files(path)
+        reader = (direct_rows(files, None, np.array([0, 1]), threads=2, ring=ring)
+                  or direct_rows(files, None, np.array([0, 1]), threads=2, ring=ring, direct=False))
+        reader.gather(np.array([1, 5, 0, 3], np.int64))
 
 
 def _unmapped(ws: Workspace) -> Any:

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from graphstore.storage import directrows
+from graphstore.storage import directrows, uring
 from graphstore.storage.directrows import ALIGN, direct_rows
 from graphstore.storage.fileio import ChunkFiles
 
@@ -32,14 +32,15 @@ def _chunked(tmp_path, rows: np.ndarray, chunk_rows: int, absent: int | None = N
 
 
 @pytest.mark.parametrize("row_len", [7, 1024, 3001])  # rows within a block, one block, straddling blocks
-@pytest.mark.parametrize("threads", [1, 4])
-def test_rows_equal_the_stored_ones_in_any_order_with_repeats_and_an_absent_chunk(tmp_path, row_len, threads):
+@pytest.mark.parametrize("threads, ring", [(1, 0), (4, 0), (1, 8)])  # a thread, a pool, an io_uring
+def test_rows_equal_the_stored_ones_in_any_order_with_repeats_and_an_absent_chunk(tmp_path, row_len, threads, ring):
     rows = np.random.default_rng(row_len).standard_normal((4001, row_len)).astype(np.float32)
     files = _chunked(tmp_path, rows, 700, absent=2)
     rows[1400:2100] = 0  # an absent chunk reads as zeros
     hot = np.array([3, 1500, 4000])
-    reader = direct_rows(files, rows, hot=hot, threads=threads)
+    reader = direct_rows(files, rows, hot=hot, threads=threads, ring=ring)
     assert reader is not None and reader.cached_rows == 3 and reader.snapshot()["rows"] == 0
+    assert reader.ring == ring or uring.open_ring(8, 1 << 16) is None  # the ring when the kernel offers one
     ids = np.random.default_rng(1).integers(0, len(rows), 2500)
     ids[:5] = ids[5]  # repeats
     ids[6], ids[7] = 0, len(rows) - 1  # the first row, and the last one at the end of a short last chunk
@@ -81,6 +82,20 @@ def _on_tmpfs(path) -> bool:
             if str(path).startswith(point.rstrip("/") + "/") and len(point) > len(best):
                 best, kind = point, fstype
     return kind == "tmpfs"
+
+
+@pytest.mark.parametrize("threads, ring", [(4, 0), (1, 8)])
+def test_a_truncated_chunk_is_named_not_read_as_garbage(tmp_path, threads, ring):
+    from graphstore.errors import CorruptDatasetError
+
+    rows = np.random.default_rng(4).standard_normal((3000, 1024)).astype(np.float32)
+    files = _chunked(tmp_path, rows, 1000)
+    os.truncate(files.paths[1], 500 * 4096)  # chunk 1 holds half its rows
+    reader = direct_rows(files, rows, threads=threads, ring=ring)
+    ids = np.arange(0, 3000, 7)
+    assert np.array_equal(reader[ids[ids < 1500]], rows[ids[ids < 1500]])  # what is there reads
+    with pytest.raises(CorruptDatasetError, match="came back short.*graphstore verify"):
+        reader[ids]
 
 
 def test_rows_read_directly_leave_nothing_in_the_page_cache(tmp_path):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 import torch
-from torch.utils.data import RandomSampler, SequentialSampler
+from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 from torch_geometric.data import Data
 
 from sampling import NeighborLoader
@@ -57,3 +57,29 @@ def test_loader_shuffles_in_torchs_order_through_one_shared_sampler():
     assert seeds == list(RandomSampler(range(60), generator=_gen(3)))
     plain = NeighborLoader(data, [2], input_nodes=torch.arange(60), batch_size=16)
     assert type(plain.sampler) is SequentialSampler
+
+
+def test_a_seeded_loader_shuffles_the_same_passes_whatever_else_drew_from_torch():
+    """``seed=`` with ``shuffle=True`` fixes the seed order too (its own generator, not torch's global one, which
+    the model, other loaders or a different process draw from); ``generator=`` given keeps the caller's."""
+    g = torch.Generator().manual_seed(0)
+    data = Data(x=torch.randn(60, 4, generator=g), edge_index=torch.randint(0, 60, (2, 300), generator=g),
+                num_nodes=60)
+
+    def passes(**options):
+        loader = NeighborLoader(data, [2], input_nodes=torch.arange(60), batch_size=16, shuffle=True, **options)
+        out = []
+        for _ in range(2):
+            torch.rand(7)  # someone else draws from the global generator between passes
+            out.append([b.n_id.tolist() for b in loader])
+        return out
+
+    torch.manual_seed(1)
+    first = passes(seed=4)
+    torch.manual_seed(2)
+    assert passes(seed=4) == first and first[0] != first[1]  # the same passes, each pass its own order
+    assert passes(seed=5)[0] != first[0]
+    given = NeighborLoader(data, [2], input_nodes=torch.arange(60), batch_size=16, shuffle=True, seed=4,
+                           generator=_gen(8))
+    torch_order = DataLoader(range(60), batch_size=16, shuffle=True, generator=_gen(8))  # the generator kept
+    assert torch.cat([b.n_id[:b.batch_size] for b in given]).tolist() == torch.cat(list(torch_order)).tolist()

@@ -299,3 +299,17 @@ def test_bench_cache_policy_replays_every_policy_at_every_capacity(tmp_path):
     for policy in small["hit_share"]:  # a larger cache never hits less
         assert whole["hit_share"][policy] >= small["hit_share"][policy], policy
     assert whole["hit_share"]["sieve"] > 0.95, whole  # room for every row: only rows new in the last pass miss
+
+
+def test_bench_disk_reads_reads_a_loaders_rows_with_each_engine(tmp_path):
+    from graphstore.storage import uring
+    from tests.graphstore.test_directrows import _on_tmpfs
+
+    if _on_tmpfs(tmp_path) or uring.open_ring(8, 1 << 16) is None:
+        pytest.skip("direct I/O needs a disk (not tmpfs), the ring an io_uring")
+    out = _run("bench_disk_reads", tmp_path, "--spec", TINY, "--data", str(tmp_path / "d"), "--fanout", "5,3",
+               "--batch-size", "64", "--batches", "1", "--repeats", "1", "--engines", "threads:4,uring:8", "--seed", "1")
+    threads, ring = out["rows"]
+    assert (threads["engine"], ring["engine"]) == ("threads:4", "uring:8") and threads["ratio_to_first"] == 1.0
+    assert min(threads["rows_per_batch"], ring["rows_per_batch"]) > 64  # the seeds and their neighbours
+    assert threads["mb_per_s"] > 0 and ring["mb_per_s"] > 0 and ring["cpu_us_per_row"] > 0
