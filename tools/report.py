@@ -37,7 +37,7 @@ README_SKIP = ("hetero",)  # sampled on a synthetic-mag graph of its own, not th
 RECORD_KEYS = ("benchmark", "config", "command", "commit", "date", "machine", "parameters", "figures", "provenance")
 # Page order; a benchmark not listed follows, by name.
 ORDER = ("bench_sampler", "bench_variants", "bench_loader", "bench_train", "bench_cluster", "bench_store",
-         "bench_remote", "bench_beyond_ram", "bench_rank_memory",
+         "bench_remote", "bench_beyond_ram", "bench_disk_reads", "bench_rank_memory",
          "bench_unmapped", "bench_ingest", "graphstore_ingest", "bench_partition", "bench_verify",
          "bench_trim", "bench_launch",
          "graphstore_warmup")
@@ -46,6 +46,7 @@ TITLES = {"bench_sampler": "Sampling throughput", "bench_variants": "Sampling va
           "bench_cluster": "Several hosts on the network-namespace rig", "bench_store": "Feature gather from the store",
           "bench_remote": "Object storage through the chunk cache",
           "bench_beyond_ram": "Features larger than memory: one rank in a cgroup limit",
+          "bench_disk_reads": "A batch's feature rows off the disk: io_uring against threads",
           "bench_rank_memory": "A rank's memory as the graph grows",
           "bench_unmapped": "What unmapping a rank's dataset pages would cost the sampler",
           "bench_ingest": "Ingest: local and Dask engines",
