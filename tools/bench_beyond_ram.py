@@ -3,14 +3,14 @@
 Usage::
 
     python tools/bench_beyond_ram.py [--dataset DIR] [--spec SPEC] [--limit 1.5GB] [--feature-cache 256MB]
-                                     [--fanout 10,5] [--batch-size 1024] [--repeats 1]
+                                     [--fanout 10,5] [--batch-size 1024] [--epochs 2] [--repeats 1]
                                      [--cases page,auto,cache,unmapped,unmapped-cache]
                                      [--json]
 
 ``graphstore-train --nproc 1`` (the launcher and its rank, as users run it) trains on ``--dataset`` (ingested
-from ``--spec`` on first use: 1M nodes, 1024 float32 features = 4 GB, power-law degrees, 5% train) for two
-epochs with ``--eval-every 2``, and the tool stops it once the first epoch's metrics are written (the
-evaluation is not measured). Cases, interleaved ``--repeats`` times, each on the same seed (the same batches):
+from ``--spec`` on first use: 1M nodes, 1024 float32 features = 4 GB, power-law degrees, 5% train) for
+``--epochs`` + 1 epochs, evaluating only after the last, and the tool stops it once ``--epochs`` epochs'
+metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`` times, each on the same seed (the same batches):
 
 - ``page``: no limit, the dataset read into the page cache and locked there (``mlock``: this machine's host
   evicts pages idle for a minute, DAMON ``pageout``);
@@ -19,11 +19,15 @@ evaluation is not measured). Cases, interleaved ``--repeats`` times, each on the
   finds its features exceed its memory and reads them from disk by itself);
 - ``cache``: the same limit and eviction, ``--feature-cache SIZE``: a RAM cache of the hottest rows too;
 - ``plain``: the same limit and eviction, ``--feature-cache off``: page faults through the mapping;
+- ``cold``: no limit, the dataset evicted from the page cache first: the first epoch reads its rows from disk
+  through the mapping, as after the page cache turned over or on a fresh machine (``first_over_steady``);
 - ``unmapped``, ``unmapped-cache``: ``auto`` and ``cache`` with ``--unmapped`` (the partition read with ``pread``,
   none of it mapped), with their rate as a ratio to the mapped case's too (``ratio_to_mapped``).
 
-Per case: training seconds of the epoch, steps/s, the rate as a ratio to the page-cache case, data wait,
-GB read from disk and RAM cache hits (the epoch's own counts; none for ``plain``), the cgroup's peak
+Per case: training seconds of the first epoch and of the steady ones after it (their mean), the first over
+the steady, steps/s of the steady epochs (of the first with ``--epochs 1``), the rate as a ratio to the
+page-cache case, and the first epoch's data wait, GB read from disk and RAM cache hits (its own counts; none
+for ``plain``), the cgroup's peak
 (page cache included) and OOM kills. Needs root and the cgroup v1 memory controller.
 """
 
@@ -38,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -52,12 +57,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: memcgroup.MemoryCgroup | None,
            out: Path) -> dict:
-    """The first epoch's record of ``graphstore-train --nproc 1`` (launcher and rank in ``group``) with the
-    case's ``flags`` added."""
+    """The records of the first ``args.epochs`` epochs of ``graphstore-train --nproc 1`` (launcher and rank in
+    ``group``) with the case's ``flags`` added, or ``{"failed": why}``."""
     metrics = out / "metrics.json"
     metrics.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", "--epochs", "2", "--eval-every",
-           "2", "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
+    cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", "--epochs", str(args.epochs + 1),
+           "--eval-every", str(args.epochs + 1), "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
            "--no-progress", "--metrics-out", str(metrics), "--timeout", "600",
            *flags]
 
@@ -76,8 +81,8 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
                 got = json.loads(metrics.read_text())["epochs"]
             except (OSError, ValueError, KeyError):
                 continue
-            if got:
-                epoch = got[0]
+            if len(got) >= args.epochs:
+                epoch = got[:args.epochs]
                 break
     finally:
         if proc.poll() is None:  # Ctrl-C: the launcher stops its rank; killed if it has not within 30 s
@@ -94,14 +99,18 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
     return epoch
 
 
-def _row(case: str, epoch: dict, group: memcgroup.MemoryCgroup | None) -> dict:
-    row = {"case": case}
-    if "failed" in epoch:
-        row["failed"] = epoch["failed"]
+def _row(case: str, epochs: Any, group: memcgroup.MemoryCgroup | None) -> dict:
+    row: dict[str, Any] = {"case": case}
+    if "failed" in epochs:
+        row["failed"] = epochs["failed"]
     else:
+        epoch = epochs[0]
         feats = epoch.get("features") or {}
-        row.update(train_seconds=epoch["train_seconds"], steps=epoch["steps"],
-                   steps_per_s=round(epoch["steps"] / epoch["train_seconds"], 3),
+        steady = epochs[1:] or epochs
+        steady_seconds = sum(e["train_seconds"] for e in steady) / len(steady)
+        row.update(train_seconds=epoch["train_seconds"], steady_seconds=round(steady_seconds, 3),
+                   first_over_steady=round(epoch["train_seconds"] / steady_seconds, 3), steps=epoch["steps"],
+                   steps_per_s=round(sum(e["steps"] for e in steady) / len(steady) / steady_seconds, 3),
                    data_wait=round(epoch["timing"].get("data_wait", 0.0), 1),
                    disk_gb=round(feats["disk_bytes"] / 1e9, 2) if feats else None,
                    cache_hits=round(feats["hits"] / max(feats["rows"], 1), 3) if feats.get("cache_bytes") else None,
@@ -120,9 +129,11 @@ def main() -> int:
     parser.add_argument("--feature-cache", type=toolargs.size, default="256MB")
     parser.add_argument("--fanout", type=toolargs.fanout, default="10,5")
     parser.add_argument("--batch-size", type=toolargs.count, default=1024)
+    parser.add_argument("--epochs", type=toolargs.count, default=2,
+                        help="epochs measured per run: the first, and the steady ones after it")
     parser.add_argument("--repeats", type=toolargs.count, default=1)
     parser.add_argument("--cases", default="page,auto,cache",
-                        help="comma-separated: page, auto, cache, plain, unmapped, unmapped-cache")
+                        help="comma-separated: page, auto, cache, plain, cold, unmapped, unmapped-cache")
     parser.add_argument("--max-seconds", type=toolargs.positive, default=900,
                         help="give up on a run after this long (reported as not finishing an epoch in it)")
     parser.add_argument("--json", action="store_true")
@@ -140,9 +151,10 @@ def main() -> int:
     limit = parse_size(args.limit, "--limit")
     cache = ["--feature-cache", args.feature_cache]
     flags = {"page": ["--feature-cache", "off"], "auto": [], "plain": ["--feature-cache", "off"], "cache": cache,
-             "unmapped": ["--unmapped"], "unmapped-cache": ["--unmapped", *cache]}
+             "unmapped": ["--unmapped"], "unmapped-cache": ["--unmapped", *cache], "cold": []}
     names = {case: "page cache" if case == "page" else "cgroup, " + (" ".join(f) or "no flag")
              for case, f in flags.items()}
+    names["cold"] = "cold page cache, no limit"
     mapped_of = {names["unmapped"]: names["auto"], names["unmapped-cache"]: names["cache"]}
     unknown = [c for c in args.cases.split(",") if c not in names]
     if unknown:
@@ -154,12 +166,15 @@ def main() -> int:
                 if case == "page":
                     with memcgroup.PinnedInPageCache(dataset):
                         epoch, group = _train(dataset, args, flags[case], None, Path(tmp)), None
+                elif case == "cold":
+                    memcgroup.drop_from_page_cache(dataset)
+                    epoch, group = _train(dataset, args, flags[case], None, Path(tmp)), None
                 else:
                     memcgroup.drop_from_page_cache(dataset)
                     with memcgroup.MemoryCgroup(limit) as group:
                         epoch = _train(dataset, args, flags[case], group, Path(tmp))
                         row = _row(names[case], epoch, group)
-                rows.append(row if case != "page" else _row(names[case], epoch, None))
+                rows.append(row if case not in ("page", "cold") else _row(names[case], epoch, None))
                 rows[-1]["repeat"] = repeat + 1
                 if not args.json:
                     print(rows[-1], flush=True)
@@ -174,7 +189,7 @@ def main() -> int:
     if args.json:
         print(json.dumps(out, indent=1))
     else:
-        cols = ["case", "repeat", "train_seconds", "steps_per_s", "ratio_to_page_cache", "ratio_to_mapped",
+        cols = ["case", "repeat", "train_seconds", "steady_seconds", "first_over_steady", "steps_per_s", "ratio_to_page_cache", "ratio_to_mapped",
                 "data_wait", "disk_gb", "cache_hits", "cgroup_peak_gb", "oom_kills"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
@@ -184,7 +199,8 @@ def main() -> int:
             print("| " + " | ".join(cells) + " |")
     benchinfo.record("bench_beyond_ram", args, out, {"spec": args.spec, "limit": args.limit,
                                                      "feature_cache": args.feature_cache,
-                                                     "batch_size": args.batch_size, "fanout": args.fanout})
+                                                     "batch_size": args.batch_size, "fanout": args.fanout,
+                                                     "epochs": args.epochs})
     return 0
 
 

@@ -14,7 +14,12 @@ reads them with direct I/O (``O_DIRECT``: nothing from the page cache) into a ba
 - ``threads:N``: the batch's sorted rows cut into N pieces, read by N threads at once (``pread``, rows close
   together by one call), so N reads in flight;
 - ``uring:N``: one thread, an io_uring of N entries: N reads in flight, submitted and reaped by one system call
-  a round (``graphstore.storage.uring``).
+  a round (``graphstore.storage.uring``);
+- ``faults``: through the mapping, as a rank whose features fit in memory gathers them (the partition's
+  feature store), the dataset evicted from the page cache before the engine's turn: each missing page one
+  fault, at queue depth 1, with the kernel's read-around;
+- ``ahead``: the same with the store's cold-start reads (``graphstore.storage.diskrows.ColdStart``): each
+  gather's pages asked for at once (``MADV_WILLNEED``) before the copy, while the gathers read from disk.
 
 Each repeat gives every engine ``--batches`` batches of its own (the stream is dealt round-robin, so no engine
 reads rows another just read: a disk or host cache would favour it), engines interleaved within a repeat.
@@ -44,9 +49,12 @@ def _engines(raw: str) -> list[tuple[str, int]]:
     out = []
     for item in raw.split(","):
         kind, _, depth = item.partition(":")
+        if kind in ("faults", "ahead") and not depth:
+            out.append((kind, 0))
+            continue
         if kind not in ("threads", "uring") or not depth.isdigit() or int(depth) < 1:
             raise SystemExit(f"tools/bench_disk_reads.py: error: --engines {item!r}: give threads:N or uring:N "
-                             "(N >= 1)")
+                             "(N >= 1), faults or ahead")
         out.append((kind, int(depth)))
     return out
 
@@ -69,6 +77,51 @@ def batch_ids(dataset: Path, fanout: str, batch_size: int, count: int, seed: int
             if len(out) == count:
                 break
     return out
+
+
+class _Mapped:
+    """Rows gathered by the partition's feature store over the mapping (``ahead``: with its cold-start reads),
+    the dataset opened anew for each turn (so no page of it stays mapped) and evicted from the page cache."""
+
+    def __init__(self, dest: Path, ahead: bool) -> None:
+        self.dest, self.ahead, self.store, self.rows, self.read = dest, ahead, None, 0, 0
+        self.evict()
+
+    def evict(self) -> None:
+        import gc
+
+        import torch
+
+        import graphstore
+        import memcgroup
+        from graphstore.storage import diskrows
+
+        self.store = None
+        gc.collect()  # the last turn's mapping goes: its pages can be evicted
+        memcgroup.drop_from_page_cache(self.dest)
+        saved = diskrows.COLD_MIN_BYTES
+        diskrows.COLD_MIN_BYTES = saved if self.ahead else 1 << 62  # the store decides when it opens the array
+        try:
+            self.store = graphstore.open_dataset(self.dest).partition(0)[0]
+            self.store[None, "x", torch.zeros(1, dtype=torch.int64)]  # its reader made now
+        finally:
+            diskrows.COLD_MIN_BYTES = saved
+
+    def gather(self, ids: np.ndarray) -> None:
+        import torch
+
+        from graphstore.storage.diskrows import thread_read_bytes
+
+        before = thread_read_bytes() or 0
+        self.store[None, "x", torch.from_numpy(ids)]
+        self.read += (thread_read_bytes() or 0) - before
+        self.rows += len(ids)
+
+    def snapshot(self, reset: bool = False) -> dict:
+        out = {"rows": self.rows, "disk_bytes": self.read}
+        if reset:
+            self.rows = self.read = 0
+        return out
 
 
 def main() -> int:
@@ -101,6 +154,9 @@ def main() -> int:
     files = ds.chunk_files(layout.node_array(0, ds.manifest.node_types[0].key, "x"))
     readers = []
     for kind, depth in engines:
+        if kind in ("faults", "ahead"):
+            readers.append(_Mapped(dest, kind == "ahead"))
+            continue
         reader = direct_rows(files, threads=depth, ring=depth if kind == "uring" else 0)
         if reader is None:
             raise SystemExit(f"tools/bench_disk_reads.py: error: the file system of {dest} refuses O_DIRECT; "
@@ -118,6 +174,8 @@ def main() -> int:
         for e, reader in enumerate(readers):
             mine = [next(stream) for _ in range(args.batches)]
             reader.snapshot(reset=True)
+            if isinstance(reader, _Mapped):
+                reader.evict()
             started, cpu = time.perf_counter(), time.process_time()
             for ids in mine:
                 reader.gather(ids)
@@ -127,7 +185,7 @@ def main() -> int:
                             "rows": snap["rows"], "cpu_us_per_row": 1e6 * cpu / max(snap["rows"], 1)})
     rows = []
     for (kind, depth), got in zip(engines, runs):
-        rows.append({"engine": f"{kind}:{depth}", "in_flight": depth,
+        rows.append({"engine": f"{kind}:{depth}" if depth else kind, "in_flight": depth or None,
                      "rows_per_s": round(statistics.median(r["rows_per_s"] for r in got)),
                      "mb_per_s": round(statistics.median(r["mb_per_s"] for r in got), 1),
                      "cpu_us_per_row": round(statistics.median(r["cpu_us_per_row"] for r in got), 2),

@@ -14,6 +14,7 @@ from torch_geometric.data.graph_store import EdgeLayout
 from graphstore.dataset import layout, rowmemory
 from graphstore.dataset.manifest import Manifest
 from graphstore.errors import GraphstoreError, NotOwnedError, UnknownAttributeError
+from graphstore.storage.diskrows import ColdStart
 from graphstore.heap import keep_freed_memory
 
 
@@ -71,6 +72,7 @@ class _Reader:
     rows_t: torch.Tensor | None  # zero-copy tensor over the mapped rows (None for zarr-read arrays)
     lo: int
     hi: int
+    cold: ColdStart | None = None  # a large mapped array: its pages asked for ahead while the page cache is cold
 
 
 def asked_ids(index: Any, lo: int, hi: int) -> np.ndarray | None:
@@ -119,7 +121,8 @@ class ZarrFeatureStore(FeatureStore):
                 raise UnknownAttributeError(f"{group!r} has no attribute {name!r}; it has {sorted(info.attrs)}")
             rows = self.dataset.array(layout.node_array(self.part, info.key, name))
             rows_t = _tensor(rows) if isinstance(rows, np.ndarray) else None
-            found = _Reader(info, name, rows, rows_t, info.offsets[self.part], info.offsets[self.part + 1])
+            found = _Reader(info, name, rows, rows_t, info.offsets[self.part], info.offsets[self.part + 1],
+                            ColdStart(rows) if rows_t is not None and ColdStart.applies(rows) else None)
             self._readers[(group, name)] = found
         return found
 
@@ -132,6 +135,8 @@ class ZarrFeatureStore(FeatureStore):
                 and index.dim() == 1 and index.device.type == "cpu"):
             try:  # the hot path: own rows, one bounds-checked index_select on mapped memory
                 out = rowmemory.empty((len(index), *r.rows_t.shape[1:]), r.rows_t.dtype)  # pinned for a GPU's loader
+                if r.cold is not None:
+                    return r.cold.index_select(r.rows_t, index - r.lo, out)
                 return torch.index_select(r.rows_t, 0, index - r.lo, out=out)
             except (IndexError, RuntimeError):
                 pass  # some IDs are not own rows: halo replicas or an error naming the owner, below

@@ -25,7 +25,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 if TYPE_CHECKING:  # imported where rows become tensors: opening a dataset needs no torch
     import torch
@@ -262,3 +265,72 @@ def _as_tensor(rows: np.ndarray) -> torch.Tensor:
 def _is_page_aligned(rows: np.ndarray) -> bool:
     return os.name == "posix" and isinstance(rows, np.ndarray) and rows.ctypes.data % mmap.PAGESIZE == 0 \
         and rows.flags.c_contiguous
+
+
+COLD_MIN_BYTES = 64 << 20  # arrays smaller than this fault their pages in quickly enough: no cold-start reads
+COLD_SHARE = 64  # a gather that read more than 1/COLD_SHARE of its bytes from disk found the page cache cold
+WARM_AFTER = 3  # gathers in a row that read (almost) nothing: the page cache holds the rows, stop asking ahead
+
+
+class ColdStart:
+    """A mapped array's gathers while its pages are not in the page cache (a fresh machine, or the cache
+    turned over): each gather's pages asked for at once first (``madvise(MADV_WILLNEED)`` over the sorted
+    rows, neighbours coalesced: many reads in flight) instead of one page fault after another at queue depth
+    1. Whether the cache is cold is read from what each gather caused to be read from disk
+    (``/proc/thread-self/io``): asking ahead stops after :data:`WARM_AFTER` gathers that read almost nothing
+    and starts again at the first that faults its rows in. Warm, a gather costs two reads of that file more.
+    """
+
+    def __init__(self, rows: np.ndarray) -> None:
+        self.rows = rows
+        self.row_bytes = rows.dtype.itemsize * int(np.prod(rows.shape[1:], dtype=np.int64))
+        self.cold, self.quiet = True, 0  # unknown at first: ask ahead until the gathers show the pages are there
+
+    @staticmethod
+    def applies(rows: Any) -> bool:
+        """Whether ``rows`` is a mapped array worth it: large, page-aligned, on Linux (``madvise`` and the
+        per-thread I/O counts)."""
+        return (isinstance(rows, np.ndarray) and rows.nbytes >= COLD_MIN_BYTES and _is_page_aligned(rows)
+                and os.path.exists("/proc/thread-self/io"))
+
+    def index_select(self, rows_t: torch.Tensor, local: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``torch.index_select(rows_t, 0, local, out=out)`` (``rows_t`` this array's tensor), its pages asked
+        for first while the cache is cold."""
+        import torch
+
+        before = thread_read_bytes()
+        if self.cold and len(local) > 1:
+            ids = np.unique(local.numpy())
+            ids = ids[(ids >= 0) & (ids < len(self.rows))]  # others are refused by the select (halo rows)
+            first, last = page_ranges(ids, self.row_bytes)
+            will_need(self.rows.ctypes.data, first, last, mmap.PAGESIZE)
+        got = torch.index_select(rows_t, 0, local, out=out)
+        after = thread_read_bytes()
+        if before is not None and after is not None:
+            if (after - before) * COLD_SHARE > len(local) * self.row_bytes:
+                self.cold, self.quiet = True, 0
+            else:
+                self.quiet += 1
+                if self.quiet >= WARM_AFTER:
+                    self.cold = False
+        return got
+
+
+@intrinsic
+def _madvise_call(typingctx, addr, length, advice):
+    """``madvise((void *) addr, length, advice)``, named (not addressed) so the kernel calling it caches."""
+    def codegen(context, builder, signature, args):
+        i64, i32 = ir.IntType(64), ir.IntType(32)
+        ptr = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(i32, [ptr, i64, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "madvise")
+        return builder.call(fn, [builder.inttoptr(args[0], ptr), args[1], builder.trunc(args[2], i32)])
+
+    return types.int32(types.int64, types.int64, types.int64), codegen
+
+
+@njit(cache=True, nogil=True)
+def will_need(base, first, last, page):  # pragma: no cover - compiled
+    """``MADV_WILLNEED`` over the pages ``[first[i], last[i]]`` of the mapping at ``base``."""
+    for i in range(len(first)):
+        _madvise_call(np.int64(base) + first[i] * page, (last[i] - first[i] + 1) * page, np.int64(_MADV_WILLNEED))

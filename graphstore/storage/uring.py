@@ -30,8 +30,9 @@ _OP_READ = 22  # IORING_OP_READ
 _ENTER_GETEVENTS = 1
 _FEAT_SINGLE_MMAP = 1
 _OFF_SQES = 0x10000000
-# ``off``: word (uint32) indexes into the rings, as the kernel's byte offsets / 4
-SQ_HEAD, SQ_TAIL, SQ_MASK, SQ_ARRAY, CQ_HEAD, CQ_TAIL, CQ_MASK, CQ_CQES = range(8)
+# ``off``: word (uint32) indexes into the rings, as the kernel's byte offsets / 4; then the ring's file
+# descriptor and the bytes of one read slot
+SQ_HEAD, SQ_TAIL, SQ_MASK, SQ_ARRAY, CQ_HEAD, CQ_TAIL, CQ_MASK, CQ_CQES, RING_FD, SLOT_BYTES = range(10)
 _EINTR, _EAGAIN = 4, 11
 
 
@@ -82,13 +83,14 @@ class Ring:
         self.sq = np.frombuffer(sq_map, np.uint32)
         self.cq = np.frombuffer(cq_map, np.uint32)
         self.sqes = np.frombuffer(sqe_map, np.uint64)
-        self.off = np.array([p.sq_head, p.sq_tail, p.sq_ring_mask, p.sq_array, p.cq_head, p.cq_tail, p.cq_ring_mask,
-                             p.cq_cqes], np.int64) // 4
+        words = [p.sq_head, p.sq_tail, p.sq_ring_mask, p.sq_array, p.cq_head, p.cq_tail, p.cq_ring_mask, p.cq_cqes]
+        self.off = np.array([w // 4 for w in words] + [fd, slot_bytes], np.int64)
         self.slots = np.frombuffer(mmap.mmap(-1, depth * slot_bytes), np.uint8)  # anonymous: page-aligned
         weakref.finalize(self, _close, fd, maps)
 
     def args(self) -> tuple:
-        return self.fd, self.sq, self.cq, self.sqes, self.off, self.slots, self.slot_bytes
+        """``(sq, cq, sqes, off, slots)``: the ring as :func:`read_sorted` takes it."""
+        return self.sq, self.cq, self.sqes, self.off, self.slots
 
 
 def _close(fd: int, maps: list) -> None:
@@ -133,13 +135,14 @@ def _enter(typingctx, fd, to_submit, min_complete, flags):
 
 
 @njit(cache=True, nogil=True)
-def read_sorted(ring_fd, sq, cq, sqes, off, slots, slot_bytes, fds, chunk_rows, row_bytes, rows, order, out,
+def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, order, out,
                 gap):  # pragma: no cover - compiled
     """Rows ``rows`` (ascending; ``order[i]`` the output row of ``rows[i]``) of an array stored in chunks of
     ``chunk_rows`` rows (``fds[c]`` chunk ``c``'s file, opened with ``O_DIRECT``; -1: absent, zeros) into
-    ``out`` (bytes, ``row_bytes`` a row), through the ring: rows of one chunk at most ``gap`` bytes apart
-    share a read of up to ``slot_bytes``, as many reads in flight as the ring has slots. Returns the bytes
-    read, -1 on a short read or a failing ring."""
+    ``out`` (bytes, ``row_bytes`` a row), through the ring ``sq, cq, sqes, off, slots`` (:meth:`Ring.args`):
+    rows of one chunk at most ``gap`` bytes apart share a read of up to a slot, as many reads in flight as the
+    ring has slots. Returns the bytes read, -1 on a short read or a failing ring."""
+    ring_fd, slot_bytes = off[RING_FD], off[SLOT_BYTES]
     depth = len(slots) // slot_bytes
     sq_mask, cq_mask = np.int64(sq[off[SQ_MASK]]), np.int64(cq[off[CQ_MASK]])
     base = np.int64(slots.ctypes.data)

@@ -228,8 +228,12 @@ def _dataset(ws: Workspace) -> None:
 
 def _disk_reader(ds: Any) -> None:
     """The reader of features larger than memory (``--feature-cache``), with an io_uring and with threads, and
-    its RAM cache of hot rows; through the page cache where the scratch folder refuses direct I/O."""
+    its RAM cache of hot rows (through the page cache where the scratch folder refuses direct I/O); and the
+    pages a large mapped array's gathers ask for ahead while the page cache is cold."""
+    import mmap
+
     from graphstore.dataset import layout
+    from graphstore.storage.diskrows import will_need
     from graphstore.storage.directrows import direct_rows
 
     path = layout.node_array(0, ds.manifest.node_types[0].key, "x")
@@ -238,6 +242,8 @@ def _disk_reader(ds: Any) -> None:
         reader = (direct_rows(files, None, np.array([0, 1]), threads=2, ring=ring)
                   or direct_rows(files, None, np.array([0, 1]), threads=2, ring=ring, direct=False))
         reader.gather(np.array([1, 5, 0, 3], np.int64))
+    pages = np.frombuffer(mmap.mmap(-1, mmap.PAGESIZE), np.uint8)  # a mapped array's cold-start reads
+    will_need(pages.ctypes.data, np.zeros(1, np.int64), np.zeros(1, np.int64), mmap.PAGESIZE)
 
 
 def _unmapped(ws: Workspace) -> Any:

@@ -65,3 +65,43 @@ def test_rows_not_in_the_page_cache_are_read_from_disk_and_counted(mapped):
     if got == 0:
         pytest.skip("this file system does not account reads per thread (e.g. tmpfs)")
     assert got >= len(ids) * 1024
+
+
+def test_cold_start_asks_ahead_while_gathers_read_from_disk_and_stops_once_the_cache_holds_them(mapped, monkeypatch):
+    import warnings
+
+    import torch
+
+    from graphstore.storage import diskrows
+    from graphstore.storage.diskrows import WARM_AFTER, ColdStart
+
+    path, rows, _ = mapped
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    mm = np.memmap(path, dtype=np.float32, mode="r", shape=rows.shape)
+    assert not ColdStart.applies(mm)  # 5 MB: faulting it in is quick enough
+    monkeypatch.setattr(diskrows, "COLD_MIN_BYTES", 0)
+    assert ColdStart.applies(mm) and not ColdStart.applies(rows[1:])  # a copy, not page-aligned
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        rows_t = torch.from_numpy(np.asarray(mm))
+    cold = ColdStart(mm)
+
+    def select(ids: np.ndarray) -> torch.Tensor:
+        return cold.index_select(rows_t, torch.from_numpy(ids), torch.empty(len(ids), 256))
+
+    ids = np.arange(0, 5000, 40)  # a row every 10th page
+    read0 = thread_read_bytes()
+    assert torch.equal(select(ids), torch.from_numpy(rows[ids]))
+    if thread_read_bytes() == read0:
+        pytest.skip("this file system does not account reads per thread (e.g. tmpfs)")
+    assert cold.cold  # the gather read its rows from disk
+    for _ in range(WARM_AFTER):
+        assert torch.equal(select(ids[::-1].copy()), torch.from_numpy(rows[ids[::-1]]))
+    assert not cold.cold  # the page cache holds them: no more asking ahead
+    other = ids + 20  # pages 5, 15, ...: never read
+    assert torch.equal(select(other), torch.from_numpy(rows[other])) and cold.cold

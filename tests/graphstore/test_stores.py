@@ -59,6 +59,22 @@ def test_gather_by_global_ids(homo):
     assert torch.equal(both[0], out) and both[1].dtype == torch.int64
 
 
+def test_a_large_mapped_array_gathers_through_the_cold_start_reads(homo, monkeypatch):
+    from graphstore.storage import diskrows
+
+    monkeypatch.setattr(diskrows, "COLD_MIN_BYTES", 0)  # every mapped array counts as large
+    ds, expected = graphstore.open_dataset(homo[0].url), homo[1]
+    order, x = _order(ds), expected.node_attrs[None]["x"]
+    fs, gs = ds.partition(1)
+    lo, hi = gs.dst_range()
+    for _ in range(diskrows.WARM_AFTER + 1):  # asking ahead, then (the rows cached) not
+        ids = torch.from_numpy(np.random.default_rng(0).integers(lo, hi, 500))
+        assert np.array_equal(fs[None, "x", ids].numpy(), x[order[ids.numpy()]])
+    assert fs._readers[(None, "x")].cold is not None
+    with pytest.raises(NotOwnedError, match="owned by partition"):
+        fs[None, "x", torch.tensor([lo, 0])]  # a row partition 0 owns: refused, naming it, as without
+
+
 def test_foreign_ids_name_the_owner(homo):
     ds, _ = homo
     fs, _ = ds.partition(0)

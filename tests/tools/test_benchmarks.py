@@ -308,8 +308,27 @@ def test_bench_disk_reads_reads_a_loaders_rows_with_each_engine(tmp_path):
     if _on_tmpfs(tmp_path) or uring.open_ring(8, 1 << 16) is None:
         pytest.skip("direct I/O needs a disk (not tmpfs), the ring an io_uring")
     out = _run("bench_disk_reads", tmp_path, "--spec", TINY, "--data", str(tmp_path / "d"), "--fanout", "5,3",
-               "--batch-size", "64", "--batches", "1", "--repeats", "1", "--engines", "threads:4,uring:8", "--seed", "1")
-    threads, ring = out["rows"]
-    assert (threads["engine"], ring["engine"]) == ("threads:4", "uring:8") and threads["ratio_to_first"] == 1.0
-    assert min(threads["rows_per_batch"], ring["rows_per_batch"]) > 64  # the seeds and their neighbours
+               "--batch-size", "64", "--batches", "1", "--repeats", "1", "--engines", "threads:4,uring:8,faults,ahead",
+               "--seed", "1")
+    threads, ring, faults, ahead = out["rows"]
+    assert [r["engine"] for r in out["rows"]] == ["threads:4", "uring:8", "faults", "ahead"]
+    assert threads["ratio_to_first"] == 1.0 and min(r["rows_per_batch"] for r in out["rows"]) > 64  # seeds and more
     assert threads["mb_per_s"] > 0 and ring["mb_per_s"] > 0 and ring["cpu_us_per_row"] > 0
+    assert faults["rows_per_s"] > 0 and ahead["rows_per_s"] > 0  # evicted, then faulted in (or read ahead)
+
+
+def test_bench_beyond_ram_times_the_first_and_steady_epochs_of_each_case(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import memcgroup
+
+    if memcgroup.available() is not None:
+        pytest.skip(str(memcgroup.available()))
+    out = _run("bench_beyond_ram", tmp_path, "--spec", TINY, "--dataset", str(tmp_path / "b"), "--limit", "3GB",
+               "--cases", "page,unmapped-cache", "--feature-cache", "64KB", "--fanout", "5,3", "--batch-size", "256",
+               "--epochs", "2", "--seed", "1")
+    page, unmapped = out["rows"]
+    assert page["case"] == "page cache" and unmapped["case"] == "cgroup, --unmapped --feature-cache 64KB"
+    for row in (page, unmapped):
+        assert row["first_over_steady"] == round(row["train_seconds"] / row["steady_seconds"], 3) > 0
+    assert unmapped["loss"] == page["loss"] and unmapped["oom_kills"] == 0 and unmapped["cache_hits"] > 0
+    assert "ratio_to_mapped" not in unmapped  # no mapped case ran to compare with
