@@ -226,18 +226,7 @@ def _read_sorted(fds, chunk_rows, row_bytes, rows, order, out, buf):  # pragma: 
     short read."""
     n, i, total = len(rows), 0, np.int64(0)
     while i < n:
-        c = rows[i] // chunk_rows
-        lo = (rows[i] - c * chunk_rows) * row_bytes
-        first = lo - lo % ALIGN
-        j = i
-        while j + 1 < n and rows[j + 1] // chunk_rows == c:
-            nxt = (rows[j + 1] - c * chunk_rows) * row_bytes
-            end_now = (rows[j] - c * chunk_rows + 1) * row_bytes
-            end_next = nxt + row_bytes
-            if nxt - end_now > GAP_ALIGNED * ALIGN or end_next - first + ALIGN > len(buf):
-                break
-            j += 1
-        end = (rows[j] - c * chunk_rows + 1) * row_bytes
+        c, first, j, end = uring.aligned_run(rows, i, chunk_rows, row_bytes, GAP_ALIGNED * ALIGN, len(buf))
         length = -(-(end - first) // ALIGN) * ALIGN
         if fds[c] < 0:
             buf[:end - first] = 0

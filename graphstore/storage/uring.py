@@ -154,16 +154,7 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
     n, i, total, inflight, failures = len(rows), 0, np.int64(0), 0, 0
     while i < n or inflight > 0:
         while i < n and free_top > 0:  # the next runs of rows into free slots
-            c = rows[i] // chunk_rows
-            lo = (rows[i] - c * chunk_rows) * row_bytes
-            first = lo - lo % ALIGN
-            j = i
-            while j + 1 < n and rows[j + 1] // chunk_rows == c:
-                nxt = (rows[j + 1] - c * chunk_rows) * row_bytes
-                if nxt - (rows[j] - c * chunk_rows + 1) * row_bytes > gap or nxt + row_bytes - first + ALIGN > slot_bytes:
-                    break
-                j += 1
-            end = (rows[j] - c * chunk_rows + 1) * row_bytes
+            c, first, j, end = aligned_run(rows, i, chunk_rows, row_bytes, gap, slot_bytes)
             if fds[c] < 0:
                 for q in range(i, j + 1):
                     out[order[q] * row_bytes:(order[q] + 1) * row_bytes] = 0
@@ -206,6 +197,23 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
             inflight -= 1
         cq[off[CQ_HEAD]] = np.uint32(head)
     return total
+
+
+@njit(cache=True, nogil=True, inline="always")
+def aligned_run(rows, i, chunk_rows, row_bytes, gap, room):  # pragma: no cover - compiled
+    """The rows from ``rows[i]`` (ascending) that one aligned read covers: ``(chunk, first, j, end)``, the read
+    from byte ``first`` (aligned down) of chunk file ``chunk`` to byte ``end`` (the end of row ``rows[j]``):
+    rows of that chunk at most ``gap`` bytes apart, the read, rounded up to blocks, within ``room`` bytes."""
+    c = rows[i] // chunk_rows
+    lo = (rows[i] - c * chunk_rows) * row_bytes
+    first = lo - lo % ALIGN
+    j = i
+    while j + 1 < len(rows) and rows[j + 1] // chunk_rows == c:
+        nxt = (rows[j + 1] - c * chunk_rows) * row_bytes
+        if nxt - (rows[j] - c * chunk_rows + 1) * row_bytes > gap or nxt + row_bytes - first + ALIGN > room:
+            break
+        j += 1
+    return c, first, j, (rows[j] - c * chunk_rows + 1) * row_bytes
 
 
 @njit(cache=True, nogil=True, inline="always")

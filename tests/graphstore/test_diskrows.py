@@ -10,6 +10,16 @@ import pytest
 from graphstore.storage.diskrows import DiskRows, page_ranges, thread_read_bytes
 
 
+def _evict(path) -> None:
+    """Drop ``path``'s pages from the page cache (those no mapping holds)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 @pytest.fixture
 def mapped(tmp_path):
     rows = np.random.default_rng(0).standard_normal((5000, 256)).astype(np.float32)  # 1 KiB a row
@@ -52,12 +62,7 @@ def test_page_ranges_merge_neighbours_and_cover_every_row():
 @pytest.mark.skipif(thread_read_bytes() is None, reason="no /proc/thread-self/io on this system")
 def test_rows_not_in_the_page_cache_are_read_from_disk_and_counted(mapped):
     path, rows, mm = mapped
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    _evict(path)
     disk = DiskRows(mm)
     ids = np.arange(0, 5000, 40)
     assert np.array_equal(disk[ids], rows[ids])
@@ -76,12 +81,7 @@ def test_cold_start_asks_ahead_while_gathers_read_from_disk_and_stops_once_the_c
     from graphstore.storage.diskrows import WARM_AFTER, ColdStart
 
     path, rows, _ = mapped
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    _evict(path)
     mm = np.memmap(path, dtype=np.float32, mode="r", shape=rows.shape)
     assert not ColdStart.applies(mm)  # 5 MB: faulting it in is quick enough
     monkeypatch.setattr(diskrows, "COLD_MIN_BYTES", 0)
