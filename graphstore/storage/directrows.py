@@ -149,6 +149,10 @@ class DirectRows(RowReader):
         if ring is not None:
             got = uring.read_sorted(*ring.args(), self.fds, self.files.chunk_rows, self.row_bytes, rows,
                                     order, flat, GAP_ALIGNED * ALIGN)
+            if got == -2:  # the ring's waits kept failing, reads possibly still in flight: never use it again
+                self._local.pid = None
+                raise OSError(f"{self.where}: io_uring reads kept failing (interrupted waits); the next gather of "
+                              "this thread sets up a new ring")
             if got < 0:
                 raise CorruptDatasetError(f"{self.where}: a direct read came back short (a truncated chunk file or "
                                           "a failing disk); run `graphstore verify` on the dataset")

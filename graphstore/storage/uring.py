@@ -141,7 +141,8 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
     ``chunk_rows`` rows (``fds[c]`` chunk ``c``'s file, opened with ``O_DIRECT``; -1: absent, zeros) into
     ``out`` (bytes, ``row_bytes`` a row), through the ring ``sq, cq, sqes, off, slots`` (:meth:`Ring.args`):
     rows of one chunk at most ``gap`` bytes apart share a read of up to a slot, as many reads in flight as the
-    ring has slots. Returns the bytes read, -1 on a short read or a failing ring."""
+    ring has slots. Returns the bytes read; -1 on a short read (every read in flight reaped first), -2 where the ring
+    kept failing (reads may be in flight: the ring is not to be used again)."""
     ring_fd, slot_bytes = off[RING_FD], off[SLOT_BYTES]
     depth = len(slots) // slot_bytes
     sq_mask, cq_mask = np.int64(sq[off[SQ_MASK]]), np.int64(cq[off[CQ_MASK]])
@@ -151,9 +152,9 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
                                            np.empty(depth, np.int64), np.empty(depth, np.int64))
     free = np.arange(depth)
     free_top = depth
-    n, i, total, inflight, failures = len(rows), 0, np.int64(0), 0, 0
-    while i < n or inflight > 0:
-        while i < n and free_top > 0:  # the next runs of rows into free slots
+    n, i, total, inflight, failures, short = len(rows), 0, np.int64(0), 0, 0, False
+    while (i < n and not short) or inflight > 0:
+        while i < n and free_top > 0 and not short:  # the next runs of rows into free slots
             c, first, j, end = aligned_run(rows, i, chunk_rows, row_bytes, gap, slot_bytes)
             if fds[c] < 0:
                 for q in range(i, j + 1):
@@ -173,7 +174,7 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
         if _enter(np.int64(ring_fd), to_submit, np.int64(1), np.int64(_ENTER_GETEVENTS)) < 0:
             failures += 1  # a signal interrupted the wait: what was submitted stays submitted
             if failures > 1000:
-                return -1
+                return -2  # reads may still be in flight: the caller drops this ring
         head, tail = np.int64(cq[off[CQ_HEAD]]), np.int64(cq[off[CQ_TAIL]])
         while head != tail:
             at = off[CQ_CQES] + (head & cq_mask) * 4
@@ -183,20 +184,20 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
             if res == -_EINTR or res == -_EAGAIN:
                 _push(sq, sqes, off, sq_mask, fds[chunk_of[s]], first_of[s], base + s * slot_bytes, len_of[s], s)
                 continue
+            free[free_top] = s
+            free_top += 1
+            inflight -= 1
             if res < need_of[s]:  # the chunk's last block may be short: what is needed must be there
-                cq[off[CQ_HEAD]] = np.uint32(head)
-                return -1
+                short = True  # no more reads; those in flight are reaped, so the ring is clean for the next call
+                continue
             total += res
             slot = slots[s * slot_bytes:(s + 1) * slot_bytes]
             c = chunk_of[s]
             for q in range(lo_of[s], hi_of[s] + 1):
                 src = (rows[q] - c * chunk_rows) * row_bytes - first_of[s]
                 out[order[q] * row_bytes:(order[q] + 1) * row_bytes] = slot[src:src + row_bytes]
-            free[free_top] = s
-            free_top += 1
-            inflight -= 1
         cq[off[CQ_HEAD]] = np.uint32(head)
-    return total
+    return -1 if short else total
 
 
 @njit(cache=True, nogil=True, inline="always")
