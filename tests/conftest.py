@@ -13,6 +13,9 @@ import pytest
 # every child process of the test session (spawned ranks, torchrun, Dask workers) prints its Python stacks
 # on a fatal signal: join_spawned sends SIGABRT to a hung worker, so CI shows where it hung
 os.environ.setdefault("PYTHONFAULTHANDLER", "1")
+# more workers than cores share the machine: torch's OpenMP threads (in the test processes and every rank they
+# start) sleep at a barrier instead of spinning, so a waiting thread never takes a core from another test's work
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 

@@ -7,9 +7,11 @@ cd "$(dirname "$0")/.."
 # (under a machine-wide PYTHONDONTWRITEBYTECODE=1 each one would compile every module it imports again)
 unset PYTHONDONTWRITEBYTECODE
 bash tools/bootstrap.sh || exit 1
-# one pytest worker per core (GRAPHSTORE_TEST_WORKERS overrides; 0 runs in this process): most of the suite's
-# time is training ranks waiting on each other and fault tests waiting out their timeouts, which overlap well
-workers="${GRAPHSTORE_TEST_WORKERS:-auto}"
+# one pytest worker per core and one more (GRAPHSTORE_TEST_WORKERS overrides; 0 runs in this process): jobs
+# waiting on their ranks, rendezvous and fault tests waiting out their timeouts leave a core idle now and then,
+# which the extra worker fills
+cores="$(nproc 2>/dev/null || echo 1)"
+workers="${GRAPHSTORE_TEST_WORKERS:-$((cores + 1))}"
 if [ "$workers" = "0" ]; then
   .venv/bin/python -m pytest -q "$@"
 else

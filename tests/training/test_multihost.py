@@ -84,7 +84,7 @@ def test_link_down_mid_epoch_ends_both_hosts_naming_the_lost_peer(rig, cora_shar
     cluster = rig(2)
     h0, h1 = cluster.hosts
     runs = [torchrun(cluster, h, 2, h0.addr, cora_shared, "--epochs", 200, "--eval-every", 200, *TRAIN,
-                     "--batch-size", 8, "--timeout", 15) for h in (h0, h1)]
+                     "--batch-size", 8, "--timeout", 8) for h in (h0, h1)]
     assert runs[0].wait_for("epoch 1/200", 300), runs[0].stderr[-3000:]
     cluster.link_down(h1)  # packets dropped silently: the peers see silence, not a reset
     first, second = wait_all(runs, 90)
@@ -111,7 +111,7 @@ def test_killed_host_is_named_by_the_survivor(rig, cora_shared):
 def test_rendezvous_faults_are_bounded_and_named(rig, cora_shared, fault):
     cluster = rig(2)
     h0, h1 = cluster.hosts
-    port, timeout = 29512, 10
+    port, timeout = 29512, 5
     args = (cora_shared, "--epochs", 1, *TRAIN, "--timeout", timeout)
     runs = [srun_rank(cluster, h0, 0, 2, h0.addr, port, *args)]
     if fault != "host never joins":
@@ -132,7 +132,7 @@ def test_torchrun_rendezvous_faults_end_both_hosts_within_the_agent_timeout(rig,
     rendezvous before our code runs, so they fail (both hosts) within T, naming what they waited for."""
     cluster = rig(2)
     h0, h1 = cluster.hosts
-    timeout = 10
+    timeout = 5
     master, port = (f"{cluster.subnet}.99", 29500) if fault == "wrong MASTER_ADDR" else (h0.addr, 29501)
     agent = ("--rdzv-conf", f"timeout={timeout}")
     args = (cora_shared, "--epochs", 1, *TRAIN, "--timeout", timeout)
@@ -187,7 +187,7 @@ def test_two_sampler_server_hosts_train_a_trainer_host_that_opens_no_file_of_the
 def test_sampler_server_killed_mid_epoch_ends_the_trainer_naming_it(rig, cora_shared):
     cluster = rig(3)
     h0, h1, h2 = cluster.hosts
-    timeout = 15
+    timeout = 8
     servers, trainer = _served_job(cluster, cora_shared, "--epochs", 200, "--eval-every", 200, "--fanout", "10,5",
                                    "--batch-size", 8, timeout=timeout)
     assert trainer.wait_for("epoch 1/200", 300), trainer.stderr[-3000:]
