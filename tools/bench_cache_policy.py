@@ -15,6 +15,11 @@ pass is reported (the caches that learn have warmed over the passes before):
 - ``sieve``: SIEVE (a FIFO queue whose hand skips and clears rows hit since it last passed; a miss evicts the
   first unmarked row), admitting every row missed;
 - ``static+sieve``: half the capacity static, half SIEVE;
+- ``s3fifo``: S3-FIFO (a small FIFO of a tenth of the capacity that every missed row enters, a main FIFO for
+  the rest, a ghost queue of the keys the small one dropped; a row hit at least ``--s3fifo-promote`` times in
+  the small queue, or missed again while its key is a ghost, enters the main one, whose rows hit since they
+  last passed its tail go round again, up to 3 times);
+- ``static+s3fifo``: half the capacity static, half S3-FIFO;
 - ``first_pass``: the rows read most often in the first pass, fixed after it (pre-sampling).
 
 No time is measured: a hit is a row not read from disk, whatever the disk.
@@ -92,6 +97,74 @@ def replay(trace: np.ndarray, fixed: np.ndarray, capacity: int, count_from: int)
     return hits
 
 
+@njit(cache=True)
+def replay_s3fifo(trace: np.ndarray, fixed: np.ndarray, capacity: int, count_from: int,
+                  promote: int) -> int:  # pragma: no cover
+    """As :func:`replay`, with an S3-FIFO cache of ``capacity`` rows (a tenth of them the small queue)."""
+    n = len(fixed)
+    small_cap = max(capacity // 10, 1)
+    main_cap = max(capacity - small_cap, 1)
+    where = np.zeros(n, np.uint8)  # 0: not cached, 1: small queue, 2: main queue
+    freq = np.zeros(n, np.uint8)
+    small = np.empty(small_cap, np.int64)
+    main = np.empty(main_cap, np.int64)
+    ghost = np.empty(main_cap, np.int64)
+    ghost_seq = np.full(n, -1, np.int64)
+    s_tail = s_len = m_tail = m_len = pushed = hits = 0
+    for i in range(len(trace)):
+        row = trace[i]
+        counted = i >= count_from
+        if fixed[row] or where[row]:
+            hits += counted
+            if where[row]:
+                freq[row] = min(freq[row] + 1, 3)
+            continue
+        if capacity < 2:
+            continue
+        into_main = ghost_seq[row] >= 0 and pushed - ghost_seq[row] <= main_cap
+        ghost_seq[row] = -1
+        while not into_main and s_len == small_cap:  # make room in the small queue
+            old = small[s_tail]
+            s_tail = (s_tail + 1) % small_cap
+            s_len -= 1
+            if freq[old] >= promote:  # hit often enough while small: to the main queue
+                while m_len == main_cap:
+                    m_tail, m_len = _main_evict(main, m_tail, m_len, where, freq)
+                main[(m_tail + m_len) % main_cap] = old
+                m_len += 1
+                where[old], freq[old] = 2, 0
+            else:  # dropped, its key remembered
+                where[old] = 0
+                ghost[pushed % main_cap] = old
+                ghost_seq[old] = pushed
+                pushed += 1
+        if into_main:
+            while m_len == main_cap:
+                m_tail, m_len = _main_evict(main, m_tail, m_len, where, freq)
+            main[(m_tail + m_len) % main_cap] = row
+            m_len += 1
+            where[row], freq[row] = 2, 0
+        else:
+            small[(s_tail + s_len) % small_cap] = row
+            s_len += 1
+            where[row], freq[row] = 1, 0
+    return hits
+
+
+@njit(cache=True)
+def _main_evict(main, m_tail, m_len, where, freq):  # pragma: no cover
+    """One step of the main queue's eviction: its oldest row goes round again (one hit fewer) or leaves."""
+    cap = len(main)
+    old = main[m_tail]
+    m_tail = (m_tail + 1) % cap
+    if freq[old] > 0:
+        freq[old] -= 1
+        main[(m_tail + m_len - 1) % cap] = old
+        return m_tail, m_len
+    where[old] = 0
+    return m_tail, m_len - 1
+
+
 def trace_of(dest: Path, fanout: list[int], batch_size: int, epochs: int, seed: int) -> tuple[np.ndarray, list[int]]:
     """The rows every batch of ``epochs`` passes reads (concatenated) and where each pass starts."""
     import torch
@@ -128,7 +201,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for capacity in (int(c) for c in args.capacities.split(",")):
         capacity = min(capacity, n)
         fixed = {}
-        for name, size in (("static", capacity), ("static+sieve", capacity // 2)):
+        for name, size in (("static", capacity), ("static+sieve", capacity // 2), ("static+s3fifo", capacity // 2)):
             mask = np.zeros(n, np.bool_)
             mask[hottest(ds, 0, None, size)] = True
             fixed[name] = mask
@@ -138,10 +211,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         none = np.zeros(n, np.bool_)
         policies = {"static": (fixed["static"], 0), "sieve": (none, capacity),
                     "static+sieve": (fixed["static+sieve"], capacity - capacity // 2),
+                    "s3fifo": (none, capacity), "static+s3fifo": (fixed["static+s3fifo"], capacity - capacity // 2),
                     "first_pass": (fixed["first_pass"], 0)}
         hits = {}
         for name, (mask, dynamic) in policies.items():  # hits of the last pass, warmed by the passes before
-            hits[name] = round(replay(trace, mask, dynamic, last.start) / max(last.stop - last.start, 1), 4)
+            hit = (replay_s3fifo(trace, mask, dynamic, last.start, args.s3fifo_promote) if "s3fifo" in name
+                   else replay(trace, mask, dynamic, last.start))
+            hits[name] = round(hit / max(last.stop - last.start, 1), 4)
         rows.append({"capacity_rows": capacity, "capacity_share": round(capacity / n, 4), "hit_share": hits,
                      "best": max(hits, key=hits.get)})
     return {"dataset": str(dest), "spec": None if args.dataset else args.spec, "fanout": fanout,
@@ -161,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=toolargs.integer(2), default=3, help="passes recorded (at least 2)")
     parser.add_argument("--capacities", type=toolargs.counts, default="32768,65536,131072,262144",
                         help="cache sizes to replay, in rows")
+    parser.add_argument("--s3fifo-promote", type=toolargs.integer(1), default=1,
+                        help="hits a row needs in S3-FIFO's small queue to enter the main one (the paper: 1 or 2)")
     benchinfo.add_seed_argument(parser)
     benchinfo.add_record_arguments(parser)
     args = parser.parse_args(argv)

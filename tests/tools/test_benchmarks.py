@@ -9,6 +9,7 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import graphstore
@@ -293,12 +294,29 @@ def test_bench_cache_policy_replays_every_policy_at_every_capacity(tmp_path):
     out = _run("bench_cache_policy", tmp_path, "--spec", TINY, "--data", str(tmp_path / "c"), "--fanout", "5,3",
                "--batch-size", "64", "--capacities", "100,4000", "--seed", "1")
     small, whole = out["rows"]
-    assert set(small["hit_share"]) == {"static", "sieve", "static+sieve", "first_pass"}
+    assert set(small["hit_share"]) == {"static", "sieve", "static+sieve", "s3fifo", "static+s3fifo", "first_pass"}
     assert all(0 < v < 1 for v in small["hit_share"].values()), small
     assert whole["capacity_rows"] == out["num_rows"] == 4000
     for policy in small["hit_share"]:  # a larger cache never hits less
         assert whole["hit_share"][policy] >= small["hit_share"][policy], policy
     assert whole["hit_share"]["sieve"] > 0.95, whole  # room for every row: only rows new in the last pass miss
+
+
+def test_s3fifo_keeps_rows_read_again_through_a_scan_of_rows_read_once():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import bench_cache_policy
+
+    hot, scan = np.arange(10), np.arange(100, 10_100)  # 10 rows read every round, 10,000 read once
+    trace = np.concatenate([np.concatenate([hot, scan[i:i + 50]]) for i in range(0, len(scan), 50)])
+    none = np.zeros(10_100, np.bool_)
+    for promote in (1, 2):
+        hits = bench_cache_policy.replay_s3fifo(trace, none, 100, 0, promote)
+        assert hits >= 10 * 200 - 10 * (promote + 1), (promote, hits)  # hot rows miss only until promoted
+        assert hits <= 10 * 200  # rows read once never hit
+    fixed = none.copy()
+    fixed[:10] = True  # held outside the queues: every read of them hits, none enters a queue
+    assert bench_cache_policy.replay_s3fifo(trace, fixed, 100, 0, 1) == 10 * 200
+    assert bench_cache_policy.replay_s3fifo(trace, none, 0, 0, 1) == 0
 
 
 def test_bench_disk_reads_reads_a_loaders_rows_with_each_engine(tmp_path):
