@@ -12,7 +12,7 @@ from graphstore.cli.args import Parser, integer, number
 from graphstore.errors import GraphstoreError
 from graphstore.forking import fork_allowed
 from training.launcher import failures, forkserver, lifetime, placement
-from training.cluster.world import DEVICE_ENV, TIMEOUT_ENV
+from training.cluster.world import DEVICE_ENV, LOADER_WORKERS_ENV, SERVERS_ENV, TIMEOUT_ENV
 
 _RANK_FLAG = "--graphstore-rank"  # how the launcher starts a rank: python -m training.run --graphstore-rank SCRIPT ...
 
@@ -29,6 +29,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=number(0, above=True), default=120.0,
                    help="seconds before a silent peer, stuck collective or missing loader ends the job (default "
                         "120); after a rank fails, its peers are stopped within it")
+    p.add_argument("--servers", metavar="HOST:PORT",
+                   help="what Session's servers default to: train from sampler servers (graphstore serve URL "
+                        "--address HOST:PORT), the ranks opening no file of the dataset")
+    p.add_argument("--loader-workers", type=integer(0, 256), default=None, metavar="N",
+                   help="what Session's loader_workers defaults to: sampler processes beside each rank (default 0)")
     p.add_argument("script", help="the training script (a Python file)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return p
@@ -47,6 +52,13 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         script = _check_script(args.script)
+        if args.servers is not None:
+            from sampling.remote.client import parse_address
+
+            parse_address(args.servers)
+            if args.loader_workers:
+                raise GraphstoreError(f"--loader-workers {args.loader_workers} with --servers: the sampler servers "
+                                      "build the batches; give them processes with graphstore serve --loader-workers")
         fork_allowed()  # a bad GRAPHSTORE_FORK_RANKS: one line here
         gpus = placement.gpu_count()
         cuda = placement.use_cuda(args.device, gpus)
@@ -59,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     from training.cluster import threads
 
     def job_env(job_dir: str) -> dict[str, str]:
-        return {DEVICE_ENV: args.device, TIMEOUT_ENV: str(args.timeout)}
+        env = {DEVICE_ENV: args.device, TIMEOUT_ENV: str(args.timeout)}
+        if args.servers is not None:
+            env[SERVERS_ENV] = args.servers
+        if args.loader_workers is not None:
+            env[LOADER_WORKERS_ENV] = str(args.loader_workers)
+        return env
 
     return run_ranks(["-m", "training.run", _RANK_FLAG, script, *args.args], nproc, args.timeout + 15,
                      threads.choose(None, nproc).threads, job_env, "graphstore-run",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.training.conftest import metrics, opened_under
+from tests.training.conftest import ROOT, metrics, opened_under
 from training.cluster.world import free_port
 
 BIN = Path(sys.executable).parent
@@ -30,9 +31,14 @@ def _train(cora2, address, tmp_path, name, *args) -> tuple[list[str], str, dict]
     """``graphstore-train --servers`` to the end (bounded); what its processes opened of the dataset, its
     output, and its metrics."""
     out_file = tmp_path / f"{name}.json"
-    trainer = subprocess.Popen([str(BIN / "graphstore-train"), str(cora2), "--servers", address, "--timeout", "60",
-                                "--no-progress", "--metrics-out", str(out_file), *map(str, args)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen, out = _watched([str(BIN / "graphstore-train"), str(cora2), "--servers", address, "--timeout", "60",
+                          "--no-progress", "--metrics-out", str(out_file), *map(str, args)], cora2)
+    return seen, out, metrics(out_file)
+
+
+def _watched(cmd: list[str], cora2) -> tuple[list[str], str]:
+    """``cmd`` to the end (bounded, exit 0 asserted): what its processes opened of the dataset, its output."""
+    trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         seen: list[str] = []
         deadline = time.monotonic() + 240
@@ -45,12 +51,13 @@ def _train(cora2, address, tmp_path, name, *args) -> tuple[list[str], str, dict]
             trainer.kill()
             trainer.wait(10)
     assert trainer.returncode == 0, out
-    return seen, out, metrics(out_file)
+    return seen, out
 
 
 def test_kept_sampler_servers_train_links_on_two_trainer_ranks_that_open_no_file(cora2, tmp_path):
     """Two servers kept serving (``--keep-serving``) train a link job on 2 trainer ranks: triplet negatives,
-    the split computed on the servers by ingest's rule (Cora stores none); SIGTERM then stops them, 0. (Node
+    the split computed on the servers by ingest's rule (Cora stores none); then a node job of one's own script
+    through ``graphstore-run --servers``; SIGTERM then stops them, 0. (Node
     classification through servers on hosts of their own: tests/training/test_multihost.py.)"""
     port = free_port()
     address = f"127.0.0.1:{port}"
@@ -64,6 +71,13 @@ def test_kept_sampler_servers_train_links_on_two_trainer_ranks_that_open_no_file
         assert doc["world_size"] == 2 and len(doc["epochs"]) == 1
         assert doc["epochs"][-1]["test_mrr"] >= 0.7, doc["epochs"][-1]  # 5 negatives each: chance is 0.41
         assert doc["epochs"][-1]["wire"]["bytes"]["batch"] > 0  # the batches came over the servers' connections
+        # the next job on the same servers: a script of one's own, unchanged (no servers= in it), given the
+        # servers by graphstore-run; it trains from them and opens no file of the dataset it names
+        seen, out = _watched([str(BIN / "graphstore-run"), "--servers", address, "--timeout", "60",
+                              str(ROOT / "examples" / "node_classification.py"), str(cora2), "--epochs", "2",
+                              "--checkpoint", str(tmp_path / "node.ckpt")], cora2)
+        assert seen == [], seen
+        assert len(re.findall(r"^epoch \d+ loss [0-9.]+ test_acc [0-9.]+$", out, re.M)) == 2, out
         for server in servers:
             assert server.poll() is None, server.communicate()[0]  # still serving: --keep-serving
             server.send_signal(signal.SIGTERM)

@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # the launcher reads a world without torch
 
 TIMEOUT_ENV = "GRAPHSTORE_TIMEOUT"  # set by graphstore-run --timeout: a training.Session's default timeout
 DEVICE_ENV = "GRAPHSTORE_DEVICE"  # set by graphstore-run --device: a training.Session's default device
+SERVERS_ENV = "GRAPHSTORE_SERVERS"  # set by graphstore-run --servers: a training.Session's default servers
+LOADER_WORKERS_ENV = "GRAPHSTORE_LOADER_WORKERS"  # set by graphstore-run --loader-workers: its default workers
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from training.launcher import allocator, failures, forkserver, lifetime, placeme
 from training.cluster import preempt, process_groups, threads
 from training.loop.session_loaders import LOADER_OPTIONS, Loader, link_seeds, node_seeds
 from training.loop.session_state import load_checkpoint, save_checkpoint
-from training.cluster.world import DEVICE_ENV, TIMEOUT_ENV, World
+from training.cluster.world import DEVICE_ENV, LOADER_WORKERS_ENV, SERVERS_ENV, TIMEOUT_ENV, World
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +62,10 @@ class Session:
         As for ``graphstore.open_dataset``.
     threads, loader_threads : int, optional
         Torch threads and loader threads per rank (default: this host's cores shared by its ranks).
-    loader_workers : int
+    loader_workers : int, optional
         Sampler processes beside this rank for each loader (``num_workers`` of a loader overrides it):
         sampling and feature gathering out of the rank's process, the same batches as its threads.
+        Default: ``$GRAPHSTORE_LOADER_WORKERS`` (``graphstore-run --loader-workers``), else 0.
     unmapped : bool
         Read this rank's partitions with ``pread`` instead of mapping them (uniform node sampling only).
     interface : str, optional
@@ -73,7 +74,8 @@ class Session:
         ``HOST:PORT`` of sampler servers (``graphstore serve URL --address HOST:PORT``): this rank opens no
         partition and no file of the dataset; its loaders' batches, features included, are sampled on the
         servers (:mod:`sampling.remote`). Its seeds are its share of the whole dataset's (a mask over every
-        partition), split over the ranks of this job.
+        partition), split over the ranks of this job. Default: ``$GRAPHSTORE_SERVERS`` (``graphstore-run
+        --servers``), else none.
 
     Examples
     --------
@@ -86,9 +88,13 @@ class Session:
     def __init__(self, url: str, *, device: str | None = None, timeout: float | None = None, seed: int = 0,
                  storage_options: dict[str, Any] | None = None, cache_dir: str | None = None,
                  cache_max_bytes: str | None = None, verify_reads: bool = False, threads: int | None = None,
-                 loader_threads: int | None = None, loader_workers: int = 0, unmapped: bool = False,
+                 loader_threads: int | None = None, loader_workers: int | None = None, unmapped: bool = False,
                  interface: str | None = None, servers: str | None = None, world: World | None = None) -> None:
         self.url = str(url)
+        if servers is None:
+            servers = os.environ.get(SERVERS_ENV) or None
+        if loader_workers is None:
+            loader_workers = _env_count(LOADER_WORKERS_ENV)
         self.served_by = servers  # HOST:PORT of sampler servers: this rank holds no partition
         if servers is not None:
             from sampling.remote.client import parse_address
@@ -537,6 +543,16 @@ def _seed(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < 2**63:
         raise InvalidInputError(f"Session(seed={value!r}): give an integer in [0, 2**63)")
     return int(value)
+
+
+def _env_count(name: str) -> int:
+    """A count from the environment (set by graphstore-run), 0 when unset; one line naming it when not a count."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit():
+        raise InvalidInputError(f"${name}={raw!r}: give a count (0, 1, 2, ...), or unset it")
+    return int(raw)
 
 
 def _timeout(value: Any) -> float:
