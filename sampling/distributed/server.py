@@ -42,6 +42,7 @@ class PartitionServer:
         self.parts = (int(parts),) if isinstance(parts, (int, np.integer)) else tuple(int(p) for p in parts)
         self.stores = {p: dataset.partition(p) for p in self.parts}
         self._args: dict[tuple, BlockArgs] = {}  # (options, edge type, part) -> the kernel's arguments
+        self._tops: dict[tuple, tuple[int, int, int]] = {}  # the same key -> what the answers' columns stay within
         self._lock = threading.Lock()
         self._local = threading.local()  # per serving thread: its generator
 
@@ -63,6 +64,10 @@ class PartitionServer:
                 variants = Variants(weighted=weighted, temporal=time_attr is not None,
                                     node_time=node_time)
                 self._args[key] = BlockArgs(topo.blocks, variants, node_time)
+                block = topo.blocks[0]
+                edges = len(block.indices) if block.files is None else 0  # read, not mapped: by their span
+                self._tops[key] = (topo.num_src - 1, self.dataset.manifest.edge_type(edge_type).num_edges - 1,
+                                   edges - 1)
             return self._args[key]
 
     def _rng(self) -> np.ndarray:
@@ -95,7 +100,7 @@ class PartitionServer:
             order = np.argsort(col, kind="stable")
             row, col, eid, pos = row[order], col[order], eid[order], pos[order]
         counts = _counts(col, len(nodes))
-        return pack_sample((counts, row, eid, pos), returns)
+        return pack_sample((counts, row, eid, pos), returns, self._tops[(options, edge_type, part)])
 
     def gather(self, node_type: Any, names: list[str], ids: Any, leave_out: tuple[str, Any] | None = None) -> list[Any]:
         """Rows of ``ids`` (packed or not; callers send one partition's IDs, its own or its halo's);

@@ -79,11 +79,26 @@ def pack(values: Any) -> Any:
     width = next(w for w in _WIDTHS if top - base <= np.iinfo(w).max)
     if flat:
         offsets = np.empty(len(array), width)
-        _narrow(array, np.int64(base), offsets)
+        _narrow(array, np.int64(base), np.int64(top), offsets)
     else:
         with np.errstate(over="ignore"):  # a range wider than int64 wraps, and unwraps exactly in unpack
             offsets = (array.astype(np.int64, copy=False) - np.int64(base)).astype(width)
     return Packed(base, offsets, array.dtype.str, is_tensor)
+
+
+def pack_within(values: np.ndarray, lo: int, hi: int) -> Any:
+    """:func:`pack` of a 1-D int64 array whose values should lie in ``[lo, hi]`` (source IDs below the node
+    count, CSC positions below the block's edges): narrowed to the width of that range in one pass, with no
+    pass for the array's own span; a value outside it, found in the same pass, packs the array by its span
+    instead (what arrives is exact either way)."""
+    if not isinstance(values, np.ndarray) or values.dtype != np.int64 or values.ndim != 1 or \
+            not values.flags.c_contiguous or not len(values) or not 0 <= hi - lo < 2**63:
+        return pack(values)
+    width = next(w for w in _WIDTHS if hi - lo <= np.iinfo(w).max)
+    offsets = np.empty(len(values), width)
+    if not _narrow(values, np.int64(lo), np.int64(hi), offsets):
+        return pack(values)
+    return Packed(int(lo), offsets, values.dtype.str, False)
 
 
 @njit(cache=True, nogil=True)
@@ -99,10 +114,15 @@ def _span(a):
 
 
 @njit(cache=True, nogil=True)
-def _narrow(a, base, out):
-    """``out[i] = a[i] - base`` in ``out``'s unsigned dtype (wrapping, as unpack unwraps)."""
+def _narrow(a, base, top, out):
+    """``out[i] = a[i] - base`` in ``out``'s unsigned dtype (wrapping, as unpack unwraps); whether every
+    ``a[i]`` lies in ``[base, top]``, checked in the same pass."""
+    outside = 0
     for i in range(len(a)):
-        out[i] = np.int64(a[i]) - base
+        v = np.int64(a[i])
+        outside |= (v < base) | (v > top)
+        out[i] = v - base
+    return outside == 0
 
 
 @njit(cache=True, nogil=True)
@@ -148,11 +168,15 @@ def answer_edges(answer: tuple[Any, ...]) -> int:
     return len(nbrs.values) if isinstance(nbrs, Packed) else len(nbrs)
 
 
-def pack_sample(result: tuple[np.ndarray, ...], returns: int) -> tuple[Any, ...]:
-    """A sampling answer on the wire: counts and source IDs always, edge IDs and positions if asked."""
-    counts, nbrs, eids, pos = result
-    return (pack(counts), pack(nbrs), pack(eids) if returns & EDGE_IDS else None,
-            pack(pos) if returns & POSITIONS else None)
+def pack_sample(result: tuple[np.ndarray, ...], returns: int, tops: tuple[int, int, int] | None = None
+                ) -> tuple[Any, ...]:
+    """A sampling answer on the wire: counts and source IDs always, edge IDs and positions if asked.
+    ``tops``: the largest source ID, edge ID and position there can be (:func:`pack_within` from 0), else
+    each column is packed by its span."""
+    counts, *columns = result
+    packed = [pack(c) if tops is None else pack_within(c, 0, top) for c, top in zip(columns, tops or (0, 0, 0))]
+    return (pack(counts), packed[0], packed[1] if returns & EDGE_IDS else None,
+            packed[2] if returns & POSITIONS else None)
 
 
 class WireStats:

@@ -66,8 +66,10 @@ class _Nodes:
         self.front = (0, 0)
         self.per_hop = [0]
 
-    def seed(self, ids: np.ndarray, first: int) -> None:
-        self.nodes = np.empty(max(len(ids), 16), np.int64)
+    def seed(self, ids: np.ndarray, first: int, room: int = 0) -> None:
+        """The seeds ``ids`` (subgraphs from ``first`` when disjoint), with room for ``room`` more nodes (no hop
+        regrows the arrays, copying the nodes before it)."""
+        self.nodes = np.empty(max(len(ids) + room, 16), np.int64)
         self.batch_of = np.empty(len(self.nodes) if self.disjoint else 0, np.int64)
         seen, dense, table = self.maps
         self.maps[2] = hop_kernel.seed_map(seen, dense, table, ids, self.nodes, self.batch_of, self.num_nodes,
@@ -114,10 +116,11 @@ def sample(sampler: HopSource, local: Any, seeds: dict[Any, Any], times: dict[An
     maps = node_maps(local, counts, sampler.disjoint)
     types = {t: _Nodes(n, sampler.disjoint, maps[t]) for t, n in counts.items()}
     try:
-        seed_times = _seed(types, seeds, times, strict)
+        most = 0 if hetero else _most_picks(sum(len(ids) for ids in seeds.values()), sampler._fanouts)
+        seed_times = _seed(types, seeds, times, strict, most)
         edges = {et: _Edges() for et in sampler.edge_types}
-        if not hetero:  # room for the batch's most picks at once: no hop regrows the arrays, copying the last
-            edges[None].room(_most_picks(sum(len(ids) for ids in seeds.values()), sampler._fanouts))
+        if most:  # room for the batch's most picks at once: no hop regrows the arrays, copying the last
+            edges[None].room(most)
         per_hop: dict[Any, list[int]] = {et: [] for et in sampler.edge_types}
         for fanouts in sampler._fanouts:
             for etype, k in fanouts.items():
@@ -148,12 +151,12 @@ def _most_picks(seeds: int, fanouts: list[dict[Any, int]], cap: int = 1 << 22) -
     return total
 
 
-def _seed(types: dict[Any, _Nodes], seeds: dict[Any, Any], times: dict[Any, Any] | None, strict: bool
-          ) -> np.ndarray | None:
+def _seed(types: dict[Any, _Nodes], seeds: dict[Any, Any], times: dict[Any, Any] | None, strict: bool,
+          room: int = 0) -> np.ndarray | None:
     offset, all_times = 0, []
     for ntype, ids in seeds.items():
         ids = _numpy(ids)
-        types[ntype].seed(ids, offset)
+        types[ntype].seed(ids, offset, room)
         offset += len(ids)
         if times:
             time = _numpy(times[ntype]) if ntype in times else _EMPTY_I
@@ -174,20 +177,20 @@ def _hop(sampler: HopSource, local: Any, types: dict[Any, _Nodes], etype: Any, k
     if seed_times is not None and (topo.has_time or topo.src_type in sampler.node_time):
         limits = seed_times[dst.batch_of[lo:hi]]
     start = edges.end
-    _edge_type(sampler, local, etype, topo, ids, k, limits, exclusion, edges)
+    _edge_type(sampler, local, etype, topo, (ids, lo), k, limits, exclusion, edges)
     row, col = edges.row[start:edges.end], edges.col[start:edges.end]
-    col += lo
     src.relabel(row, col, dst.batch_of)
     return edges.end - start
 
 
 class _Edges:
     """One edge type's picks in a batch, hop after hop, in arrays that grow (the kernel writes into them):
-    global sources (relabelled in place), frontier positions, edge IDs, partitions and CSC positions."""
+    global sources (relabelled in place), frontier positions, edge IDs and CSC positions; each partition's
+    edges as runs ``[start, end)`` (a column of partitions is made only when edge attributes ask)."""
 
     def __init__(self) -> None:
         self.row = self.col = self.eid = self.pos = _EMPTY_I
-        self.part = np.zeros(0, np.int32)
+        self.runs: list[tuple[int, int]] = []  # (end of the run, partition), in edge order from 0
         self.end = 0
 
     def room(self, extra: int) -> None:
@@ -197,32 +200,33 @@ class _Edges:
             size = max(need, 2 * len(self.row), 1024)
             self.row, self.col, self.eid, self.pos = (_grown(a, size, self.end) for a in
                                                       (self.row, self.col, self.eid, self.pos))
-        self.sync()
 
-    def sync(self) -> None:
-        """Grow ``part`` to the others' length (the kernel grows those)."""
-        if len(self.part) < len(self.row):
-            self.part = _grown(self.part, len(self.row), self.end)
+    def ran(self, end: int, part: int) -> None:
+        """The edges up to ``end`` since the last run are partition ``part``'s."""
+        if self.runs and self.runs[-1][1] == part:
+            self.runs[-1] = (end, part)
+        elif end > (self.runs[-1][0] if self.runs else 0):
+            self.runs.append((end, part))
 
-    def put(self, answer: tuple[Any, ...], positions: np.ndarray, part: int) -> None:
+    def put(self, answer: tuple[Any, ...], positions: np.ndarray, part: int, lo: int = 0) -> None:
         """Append a remote partition's answer (as it came over the wire: :func:`sampling.distributed.wire.pack_sample`)
-        to the frontier ``positions`` it was asked for, read straight into these arrays."""
+        to the frontier ``positions`` it was asked for (written plus ``lo``), read straight into these arrays."""
         n = answer_edges(answer)
         counts = np.asarray(unpack(answer[0]), np.int64)
         self.room(n)
         e, end = self.end, self.end + n
-        if len(counts) != len(positions) or not _repeat_into(positions, counts, self.col[e:end]):
+        if len(counts) != len(positions) or not _repeat_into(positions, counts, self.col[e:end], lo):
             raise CorruptDatasetError(f"partition {part} answered {n} edges with counts for {len(counts)} nodes "
                                       f"summing to {int(counts.sum())}, for {len(positions)} nodes asked: its "
                                       f"rank's code or data is damaged; run `graphstore verify` on the dataset")
         for value, column in zip(answer[1:], (self.row, self.eid, self.pos)):
             unpack_into(value, column[e:end])
-        self.part[e:end] = part
+        self.ran(end, part)
         self.end = end
 
     def columns(self) -> tuple[np.ndarray, ...]:
         e = self.end
-        return self.row[:e], self.col[:e], self.eid[:e], self.part[:e], self.pos[:e]
+        return self.row[:e], self.col[:e], self.eid[:e], np.array(self.runs, np.int64).reshape(-1, 2), self.pos[:e]
 
 
 def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:
@@ -231,13 +235,14 @@ def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:
     return out
 
 
-def _edge_type(sampler: HopSource, local: Any, etype: Any, topo: Any, ids: np.ndarray, k: int, limits: Any,
-               exclusion: tuple | None, edges: _Edges) -> None:
-    """The picks of frontier ``ids`` appended to ``edges`` (positions in ``ids``): the remote blocks' nodes
-    requested first, then the local runs sampled here, then the answers read.
+def _edge_type(sampler: HopSource, local: Any, etype: Any, topo: Any, frontier: tuple[np.ndarray, int], k: int,
+               limits: Any, exclusion: tuple | None, edges: _Edges) -> None:
+    """The picks of the frontier ``(ids, lo)`` appended to ``edges`` (positions in ``ids`` plus ``lo``): the
+    remote blocks' nodes requested first, then the local runs sampled here, then the answers read.
 
     The frontier is sorted by ID once (a radix sort): each block's nodes are then one slice of it, in
     ID order, so an owner reads its CSC in one forward sweep and the local kernel need not sort again."""
+    ids, lo = frontier
     runs = sampler.engine_runs(etype)
     c = sampler.config
     if k > 0:
@@ -246,7 +251,8 @@ def _edge_type(sampler: HopSource, local: Any, etype: Any, topo: Any, ids: np.nd
     strategy = STRATEGY_LAST if last else STRATEGY_UNIFORM
     if len(runs) == 1 and not getattr(runs[0][0], "is_remote", False):  # every block here: one kernel call
         _check_owned(topo, ids)
-        _kernel_into(edges, runs[0][0], local.rng, ids, None, k, c.replace, last, limits, exclusion, in_order=False)
+        _kernel_into(edges, runs[0][0], local.rng, ids, (None, lo), k, c.replace, last, limits, exclusion,
+                     in_order=False)
         return
     order, bounds, ordered = _by_id_order(topo, ids)
     pending = []
@@ -259,10 +265,10 @@ def _edge_type(sampler: HopSource, local: Any, etype: Any, topo: Any, ids: np.nd
     for args, members in ((r, i) for r, i in runs if not getattr(r, "is_remote", False)):
         s, e = int(bounds[members[0]]), int(bounds[members[-1] + 1])
         if e > s:
-            _kernel_into(edges, args, local.rng, ordered[s:e], order[s:e], k, c.replace, last,
+            _kernel_into(edges, args, local.rng, ordered[s:e], (order[s:e], lo), k, c.replace, last,
                          limits[order[s:e]] if limits is not None else None, exclusion, in_order=True)
     for s, e, part, result in pending:
-        edges.put(result(), order[s:e], part)
+        edges.put(result(), order[s:e], part, lo)
 
 
 def _by_id_order(topo: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -283,42 +289,47 @@ def _check_owned(topo: Any, ids: np.ndarray) -> None:
         topo.block_of(ids)
 
 
-def _kernel_into(edges: _Edges, args: BlockArgs, rng: np.ndarray, ids: np.ndarray, positions: np.ndarray | None,
-                 k: int, replace: bool, last: bool, limits: Any, exclusion: tuple | None, in_order: bool) -> None:
-    """One kernel call for ``ids`` (owned by ``args``' blocks), its picks appended to ``edges``; their
-    frontier positions are ``positions[i]`` for the i-th of ``ids`` (``i`` itself when ``None``)."""
+def _kernel_into(edges: _Edges, args: BlockArgs, rng: np.ndarray, ids: np.ndarray,
+                 where: tuple[np.ndarray | None, int], k: int, replace: bool, last: bool, limits: Any,
+                 exclusion: tuple | None, in_order: bool) -> None:
+    """One kernel call for ``ids`` (owned by ``args``' blocks), its picks appended to ``edges``; with ``where =
+    (positions, lo)`` their frontier positions are ``positions[i] + lo`` for the i-th of ``ids`` (``i + lo``
+    when ``positions`` is ``None``)."""
+    positions, lo = where
     start = edges.end
     block_edges = np.zeros(len(args.offsets), np.int64)
     e, out = _picks(args, rng, ids, k, replace, last, limits, exclusion, in_order,
                     Edges(edges.row, edges.col, edges.eid, edges.pos), start, block_edges)
     edges.row, edges.col, edges.eid, edges.pos = out
-    edges.sync()
     edges.end = e
     if positions is not None:
-        _translate(edges.col[start:e], positions)
-    part = edges.part[start:e]
+        _translate(edges.col[start:e], positions, lo)
+    elif lo:
+        edges.col[start:e] += lo
     for b in range(len(args.parts)):
-        part[block_edges[b] - start:block_edges[b + 1] - start] = args.parts[b]
+        edges.ran(int(block_edges[b + 1]), int(args.parts[b]))
 
 
 @njit(cache=True, nogil=True)
-def _translate(col, positions):
-    """``col[i] = positions[col[i]]`` in place."""
+def _translate(col, positions, lo):
+    """``col[i] = positions[col[i]] + lo`` in place."""
     for i in range(len(col)):
-        col[i] = positions[col[i]]
+        col[i] = positions[col[i]] + lo
 
 
 @njit(cache=True, nogil=True)
-def _repeat_into(values, counts, out):
-    """``np.repeat(values, counts)`` written into ``out``; whether the counts (none negative) filled it exactly."""
+def _repeat_into(values, counts, out, lo):
+    """``np.repeat(values, counts) + lo`` written into ``out``; whether the counts (none negative) filled it
+    exactly."""
     x = 0
     for i in range(len(values)):
         c = counts[i]
         if c < 0 or x + c > len(out):
             return False
         run = out[x:x + c]  # indexed from 0: contiguous stores, not scatters (see sampling.kernels.draws.uniform_draws)
+        v = values[i] + lo
         for j in range(c):
-            run[j] = values[i]
+            run[j] = v
         x += c
     return x == len(out)
 
@@ -353,16 +364,16 @@ def _picks(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: b
 
 def _output(types: dict[Any, _Nodes], edges: dict[Any, _Edges], per_hop: dict[Any, list[int]], disjoint: bool,
             hetero: bool) -> SamplerOutput | HeteroSamplerOutput:
-    node = {t: torch.from_numpy(n.nodes[: n.count].copy()) for t, n in types.items()}
-    batch = {t: torch.from_numpy(n.batch_of[: n.count].copy()) for t, n in types.items()} if disjoint else None
+    node = {t: torch.from_numpy(_kept(n.nodes, n.count)) for t, n in types.items()}
+    batch = {t: torch.from_numpy(_kept(n.batch_of, n.count)) for t, n in types.items()} if disjoint else None
     cols = {et: acc.columns() for et, acc in edges.items()}
     nodes_per_hop = {t: n.per_hop for t, n in types.items()}
     if not hetero:
-        row, col, eid, part, pos = cols[None]
+        row, col, eid, runs, pos = cols[None]
         out = SamplerOutput(node[None], _t(row), _t(col), _t(eid), batch[None] if batch else None,
                             nodes_per_hop[None], per_hop[None])
         # called on demand; tensors cross from a worker through shared memory
-        out.edge_locator = {None: functools.partial(_pair, torch.from_numpy(part), torch.from_numpy(pos))}
+        out.edge_locator = {None: functools.partial(_pair, torch.from_numpy(runs), torch.from_numpy(pos))}
         return out
     out = HeteroSamplerOutput(
         node=node, row={et: _t(e[0]) for et, e in cols.items()}, col={et: _t(e[1]) for et, e in cols.items()},
@@ -373,8 +384,16 @@ def _output(types: dict[Any, _Nodes], edges: dict[Any, _Edges], per_hop: dict[An
     return out
 
 
-def _pair(part: torch.Tensor, pos: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    return part.numpy(), pos.numpy()
+def _kept(values: np.ndarray, count: int) -> np.ndarray:
+    """The first ``count`` of a batch's own array: a view when they fill at least half of it, else a copy (a
+    batch kept in a prefetch queue does not keep a mostly empty array alive)."""
+    return values[:count] if 2 * count >= len(values) else values[:count].copy()
+
+
+def _pair(runs: torch.Tensor, pos: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """``(partition, CSC position)`` of every sampled edge, from the runs of each partition's edges."""
+    ends, parts = runs.numpy()[:, 0], runs.numpy()[:, 1]
+    return np.repeat(parts.astype(np.int32), np.diff(ends, prepend=0)), pos.numpy()
 
 
 def _numpy(value: Any) -> np.ndarray:
