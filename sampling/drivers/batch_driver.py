@@ -70,7 +70,9 @@ class FastPath:
                                       " run `graphstore verify` on the dataset")
         sizes = local.sizes
         edge_room, node_room = int(sizes[0]), int(sizes[1])
-        row, col, eid, pos = (_fit(a, edge_room) for a in (row, col, eid, pos))
+        row, col, eid = (_fit(a, edge_room) for a in (row, col, eid))
+        if self.positions or not time_sorted:  # else the batch never reads them (see edge_locator below)
+            pos = _fit(pos, edge_room)
         nodes = _fit(nodes, node_room)
         batch = torch.from_numpy(_fit(batch, node_room)) if self.variants.disjoint else None
         sizes[0], sizes[1] = (n + n // 4 for n in sizes[2:])  # the next batch's: this one's need, and a margin
