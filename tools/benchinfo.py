@@ -63,7 +63,29 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version(), "torch": version("torch"), "numpy": np.__version__,
             "numba": version("numba"), "torch_threads": torch.get_num_threads() if torch else None,
             "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-            "gpus": _gpus()}
+            "gpus": _gpus(), "reclaim": reclaim()}
+
+
+def reclaim(root: str = "/sys/kernel/mm/damon/admin/kdamonds") -> str | None:
+    """Proactive reclaim running on this machine, in words (``None``: none found): a DAMON scheme that pages
+    out memory idle for a while drops a dataset's pages between runs, so the next process reads them from disk
+    again, and figures of separate processes differ by more than the change measured."""
+    from pathlib import Path
+
+    found = []
+    for kdamond in sorted(Path(root).glob("[0-9]*")):
+        try:
+            if (kdamond / "state").read_text().strip() != "on":
+                continue
+            for context in sorted((kdamond / "contexts").glob("[0-9]*")):
+                aggr_us = int((context / "monitoring_attrs/intervals/aggr_us").read_text())
+                for scheme in sorted((context / "schemes").glob("[0-9]*")):
+                    if (scheme / "action").read_text().strip() == "pageout":
+                        idle = int((scheme / "access_pattern/age/min").read_text()) * aggr_us / 1e6
+                        found.append(f"DAMON pages out memory idle {idle:g} s or more")
+        except (OSError, ValueError):
+            continue
+    return "; ".join(found) or None
 
 
 def describe(info: dict[str, Any], seed: int) -> str:
@@ -71,8 +93,9 @@ def describe(info: dict[str, Any], seed: int) -> str:
     return (f"machine: {info['cpu']}, {info['logical_cores']} logical / {info['physical_cores']} physical cores "
             f"({info['usable_cores']} usable), {info['ram_gib']} GiB RAM, {info['os']}; Python {info['python']}, "
             f"torch {info['torch']}, numpy {info['numpy']}, numba {info['numba']}; load average "
-            f"{info['load_average_1min']} at start; GPU: {', '.join(info.get('gpus') or []) or 'none'}; seed {seed} "
-            f"(pass --seed {seed} to draw the same IDs again)")
+            f"{info['load_average_1min']} at start; GPU: {', '.join(info.get('gpus') or []) or 'none'}; "
+            + (f"reclaim: {info['reclaim']} (compare runs within one process); " if info.get("reclaim") else "")
+            + f"seed {seed} (pass --seed {seed} to draw the same IDs again)")
 
 
 def add_seed_argument(parser: argparse.ArgumentParser) -> None:

@@ -218,7 +218,8 @@ def _machine(m: dict[str, Any]) -> str:
                 f"GPU: {', '.join(gpus) if gpus else 'none'}; {m.get('os', '?')}; Python {m.get('python', '?')}, "
                 f"torch {m.get('torch', '?')}, numpy {m.get('numpy', '?')}, numba {m.get('numba', '?')}")
     load = m.get("load_average_1min")
-    return text + (f"; load average {load} at start" if load is not None else "")
+    return (text + (f"; load average {load} at start" if load is not None else "")
+            + (f"; {m['reclaim']}" if m.get("reclaim") else ""))
 
 
 def _commit(commit: str | None) -> str:

@@ -180,3 +180,20 @@ def test_committed_records_are_complete_and_the_page_is_current():
     assert report.main(["--check", str(doc)]) == 0, "run: .venv/bin/python tools/report.py --write docs/performance.md"
     readme = ROOT / "README.md"
     assert report.main(["--check", str(readme)]) == 0, "run: .venv/bin/python tools/report.py --write README.md"
+
+
+def test_proactive_reclaim_is_named_from_damons_pageout_schemes(tmp_path):
+    def write(path: str, text: str) -> None:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+
+    write("0/state", "on\n")
+    write("0/contexts/0/monitoring_attrs/intervals/aggr_us", "5000000\n")
+    write("0/contexts/0/schemes/0/action", "pageout\n")
+    write("0/contexts/0/schemes/0/access_pattern/age/min", "12\n")
+    write("0/contexts/0/schemes/1/action", "stat\n")  # watches only
+    write("0/contexts/0/schemes/1/access_pattern/age/min", "1\n")
+    assert benchinfo.reclaim(str(tmp_path)) == "DAMON pages out memory idle 60 s or more"
+    write("0/state", "off\n")
+    assert benchinfo.reclaim(str(tmp_path)) is None
+    assert benchinfo.reclaim(str(tmp_path / "absent")) is None
