@@ -74,10 +74,10 @@ def test_kept_sampler_servers_train_links_on_two_trainer_ranks_that_open_no_file
         # the next job on the same servers: a script of one's own, unchanged (no servers= in it), given the
         # servers by graphstore-run; it trains from them and opens no file of the dataset it names
         seen, out = _watched([str(BIN / "graphstore-run"), "--servers", address, "--timeout", "60",
-                              str(ROOT / "examples" / "node_classification.py"), str(cora2), "--epochs", "2",
+                              str(ROOT / "examples" / "node_classification.py"), str(cora2), "--epochs", "1",
                               "--checkpoint", str(tmp_path / "node.ckpt")], cora2)
         assert seen == [], seen
-        assert len(re.findall(r"^epoch \d+ loss [0-9.]+ test_acc [0-9.]+$", out, re.M)) == 2, out
+        assert len(re.findall(r"^epoch \d+ loss [0-9.]+ test_acc [0-9.]+$", out, re.M)) == 1, out
         for server in servers:
             assert server.poll() is None, server.communicate()[0]  # still serving: --keep-serving
             server.send_signal(signal.SIGTERM)
