@@ -85,6 +85,7 @@ def test_kept_sampler_servers_train_links_on_two_trainer_ranks_that_open_no_file
             log = server.communicate(timeout=60)[0]
             assert server.returncode == 0, log
             assert f"sampler server {rank}: the 2 trainer(s) of job" in log and "stopped by signal" in log, log
+            assert f"sampler server {rank}: the 1 trainer(s) of job" in log, log  # graphstore-run's job
     finally:
         for proc in servers:
             if proc.poll() is None:
