@@ -174,9 +174,10 @@ def pack_sample(result: tuple[np.ndarray, ...], returns: int, tops: tuple[int, i
     ``tops``: the largest source ID, edge ID and position there can be (:func:`pack_within` from 0), else
     each column is packed by its span."""
     counts, *columns = result
-    packed = [pack(c) if tops is None else pack_within(c, 0, top) for c, top in zip(columns, tops or (0, 0, 0))]
-    return (pack(counts), packed[0], packed[1] if returns & EDGE_IDS else None,
-            packed[2] if returns & POSITIONS else None)
+    sent = (True, bool(returns & EDGE_IDS), bool(returns & POSITIONS))  # a column not asked for is not packed
+    packed = [None if not on else pack(c) if tops is None else pack_within(c, 0, top)
+              for c, top, on in zip(columns, tops or (0, 0, 0), sent)]
+    return (pack(counts), *packed)
 
 
 class WireStats:
