@@ -58,8 +58,11 @@ class Packed:
     tensor: bool = False
 
 
-def pack(values: Any) -> Any:
-    """An integer array or tensor as :class:`Packed` (lossless); any other value unchanged.
+def pack(values: Any, bounds: tuple[int, int] | None = None) -> Any:
+    """An integer array or tensor as :class:`Packed` (lossless); any other value unchanged. ``bounds = (lo,
+    hi)``: where a 1-D int64 array's values should lie (source IDs below the node count, CSC positions below
+    the block's edges): it is narrowed to that range's width in one pass, with no pass for its own span; a
+    value outside, found in that pass, packs it by its span instead (what arrives is exact either way).
 
     Examples
     --------
@@ -75,30 +78,27 @@ def pack(values: Any) -> Any:
     if not array.size:
         return Packed(0, array.astype(np.uint8), array.dtype.str, is_tensor)
     flat = array.ndim == 1 and array.flags.c_contiguous  # a kernel's pass (else numpy's, several)
-    base, top = (int(v) for v in _span(array)) if flat else (int(array.min()), int(array.max()))
-    width = next(w for w in _WIDTHS if top - base <= np.iinfo(w).max)
+    if flat and bounds is not None and array.dtype == np.int64 and 0 <= bounds[1] - bounds[0] < 2**63:
+        packed = _narrowed(array, int(bounds[0]), int(bounds[1]), is_tensor)
+        if packed is not None:
+            return packed
     if flat:
-        offsets = np.empty(len(array), width)
-        _narrow(array, np.int64(base), np.int64(top), offsets)
-    else:
-        with np.errstate(over="ignore"):  # a range wider than int64 wraps, and unwraps exactly in unpack
-            offsets = (array.astype(np.int64, copy=False) - np.int64(base)).astype(width)
+        return _narrowed(array, *(int(v) for v in _span(array)), is_tensor)
+    base, top = int(array.min()), int(array.max())
+    width = next(w for w in _WIDTHS if top - base <= np.iinfo(w).max)
+    with np.errstate(over="ignore"):  # a range wider than int64 wraps, and unwraps exactly in unpack
+        offsets = (array.astype(np.int64, copy=False) - np.int64(base)).astype(width)
     return Packed(base, offsets, array.dtype.str, is_tensor)
 
 
-def pack_within(values: np.ndarray, lo: int, hi: int) -> Any:
-    """:func:`pack` of a 1-D int64 array whose values should lie in ``[lo, hi]`` (source IDs below the node
-    count, CSC positions below the block's edges): narrowed to the width of that range in one pass, with no
-    pass for the array's own span; a value outside it, found in the same pass, packs the array by its span
-    instead (what arrives is exact either way)."""
-    if not isinstance(values, np.ndarray) or values.dtype != np.int64 or values.ndim != 1 or \
-            not values.flags.c_contiguous or not len(values) or not 0 <= hi - lo < 2**63:
-        return pack(values)
-    width = next(w for w in _WIDTHS if hi - lo <= np.iinfo(w).max)
-    offsets = np.empty(len(values), width)
-    if not _narrow(values, np.int64(lo), np.int64(hi), offsets):
-        return pack(values)
-    return Packed(int(lo), offsets, values.dtype.str, False)
+def _narrowed(array: np.ndarray, base: int, top: int, is_tensor: bool) -> Packed | None:
+    """``array`` (1-D) as offsets from ``base`` in the narrowest width holding ``top - base``; ``None`` when a
+    value lies outside ``[base, top]``."""
+    width = next(w for w in _WIDTHS if top - base <= np.iinfo(w).max)
+    offsets = np.empty(len(array), width)
+    if not _narrow(array, np.int64(base), np.int64(top), offsets):
+        return None
+    return Packed(base, offsets, array.dtype.str, is_tensor)
 
 
 @njit(cache=True, nogil=True)
@@ -171,11 +171,11 @@ def answer_edges(answer: tuple[Any, ...]) -> int:
 def pack_sample(result: tuple[np.ndarray, ...], returns: int, tops: tuple[int, int, int] | None = None
                 ) -> tuple[Any, ...]:
     """A sampling answer on the wire: counts and source IDs always, edge IDs and positions if asked.
-    ``tops``: the largest source ID, edge ID and position there can be (:func:`pack_within` from 0), else
-    each column is packed by its span."""
+    ``tops``: the largest source ID, edge ID and position there can be (:func:`pack`'s ``bounds`` from 0),
+    else each column is packed by its span."""
     counts, *columns = result
     sent = (True, bool(returns & EDGE_IDS), bool(returns & POSITIONS))  # a column not asked for is not packed
-    packed = [None if not on else pack(c) if tops is None else pack_within(c, 0, top)
+    packed = [pack(c, None if tops is None else (0, top)) if on else None
               for c, top, on in zip(columns, tops or (0, 0, 0), sent)]
     return (pack(counts), *packed)
 

@@ -70,11 +70,11 @@ class FastPath:
                                       " run `graphstore verify` on the dataset")
         sizes = local.sizes
         edge_room, node_room = int(sizes[0]), int(sizes[1])
-        row, col, eid = (_fit(a, edge_room) for a in (row, col, eid))
+        row, col, eid = (fit_buffer(a, edge_room) for a in (row, col, eid))
         if self.positions or not time_sorted:  # else the batch never reads them (see edge_locator below)
-            pos = _fit(pos, edge_room)
-        nodes = _fit(nodes, node_room)
-        batch = torch.from_numpy(_fit(batch, node_room)) if self.variants.disjoint else None
+            pos = fit_buffer(pos, edge_room)
+        nodes = fit_buffer(nodes, node_room)
+        batch = torch.from_numpy(fit_buffer(batch, node_room)) if self.variants.disjoint else None
         sizes[0], sizes[1] = (n + n // 4 for n in sizes[2:])  # the next batch's: this one's need, and a margin
         out = SamplerOutput(torch.from_numpy(nodes), torch.from_numpy(row), torch.from_numpy(col),
                             torch.from_numpy(eid), batch, per_hop_nodes.tolist(), per_hop_edges.tolist())
@@ -103,7 +103,7 @@ class FastPath:
         return BlockArgs.time_sorted(var), *result  # first: whether the picks are positions in time order
 
 
-def _fit(a: np.ndarray, buffer_len: int) -> np.ndarray:
+def fit_buffer(a: np.ndarray, buffer_len: int) -> np.ndarray:
     """``a``, a view into a kernel buffer of ``buffer_len`` entries; copied out when it fills under half of
     it, so a batch kept alive (prefetched, queued) does not keep the whole buffer alive. The buffers are
     sized by what the thread's last batch needed (``sizes`` of

@@ -21,6 +21,7 @@ from sampling.kernels.frontier import by_id
 from sampling.kernels.picks import STRATEGY_LAST, STRATEGY_UNIFORM
 from sampling.kernels.structs import Edges, Hop, Scratch
 from sampling.distributed.wire import answer_edges, unpack, unpack_into
+from sampling.drivers.batch_driver import fit_buffer
 
 _EMPTY_I = np.zeros(0, np.int64)
 _EMPTY_F = np.zeros(0, np.float64)
@@ -364,8 +365,9 @@ def _picks(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: b
 
 def _output(types: dict[Any, _Nodes], edges: dict[Any, _Edges], per_hop: dict[Any, list[int]], disjoint: bool,
             hetero: bool) -> SamplerOutput | HeteroSamplerOutput:
-    node = {t: torch.from_numpy(_kept(n.nodes, n.count)) for t, n in types.items()}
-    batch = {t: torch.from_numpy(_kept(n.batch_of, n.count)) for t, n in types.items()} if disjoint else None
+    node = {t: torch.from_numpy(fit_buffer(n.nodes[:n.count], len(n.nodes))) for t, n in types.items()}
+    batch = ({t: torch.from_numpy(fit_buffer(n.batch_of[:n.count], len(n.batch_of))) for t, n in types.items()}
+             if disjoint else None)
     cols = {et: acc.columns() for et, acc in edges.items()}
     nodes_per_hop = {t: n.per_hop for t, n in types.items()}
     if not hetero:
@@ -382,12 +384,6 @@ def _output(types: dict[Any, _Nodes], edges: dict[Any, _Edges], per_hop: dict[An
     out.edge_locator = {et: functools.partial(_pair, torch.from_numpy(e[3]), torch.from_numpy(e[4]))
                         for et, e in cols.items()}
     return out
-
-
-def _kept(values: np.ndarray, count: int) -> np.ndarray:
-    """The first ``count`` of a batch's own array: a view when they fill at least half of it, else a copy (a
-    batch kept in a prefetch queue does not keep a mostly empty array alive)."""
-    return values[:count] if 2 * count >= len(values) else values[:count].copy()
 
 
 def _pair(runs: torch.Tensor, pos: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:

@@ -189,15 +189,14 @@ def test_a_servers_pick_counts_are_bincount_in_any_order():
 
 
 def test_packing_within_known_bounds_is_exact_and_falls_back_to_the_span_outside_them():
-    from sampling.distributed.wire import Packed, pack_within, unpack
 
     values = np.array([5, 70_000, 0, 69_999], np.int64)
-    inside = pack_within(values, 0, 99_999)
+    inside = pack(values, (0, 99_999))
     assert isinstance(inside, Packed) and inside.values.dtype == np.uint32 and inside.base == 0
     assert unpack(inside).tolist() == values.tolist()
-    narrow = pack_within(values - 70_000 + 200, -69_800, 200)  # a range of 70,000: uint32 whatever the values
+    narrow = pack(values - 70_000 + 200, (-69_800, 200))  # a range of 70,000: uint32 whatever the values
     assert unpack(narrow).tolist() == (values - 70_000 + 200).tolist()
-    wrong = pack_within(np.array([3, 2**40, -7], np.int64), 0, 255)  # a bound the values break: packed by span
+    wrong = pack(np.array([3, 2**40, -7], np.int64), (0, 255))  # a bound the values break: packed by span
     assert wrong.base == -7 and unpack(wrong).tolist() == [3, 2**40, -7]
-    assert pack_within(np.zeros(0, np.int64), 0, 9).values.size == 0
-    assert pack_within(np.array([1, 2], np.int32), 0, 9).dtype == "<i4"  # not int64: pack's own rules
+    assert pack(np.zeros(0, np.int64), (0, 9)).values.size == 0
+    assert pack(np.array([1, 2], np.int32), (0, 9)).dtype == "<i4"  # not int64: pack's own rules
