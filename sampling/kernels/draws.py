@@ -233,7 +233,20 @@ def draw_weighted_alias(state, alias, astride, amask, cum, start, count, k, repl
             drawn[m] = j
             m += 1 if (taken & bit) == 0 else 0
             taken |= bit
-    else:
+    else:  # a long segment: the first k draws read their entries in a loop of their own, with no branch
+        drawn = out[e:e + k]  # on what they read, so their cache misses overlap (a repeat test per draw, whose
+        for i in range(k):  # exit mispredicts, let one miss at a time through); then repeats are dropped in order
+            j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
+            threshold, other = _alias_entry(alias, astride, amask, start + j)
+            drawn[i] = other if low >= threshold else j
+        tries -= k
+        for i in range(k):  # the same picks, in the same order, as testing each draw against those before it
+            j = drawn[i]
+            taken = False
+            for q in range(m):  # every earlier pick compared: no exit to mispredict
+                taken |= drawn[q] == j
+            drawn[m] = j
+            m += 0 if taken else 1
         while m < k and tries > 0:
             tries -= 1
             j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)

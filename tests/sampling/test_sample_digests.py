@@ -89,3 +89,30 @@ def _digests(graphs, backend: str) -> dict[str, str]:
 def test_every_variant_draws_the_samples_it_drew_before(graphs, backend):
     got = _digests(graphs, backend)
     assert got == DIGESTS[backend], {k: v for k, v in got.items() if DIGESTS[backend].get(k) != v}
+
+
+def _hubs() -> tuple[torch.Tensor, torch.Tensor]:
+    """Two hubs of more than 64 in-edges (beyond the bit mask of short segments): node 0's 300 weights spread,
+    node 1's 200 with five edges holding nearly all the weight (repeats, then the draws from what is left)."""
+    rng = np.random.default_rng(5)
+    dst = np.repeat([0, 1], [300, 200])
+    src = np.concatenate([rng.permutation(np.arange(2, 302)), rng.permutation(np.arange(2, 202))])
+    weight = np.concatenate([rng.random(300) + 0.05, np.full(200, 1e-3)])
+    weight[300:305] = 50.0
+    return torch.from_numpy(np.stack([src, dst])), torch.from_numpy(weight.astype(np.float32))
+
+
+def test_weighted_picks_over_long_segments_draw_what_they_drew_before():
+    """Weighted picks on nodes of more than 64 edges read their first k draws in a loop of their own, then drop
+    repeats: the samples of testing each draw as it came (digests from before that change)."""
+    from torch_geometric.data import Data
+
+    edge_index, weight = _hubs()
+    data = Data(edge_index=edge_index, num_nodes=302, weight=weight)
+    got = {}
+    for fanout in (20, 60, 150):
+        sampler = NeighborSampler(data, [fanout], seed=11, weight_attr="weight")
+        out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.tensor([0, 1])))
+        assert len(set(zip(out.row.tolist(), out.col.tolist()))) == out.row.numel()  # without replacement
+        got[fanout] = _digest(out)
+    assert got == {20: "f821edb956e432c2", 60: "b0c0d7b4ebb23c3e", 150: "36b920040750a755"}, got
