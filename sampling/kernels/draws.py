@@ -242,11 +242,11 @@ def draw_weighted_alias(state, alias, astride, amask, cum, start, count, k, repl
         tries -= k
         for i in range(k):  # the same picks, in the same order, as testing each draw against those before it
             j = drawn[i]
-            taken = False
+            seen = False
             for q in range(m):  # every earlier pick compared: no exit to mispredict
-                taken |= drawn[q] == j
+                seen |= drawn[q] == j
             drawn[m] = j
-            m += 0 if taken else 1
+            m += 0 if seen else 1
         while m < k and tries > 0:
             tries -= 1
             j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)

@@ -189,7 +189,6 @@ def test_a_servers_pick_counts_are_bincount_in_any_order():
 
 
 def test_packing_within_known_bounds_is_exact_and_falls_back_to_the_span_outside_them():
-
     values = np.array([5, 70_000, 0, 69_999], np.int64)
     inside = pack(values, (0, 99_999))
     assert isinstance(inside, Packed) and inside.values.dtype == np.uint32 and inside.base == 0
