@@ -62,7 +62,8 @@ def drop_stale(base: Path | None = None) -> int:
             return 0
         dropped = 0
         for root in roots:
-            for cached in [*root.rglob("__pycache__/*.nbi"), *root.rglob("__pycache__/*.nbc")]:
+            for cached in [*root.rglob("__pycache__/*.nbi"), *root.rglob("__pycache__/*.nbc"),
+                           *root.rglob(f"__pycache__/*{CLAIM_SUFFIX}")]:
                 cached.unlink(missing_ok=True)
                 dropped += 1
         marker.parent.mkdir(exist_ok=True)
@@ -76,6 +77,143 @@ def drop_stale(base: Path | None = None) -> int:
         logger.info("sources changed since numba cached %d kernel files: dropped them (they compile again)",
                     dropped)
     return dropped
+
+
+# -- compiles and saves across processes ---------------------------------------------------------------------
+
+SAVE_LOCK = "graphstore-save.lock"  # in each folder numba caches this project's kernels in
+CLAIM_SUFFIX = ".claim"  # <function's index name>.<key digest>.claim: held while one process compiles it
+CLAIM_WAIT = 600.0  # seconds a process waits for another's compile before compiling the kernel itself
+
+_CLAIMS: dict[tuple[int, tuple], int] = {}  # (id(numba cache), argument types) -> the held claim's descriptor
+_CLAIMS_LOCK = threading.Lock()
+
+
+def _ours(cache: Any) -> bool:
+    module = getattr(getattr(cache, "_py_func", None), "__module__", "") or ""
+    return module.split(".")[0] in _PROJECT
+
+
+def _claim_key(cache: Any, sig: Any) -> tuple[int, tuple]:
+    from numba.core import sigutils
+
+    return id(cache), tuple(sigutils.normalize_signature(sig)[0])
+
+
+def _claim_path(cache: Any, sig: Any, target_context: Any) -> str:
+    key = cache._index_key(sig, target_context.codegen())  # what numba's index files the specialisation under
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+    return os.path.join(cache._cache_path, f"{cache._cache_file._index_name[:-len('.nbi')]}.{digest}{CLAIM_SUFFIX}")
+
+
+def _take(path: str, wait: float) -> int | None:
+    """An exclusive ``flock`` on ``path`` within ``wait`` seconds (its descriptor), or None."""
+    import fcntl
+
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    except OSError:
+        return None
+    deadline, pause = time.monotonic() + wait, 0.005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(pause)
+            pause = min(2 * pause, 0.1)
+        except OSError:  # a file system without flock
+            os.close(fd)
+            return None
+
+
+def _release(key: tuple[int, tuple]) -> None:
+    with _CLAIMS_LOCK:
+        fd = _CLAIMS.pop(key, None)
+    if fd is not None:
+        os.close(fd)  # releases the flock
+
+
+def _drop_inherited_claims() -> None:
+    """In a forked child: the parent's claims are the parent's (a copied descriptor would hold its lock)."""
+    with _CLAIMS_LOCK:
+        fds = list(_CLAIMS.values())
+        _CLAIMS.clear()
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _across_processes() -> bool:
+    """Make this project's kernels compile once across the processes that share a cache folder.
+
+    - **Claims.** A process that finds no cached copy of a specialisation takes an exclusive ``flock`` on
+      a claim file of that specialisation before it compiles, and holds it until it saved the result (or
+      the compile failed). A process that finds the claim taken waits for it (at most ``CLAIM_WAIT``),
+      then loads what the other one saved. Ranks of one host starting on a cold cache, and the warm-up's
+      processes, compile each specialisation once instead of once each, on the same cores. A kernel
+      compiles while its callees compile inside it, so claims are taken in the call graph's order and
+      never wait on each other in a cycle.
+    - **Saves.** numba saves a specialisation by reading the function's index, adding an entry named after
+      the first free data file and writing both back, with no lock: two processes saving different
+      specialisations of one kernel at once can pick the same data file and keep one index entry (the
+      other compiles again in every later run, or its entry names the other's machine code). Saves take
+      an exclusive ``flock`` on ``SAVE_LOCK`` in the cache folder.
+
+    A folder where the lock files cannot be made compiles and saves as numba does. Returns whether the
+    wrappers are installed (once per process)."""
+    try:
+        from numba.core import caching
+    except ImportError:  # pragma: no cover - numba is a dependency
+        return False
+    load, save = getattr(caching.Cache, "load_overload", None), getattr(caching.Cache, "_save_overload", None)
+    if load is None or save is None or getattr(save, "_graphstore", False):
+        return load is not None and save is not None
+
+    def load_overload(self: Any, sig: Any, target_context: Any) -> Any:
+        cres = load(self, sig, target_context)
+        if cres is not None or not _ours(self) or not getattr(self, "_enabled", False):
+            return cres
+        key = _claim_key(self, sig)
+        with _CLAIMS_LOCK:
+            if key in _CLAIMS:
+                return None
+        fd = _take(_claim_path(self, sig, target_context), CLAIM_WAIT)
+        if fd is None:
+            return None
+        cres = load(self, sig, target_context)  # what another process compiled while this one waited
+        if cres is not None:
+            os.close(fd)
+            return cres
+        with _CLAIMS_LOCK:
+            _CLAIMS[key] = fd  # released once saved, or when the compile fails (_Watch.on_end)
+        return None
+
+    def _save_overload(self: Any, sig: Any, data: Any) -> None:
+        if not _ours(self):
+            return save(self, sig, data)
+        try:
+            fd = _take(os.path.join(self._cache_path, SAVE_LOCK), CLAIM_WAIT)
+            try:
+                return save(self, sig, data)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+        finally:
+            _release(_claim_key(self, sig))
+
+    _save_overload._graphstore = True  # type: ignore[attr-defined]
+    caching.Cache.load_overload = load_overload
+    caching.Cache._save_overload = _save_overload
+    os.register_at_fork(after_in_child=_drop_inherited_claims)
+    _watch()  # a failed compile releases its claim (numba's compile events)
+    return True
 
 
 # -- compiles: counted, timed and announced -------------------------------------------------------------------
@@ -120,6 +258,11 @@ class _Watch(event.Listener):
         package = _package(ev)
         if not package:
             return
+        # a compile that raised (numba's Event.is_failed says the opposite, so its field is read): no save
+        # follows, so the processes waiting for this one's claim go on now
+        if getattr(ev, "_exc_details", None) is not None:
+            cache = getattr(ev.data["dispatcher"], "_cache", None)
+            _release((id(cache), tuple(ev.data["args"])))
         self._depth -= 1
         if self._depth == 0:
             seconds = time.perf_counter() - self._start
@@ -257,3 +400,6 @@ def _first_worker() -> bool:
     data = sys.modules.get("torch.utils.data")  # never imported here: a process without torch has no workers
     info = data.get_worker_info() if data is not None else None
     return info is None or info.id == 0
+
+
+_across_processes()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,84 @@ def test_the_sampling_kernels_announce_their_compiles():
     import sampling.kernels.hop_kernel  # noqa: F401
 
     assert "sampling" in jitcache._watch().announce
+
+
+RACE_RUN = textwrap.dedent("""
+    import os, sys, time
+    import numpy as np
+    from graphstore import jitcache
+    from sampling.graph.derived import time_records
+    open(sys.argv[1], "w").close()  # ready
+    deadline = time.monotonic() + 60
+    while not os.path.exists(sys.argv[2]):  # the test's go: both processes call the kernel together
+        if time.monotonic() > deadline:
+            sys.exit(3)
+        time.sleep(0.001)
+    indptr, when = np.array([0, 2, 3]), np.array([5, 1, 4]) + 10**12
+    src, eid = np.arange(3), np.arange(3)
+    keys, pairs, order = np.empty(3, np.int32), np.empty(6, np.int32), np.empty(3, np.int32)
+    time_records(indptr, when, src, eid, keys, pairs, order)
+    print(jitcache.compile_counts().compiled, keys.tolist())
+""")
+
+
+def test_processes_that_need_one_specialisation_at_once_compile_it_once(tmp_path):
+    """Two processes on one empty cache call the same kernel at the same moment (a kernel of a second or
+    more to compile, as ranks on a cold cache do): one compiles, the other waits for its claim and loads
+    what it saved. Without the claims both compile."""
+    from graphstore import jitcache
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO),
+           jitcache.NOTICE_ENV: "0"}
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", RACE_RUN, str(tmp_path / f"ready{i}"), str(go)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready{i}").exists() for i in range(2)) and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            time.sleep(0.01)
+        go.touch()
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), outs
+    counts = sorted(int(out.split()[0]) for out, _ in outs)
+    assert counts == [0, 1], f"compiled per process: {counts} (one compiles, the other loads)"
+    assert len({out.split(None, 1)[1] for out, _ in outs}) == 1, "the same result either way"
+    assert list((tmp_path / "cache").rglob(f"*{jitcache.CLAIM_SUFFIX}")), "the claim is a file beside the cache"
+
+
+def test_a_failed_compile_lets_the_waiting_processes_go_on():
+    """A compile that raises releases its claim (numba's compile events), so another process waits for it
+    no longer than the failure."""
+    from numba.core import event
+
+    from graphstore import jitcache
+
+    cache = object()
+    fd = os.open(os.devnull, os.O_RDONLY)
+    jitcache._CLAIMS[(id(cache), ("int64",))] = fd
+    dispatcher = type("D", (), {"_cache": cache, "py_func": _kernel_like})()
+    failed = event.Event("numba:compile", event.EventStatus.END, {"dispatcher": dispatcher, "args": ("int64",)},
+                         (ValueError, ValueError("typing failed"), None))
+    watch = jitcache._Watch()  # not the process's own: its counts stay as they are
+    watch._depth = 1
+    watch.on_end(failed)
+    assert (id(cache), ("int64",)) not in jitcache._CLAIMS
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed: its flock is gone
+    fd = os.open(os.devnull, os.O_RDONLY)
+    jitcache._CLAIMS[(id(cache), ("int64",))] = fd
+    watch._depth = 1
+    watch.on_end(event.Event("numba:compile", event.EventStatus.END, {"dispatcher": dispatcher, "args": ("int64",)}))
+    assert jitcache._CLAIMS.pop((id(cache), ("int64",))) == fd, "compiled: the claim is held until it is saved"
+    os.close(fd)
+
+
+def _kernel_like():
+    pass
+
+
+_kernel_like.__module__ = "sampling.kernels.probe"

@@ -44,13 +44,32 @@ def test_every_option_changes_the_run_and_a_stamp_makes_it_a_no_op(tmp_path, mon
     assert cli.main(["warmup", "--only", "b", "--json"]) == 0 and ran == ["b"]
     assert [g["name"] for g in json.loads(capsys.readouterr().out)["groups"]] == ["b"]
     assert jitcache.warm_stamp() is None, "a partial warm-up stamps nothing"
-    assert cli.main(["warmup"]) == 0 and ran == ["b", "a", "b"]
+    assert cli.main(["warmup", "--jobs", "1"]) == 0 and ran == ["b", "a", "b"]
     assert "0 kernel specialisation(s) compiled" in capsys.readouterr().out
     assert cli.main(["warmup"]) == 0 and ran == ["b", "a", "b"], "the stamp holds: nothing runs"
     assert "nothing to compile" in capsys.readouterr().out
-    assert cli.main(["warmup", "--force"]) == 0 and ran == ["b", "a", "b", "a", "b"]
+    assert cli.main(["warmup", "--force", "--jobs", "1"]) == 0 and ran == ["b", "a", "b", "a", "b"]
     index.unlink()
     assert jitcache.warm_stamp() is None, "a cache folder emptied by hand is cold again"
+
+
+def test_groups_are_shared_longest_first_among_the_processes():
+    def group(name: str, order: int, cost: float) -> Group:
+        return Group(name, "", lambda ws: None, order, cost)
+
+    chosen = [group("a", 10, 3), group("b", 20, 140), group("c", 30, 1), group("d", 40, 110), group("e", 50, 70),
+              group("f", 60, 130)]
+    shares = [[g.name for g in s] for s in runner.share(chosen, 2)]
+    assert shares == [["a", "b", "c", "e"], ["d", "f"]], "b, f, d, e, a, c each to the lighter; in their order"
+    assert sorted(g.name for s in runner.share(chosen, 4) for g in s) == list("abcdef")
+    assert len(runner.share(chosen, 4)) == 4 and len(runner.share(chosen, 64)) == 6, "never an empty process"
+    assert [[g.name for g in s] for s in runner.share(chosen, 1)] == [list("abcdef")]
+
+
+def test_jobs_below_one_are_refused_in_one_line(capsys):
+    assert cli.main(["warmup", "--force", "--jobs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--jobs 0" in err[0] and "--jobs 1 or more" in err[0], err
 
 
 def test_a_failing_group_is_named_and_the_others_still_run(tmp_path):
@@ -70,8 +89,12 @@ def test_a_forced_warmup_on_its_own_cache_compiles_nothing():
     deterministic and complete); only where that cache is warm (CI after tools/bootstrap.sh)."""
     if jitcache.warm_stamp() is None:
         pytest.skip("the kernel cache is not warm here: run `graphstore warmup` (tools/bootstrap.sh does)")
-    out = subprocess.run([sys.executable, "-m", "graphstore.cli.app", "warmup", "--force", "--json"], cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "graphstore.cli.app", "warmup", "--force", "--json", "--jobs", "2"],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout)
     assert summary["failed"] == [] and summary["compiled"] == 0, [g for g in summary["groups"] if g["compiled"]]
+    assert summary["jobs"] == 2 and sorted(g["name"] for g in summary["groups"]) == sorted(g.name for g in
+                                                                                          runner.groups())
+    started = [line.split()[1] for line in out.stderr.splitlines() if line.endswith(" ...")]
+    assert sorted(started) == sorted(g.name for g in runner.groups()), "each process says what it runs"

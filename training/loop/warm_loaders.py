@@ -32,7 +32,7 @@ JOBS: list[tuple[str, dict[str, Any]]] = [
 def groups() -> list[Group]:
     """The ``training`` entry of ``graphstore.warmup``."""
     return [Group("train", "graphstore-train's node and link tasks (in time or not), 1 and 2 partitions a rank",
-                  _train, 30)]
+                  _train, 30, 1)]  # its kernels are mostly the distributed group's (cost: after it)
 
 
 @dataclass
