@@ -11,9 +11,9 @@ directory, so what it compiles is what the runs use. The groups it runs are foun
 A warm-up that finds its stamp (:func:`graphstore.jitcache.warm_stamp`: same sources, numba, Python,
 CPU and cache) does nothing; ``--force`` runs every group anyway (then each kernel loads from the cache).
 
-numba compiles on one core. With more than one core the groups are shared among several processes
-(``--jobs``; by their ``cost``, longest first), each a ``graphstore warmup --only ...`` of its own,
-writing the cache every run reads; a specialisation two of them need compiles once
+numba compiles on one core. With more than one core the groups run in several worker processes
+(``--jobs``), heaviest (``cost``) first, each worker taking the next group when it is done, all writing
+the cache every run reads; a specialisation two of them need compiles once
 (:func:`graphstore.jitcache._across_processes`)."""
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ DESCRIPTION = ("Compile the numba kernels that ingest, the samplers and loaders 
 @dataclass(frozen=True)
 class Group:
     """Code paths that share kernels, run on tiny graphs: ``run(workspace)``; ``order`` sorts the groups;
-    ``cost``: about how long the group compiles on a cold cache (seconds of one core; only the ratios
-    between groups matter: they share the groups among the warm-up's processes)."""
+    ``cost``: about how long the group compiles on a cold cache (seconds of one core; only their order
+    matters: the warm-up's processes take the heaviest groups first)."""
 
     name: str
     what: str
@@ -143,7 +143,7 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-PROCESS_BYTES = 2**30  # a warm-up process at its peak: about 0.7 GB (7 processes peaked at 5.1-5.3 GB together)
+PROCESS_BYTES = 2 * 2**30  # a worker at its peak: 2 workers running all 7 groups summed 3.6 GB of RSS
 
 
 def available_memory() -> int | None:
@@ -165,19 +165,6 @@ def default_jobs(groups_: int) -> int:
     memory = available_memory()
     by_memory = groups_ if memory is None else memory // PROCESS_BYTES
     return max(1, min(groups_, cores(), by_memory))
-
-
-def share(chosen: list[Group], jobs: int) -> list[list[Group]]:
-    """``chosen`` shared among at most ``jobs`` processes: each group, longest (``cost``) first, to the
-    process with the least so far; each process's groups in their ``order``. No empty share."""
-    shares: list[list[Group]] = [[] for _ in range(max(1, min(jobs, len(chosen))))]
-    loads = [0.0] * len(shares)
-    for group in sorted(chosen, key=lambda g: -g.cost):
-        least = loads.index(min(loads))
-        shares[least].append(group)
-        loads[least] += group.cost
-    rank = {g.name: i for i, g in enumerate(chosen)}
-    return [sorted(s, key=lambda g: rank[g.name]) for s in shares if s]
 
 
 def warm_up(only: list[str] | None = None, force: bool = False, progress: Progress | None = None,
@@ -221,46 +208,103 @@ def _warm_up(only: list[str] | None, progress: Progress | None, jobs: int | None
             raise InvalidInputError(f"--only {','.join(unknown)}: no such warm-up group; groups are "
                                     f"{', '.join(g.name for g in chosen)}")
         chosen = [g for g in chosen if g.name in only]
-    start, shares = time.perf_counter(), share(chosen, default_jobs(len(chosen)) if jobs is None else jobs)
-    if len(shares) > 1:
-        results = _run_apart(shares)
+    start = time.perf_counter()
+    jobs = min(len(chosen), default_jobs(len(chosen)) if jobs is None else jobs)
+    if jobs > 1:
+        ran = {r["name"]: r for r in _run_apart(chosen, jobs)}
+        results = [ran[g.name] for g in chosen]  # in the groups' order, as one process reports them
     else:
         with tempfile.TemporaryDirectory(prefix="graphstore-warmup-") as tmp:
             results = [asdict(r) for r in run_groups(chosen, Workspace(Path(tmp)), progress)]
     summary = {"skipped": False, "groups": results, "compiled": sum(r["compiled"] for r in results),
                "seconds": round(time.perf_counter() - start, 2), "failed": [r["name"] for r in results if r["error"]],
-               "jobs": len(shares)}
+               "jobs": max(1, jobs)}
     if not only and not summary["failed"]:
         jitcache.mark_warm({"compiled": summary["compiled"], "seconds": summary["seconds"]}, key)
     return summary
 
 
-def _run_apart(shares: list[list[Group]]) -> list[dict[str, Any]]:
-    """Each share in a ``graphstore warmup --only ... --jobs 1`` process of its own, all at once; their
-    progress lines go to this process's stderr as each group starts and ends. Returns every group's
-    result, in the shares' order (a process that ended without its summary fails its groups, named)."""
-    procs = []
-    for groups_ in shares:
-        names = ",".join(g.name for g in groups_)
-        argv = [sys.executable, "-m", "graphstore.cli.app", "warmup", "--only", names, "--jobs", "1", "--json"]
-        procs.append((groups_, subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)))
+def _run_apart(chosen: list[Group], jobs: int) -> list[dict[str, Any]]:
+    """The groups in ``jobs`` worker processes (:func:`worker`), heaviest (``cost``)
+    first: each worker is given its next group when it reports the last one, so none idles while groups
+    wait. Their progress lines go to this process's stderr. Returns every group's result; a worker that
+    ends before it reports fails its group, saying so, and the groups left go to the others."""
+    import selectors
+
+    queue = sorted(chosen, key=lambda g: -g.cost)
     results: dict[str, dict[str, Any]] = {}
+    running: dict[Any, tuple[subprocess.Popen, Group]] = {}  # a worker's stdout -> the worker, its group
+    chooser = selectors.DefaultSelector()
+
+    def give(proc: subprocess.Popen) -> None:
+        group = queue.pop(0)
+        try:
+            proc.stdin.write(group.name + "\n")
+            proc.stdin.flush()
+        except OSError:  # it ended meanwhile: the group goes back for another worker
+            queue.insert(0, group)
+            chooser.unregister(proc.stdout)
+            return
+        running[proc.stdout] = (proc, group)
+
+    workers: list[subprocess.Popen] = []
     try:
-        outs = [proc.communicate()[0] for _, proc in procs]
+        for _ in range(min(jobs, len(queue))):
+            proc = subprocess.Popen([sys.executable, "-m", "sampling.warmup.worker"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True)
+            workers.append(proc)
+            chooser.register(proc.stdout, selectors.EVENT_READ)
+            give(proc)
+        while running:
+            for key, _ in chooser.select():
+                proc, group = running.pop(key.fileobj)
+                line = proc.stdout.readline()
+                try:
+                    results[group.name] = json.loads(line)
+                except ValueError:  # it ended: no more groups for it
+                    chooser.unregister(proc.stdout)
+                    proc.stdin.close()
+                    code = proc.wait()
+                    results[group.name] = asdict(GroupResult(
+                        group.name, 0.0, 0, 0.0, f"its warm-up process ended with code {code} before it reported"))
+                    continue
+                if queue:
+                    give(proc)
+                else:
+                    chooser.unregister(proc.stdout)
+                    proc.stdin.close()  # the worker ends
+        for group in queue:  # every worker ended early
+            results[group.name] = asdict(GroupResult(group.name, 0.0, 0, 0.0, "not run: every warm-up process ended"))
     finally:  # interrupted: no process keeps compiling behind the user's back
-        for _, proc in procs:
-            if proc.poll() is None:
+        chooser.close()
+        for proc, _ in running.values():
+            proc.kill()
+        for proc in workers:
+            try:
+                proc.wait(timeout=60)  # told to end (stdin closed) or killed
+            except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-    for (groups_, proc), out in zip(procs, outs):
-        try:
-            ran = {r["name"]: r for r in json.loads(out)["groups"]}
-        except (ValueError, KeyError, TypeError):
-            ran = {}
-        for group in groups_:
-            results[group.name] = ran.get(group.name) or asdict(GroupResult(
-                group.name, 0.0, 0, 0.0, f"its warm-up process ended with code {proc.returncode} before it ran"))
-    return [results[g.name] for groups_ in shares for g in groups_]
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None and not pipe.closed:
+                    pipe.close()
+    return [results[g.name] for g in chosen]
+
+
+def worker() -> int:
+    """A warm-up worker (``python -m sampling.warmup.worker``): runs each group named on a line of stdin, in one workspace, and answers each with
+    its result, one JSON line on stdout; ends at the end of stdin."""
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever a group prints goes to stderr, not in the answers
+    sys.stdout = sys.stderr
+    by_name = {g.name: g for g in groups()}
+    with tempfile.TemporaryDirectory(prefix="graphstore-warmup-") as tmp:
+        workspace = Workspace(Path(tmp))
+        for line in sys.stdin:
+            [result] = run_groups([by_name[line.strip()]], workspace, _progress)
+            answers.write(json.dumps(asdict(result)) + "\n")
+            answers.flush()
+    return 0
 
 
 # -- the command --------------------------------------------------------------------------------------------
@@ -275,7 +319,7 @@ def register(sub: Any) -> Callable[[argparse.Namespace], int]:
     cmd.add_argument("--list", action="store_true", help="list the groups and exit")
     cmd.add_argument("--json", action="store_true", help="print the summary as JSON (the progress lines go to stderr)")
     cmd.add_argument("--jobs", type=int, metavar="N",
-                     help="processes to share the groups among (default: one per core, at most one per group; 1 runs "
+                     help="processes to run the groups in (default: one per core, at most one per group; 1 runs "
                           "them in this one)")
     return _command
 
@@ -308,3 +352,4 @@ def _progress(group: Group, result: GroupResult | None) -> None:
         return
     state = f"FAILED: {result.error}" if result.error else f"{result.compiled} kernel(s) compiled"
     print(f"warmup: {group.name:12s} {result.seconds:.1f} s, {state}", file=sys.stderr, flush=True)
+

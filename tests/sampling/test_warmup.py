@@ -53,17 +53,15 @@ def test_every_option_changes_the_run_and_a_stamp_makes_it_a_no_op(tmp_path, mon
     assert jitcache.warm_stamp() is None, "a cache folder emptied by hand is cold again"
 
 
-def test_groups_are_shared_longest_first_among_the_processes():
-    def group(name: str, order: int, cost: float) -> Group:
-        return Group(name, "", lambda ws: None, order, cost)
-
-    chosen = [group("a", 10, 3), group("b", 20, 140), group("c", 30, 1), group("d", 40, 110), group("e", 50, 70),
-              group("f", 60, 130)]
-    shares = [[g.name for g in s] for s in runner.share(chosen, 2)]
-    assert shares == [["a", "b", "c", "e"], ["d", "f"]], "b, f, d, e, a, c each to the lighter; in their order"
-    assert sorted(g.name for s in runner.share(chosen, 4) for g in s) == list("abcdef")
-    assert len(runner.share(chosen, 4)) == 4 and len(runner.share(chosen, 64)) == 6, "never an empty process"
-    assert [[g.name for g in s] for s in runner.share(chosen, 1)] == [list("abcdef")]
+def test_a_warmup_worker_that_ends_before_it_reports_fails_its_group_and_none_is_left_unsaid():
+    """Groups go to worker processes, heaviest first; a worker that ends early (here: on a group it does not
+    know) fails that group with its exit code, and a group no worker is left for says so."""
+    ghosts = [Group(name, "", lambda ws: None, cost=cost) for name, cost in (("ghost-1", 100), ("ghost-2", 50))]
+    results = runner._run_apart([Group("ingest", "", lambda ws: None, cost=1), *ghosts], 2)
+    assert [r["name"] for r in results] == ["ingest", "ghost-1", "ghost-2"], "in the order given"
+    assert results[0]["error"] == "not run: every warm-up process ended", results[0]
+    for ghost in results[1:]:
+        assert ghost["error"] == "its warm-up process ended with code 1 before it reported", ghost
 
 
 def test_jobs_below_one_are_refused_in_one_line(capsys):
