@@ -235,3 +235,27 @@ def running(procs: list) -> list:
         except psutil.NoSuchProcess:
             pass
     return alive
+
+
+def started_together(argvs: list[list[str]], gate: Path, ready: int, env: dict | None = None,
+                     timeout: float = 300) -> tuple[list, list[tuple[str, str]]]:
+    """Start each of ``argvs``; once ``ready`` files named ``<gate>.ready-*`` exist (each process writes its
+    own when it is about to race; at most 120 s), create ``gate`` so they go on together. Returns the
+    processes and each one's (stdout, stderr); a process still running after ``timeout`` is killed."""
+    import subprocess
+    import time
+
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for argv in argvs]
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(gate.parent.glob(f"{gate.name}.ready-*"))) < ready and time.monotonic() < deadline:
+            if not all(p.poll() is None for p in procs):
+                break  # one ended before the race: its output says why
+            time.sleep(0.01)
+        gate.touch()
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return procs, outs

@@ -161,7 +161,7 @@ def available_memory() -> int | None:
 def default_jobs(groups_: int) -> int:
     """The processes a warm-up of ``groups_`` groups runs in: one per core, at most one per group, and as many
     as the available memory holds at ``PROCESS_BYTES`` each. (More processes than cores were no faster on 2
-    cores: 318-364 s with 7 against 350-380 s with 2, at 2.5 times the memory.)"""
+    cores: 318-364 s with one group each, against 274 s with 2 workers taking them from the queue.)"""
     memory = available_memory()
     by_memory = groups_ if memory is None else memory // PROCESS_BYTES
     return max(1, min(groups_, cores(), by_memory))
@@ -211,8 +211,7 @@ def _warm_up(only: list[str] | None, progress: Progress | None, jobs: int | None
     start = time.perf_counter()
     jobs = min(len(chosen), default_jobs(len(chosen)) if jobs is None else jobs)
     if jobs > 1:
-        ran = {r["name"]: r for r in _run_apart(chosen, jobs)}
-        results = [ran[g.name] for g in chosen]  # in the groups' order, as one process reports them
+        results = _run_apart(chosen, jobs, progress is not None)
     else:
         with tempfile.TemporaryDirectory(prefix="graphstore-warmup-") as tmp:
             results = [asdict(r) for r in run_groups(chosen, Workspace(Path(tmp)), progress)]
@@ -224,11 +223,11 @@ def _warm_up(only: list[str] | None, progress: Progress | None, jobs: int | None
     return summary
 
 
-def _run_apart(chosen: list[Group], jobs: int) -> list[dict[str, Any]]:
-    """The groups in ``jobs`` worker processes (:func:`worker`), heaviest (``cost``)
-    first: each worker is given its next group when it reports the last one, so none idles while groups
-    wait. Their progress lines go to this process's stderr. Returns every group's result; a worker that
-    ends before it reports fails its group, saying so, and the groups left go to the others."""
+def _run_apart(chosen: list[Group], jobs: int, progress: bool = True) -> list[dict[str, Any]]:
+    """The groups in ``jobs`` worker processes (:func:`worker`), heaviest (``cost``) first: each worker is
+    given its next group when it reports the last one, so none idles while groups wait. With ``progress``
+    their progress lines go to this process's stderr. Returns every group's result, in ``chosen``'s order;
+    a worker that ends before it reports fails its group, saying so, and the groups left go to the others."""
     import selectors
 
     queue = sorted(chosen, key=lambda g: -g.cost)
@@ -250,8 +249,8 @@ def _run_apart(chosen: list[Group], jobs: int) -> list[dict[str, Any]]:
     workers: list[subprocess.Popen] = []
     try:
         for _ in range(min(jobs, len(queue))):
-            proc = subprocess.Popen([sys.executable, "-m", "sampling.warmup.worker"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True)
+            argv = [sys.executable, "-m", "sampling.warmup.worker", *([] if progress else ["--quiet"])]
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             workers.append(proc)
             chooser.register(proc.stdout, selectors.EVENT_READ)
             give(proc)
@@ -291,9 +290,11 @@ def _run_apart(chosen: list[Group], jobs: int) -> list[dict[str, Any]]:
     return [results[g.name] for g in chosen]
 
 
-def worker() -> int:
-    """A warm-up worker (``python -m sampling.warmup.worker``): runs each group named on a line of stdin, in one workspace, and answers each with
-    its result, one JSON line on stdout; ends at the end of stdin."""
+def worker(argv: list[str] | None = None) -> int:
+    """A warm-up worker (``python -m sampling.warmup.worker [--quiet]``): runs each group named on a line of
+    stdin, in one workspace, answers each with its result (one JSON line on stdout) and says its progress
+    on stderr unless ``--quiet``; ends at the end of stdin."""
+    quiet = "--quiet" in (sys.argv[1:] if argv is None else argv)
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # whatever a group prints goes to stderr, not in the answers
     sys.stdout = sys.stderr
@@ -301,7 +302,7 @@ def worker() -> int:
     with tempfile.TemporaryDirectory(prefix="graphstore-warmup-") as tmp:
         workspace = Workspace(Path(tmp))
         for line in sys.stdin:
-            [result] = run_groups([by_name[line.strip()]], workspace, _progress)
+            [result] = run_groups([by_name[line.strip()]], workspace, None if quiet else _progress)
             answers.write(json.dumps(asdict(result)) + "\n")
             answers.flush()
     return 0

@@ -59,16 +59,10 @@ def _left_beside(dest) -> list[str]:
 @pytest.mark.slow  # two interpreters start (seconds); the rest of this file runs in-process
 def test_two_ingests_started_together_one_wins_the_other_is_named(tmp_path):
     dest, gate = tmp_path / "ds", tmp_path / "gate"
-    procs = [subprocess.Popen([sys.executable, "-c", RACER, str(gate), "ingest", SPEC, str(dest), *ARGS],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    try:
-        while len(list(tmp_path.glob("gate.ready-*"))) < 2 and all(p.poll() is None for p in procs):
-            time.sleep(0.01)
-        gate.touch()
-        out = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
+    from tests.conftest import started_together
+
+    procs, out = started_together([[sys.executable, "-c", RACER, str(gate), "ingest", SPEC, str(dest), *ARGS]] * 2,
+                                  gate, 2)
     codes = [p.returncode for p in procs]
     assert sorted(codes) == [0, 2], (codes, out)
     err = out[codes.index(2)][1].strip()

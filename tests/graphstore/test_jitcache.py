@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -126,9 +125,9 @@ RACE_RUN = textwrap.dedent("""
     import numpy as np
     from graphstore import jitcache
     from sampling.graph.derived import time_records
-    open(sys.argv[1], "w").close()  # ready
+    open(f"{sys.argv[1]}.ready-{os.getpid()}", "w").close()
     deadline = time.monotonic() + 60
-    while not os.path.exists(sys.argv[2]):  # the test's go: both processes call the kernel together
+    while not os.path.exists(sys.argv[1]):  # the test's go: both processes call the kernel together
         if time.monotonic() > deadline:
             sys.exit(3)
         time.sleep(0.001)
@@ -145,22 +144,12 @@ def test_processes_that_need_one_specialisation_at_once_compile_it_once(tmp_path
     more to compile, as ranks on a cold cache do): one compiles, the other waits for its claim and loads
     what it saved. Without the claims both compile."""
     from graphstore import jitcache
+    from tests.conftest import started_together
 
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(REPO),
            jitcache.NOTICE_ENV: "0"}
-    go = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", RACE_RUN, str(tmp_path / f"ready{i}"), str(go)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
-    try:
-        deadline = time.monotonic() + 120
-        while not all((tmp_path / f"ready{i}").exists() for i in range(2)) and time.monotonic() < deadline:
-            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-            time.sleep(0.01)
-        go.touch()
-        outs = [p.communicate(timeout=180) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
+    procs, outs = started_together([[sys.executable, "-c", RACE_RUN, str(tmp_path / "go")]] * 2, tmp_path / "go", 2,
+                                   env=env, timeout=180)
     assert all(p.returncode == 0 for p in procs), outs
     counts = sorted(int(out.split()[0]) for out, _ in outs)
     assert counts == [0, 1], f"compiled per process: {counts} (one compiles, the other loads)"
