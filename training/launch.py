@@ -266,7 +266,7 @@ def run_ranks(command: list[str], nproc: int, grace: float, omp_threads: int, jo
                          **extra,  # OpenMP/BLAS pools sized like torch's (training.cluster.threads)
                          "OMP_NUM_THREADS": str(omp_threads)})
             # every rank's stderr goes to the job's log; rank 0's also reaches the terminal (progress, warnings)
-            relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr")) if rank == 0 else None
+            relay = failures.StderrRelay(os.path.join(tmp, "rank0.stderr"), start=False) if rank == 0 else None
             stderr = relay.write_fd if relay else open(os.path.join(tmp, f"rank{rank}.stderr"), "w")
             logs.append(relay or stderr)
             fds.append(stderr if isinstance(stderr, int) else stderr.fileno())
@@ -274,6 +274,7 @@ def run_ranks(command: list[str], nproc: int, grace: float, omp_threads: int, jo
         # refuses, a rank is a fresh interpreter. Either way a session of its own: the terminal's Ctrl-C reaches
         # the launcher only, which stops them
         server = forkserver.ForkServer(command, envs[0], preload, fds) if preload and fork_allowed(base) else None
+        logs[0].start()  # after the server: where this process has imported the ranks' modules, it forks it
         try:
             for rank in range(nproc):
                 forked = server.start(command, envs[rank], fds[rank]) if server is not None else None

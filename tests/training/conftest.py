@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -19,8 +26,90 @@ def train_cmd(dataset, *args) -> list[str]:
 
 
 def run_train(dataset, *args, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m training.launch DATASET --no-progress ARGS`` to its end: its exit code and output. The launcher
+    is forked from a process that has imported the ranks' modules (``tests/training/zygote.py``), so its rank
+    server is too; ``GRAPHSTORE_TEST_ZYGOTE=0`` starts it as a fresh interpreter."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(train_cmd(dataset, *args), capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    cmd = train_cmd(dataset, *args)
+    if os.environ.get(ZYGOTE_ENV, "1") != "0":
+        return _zygote().run(cmd, env, timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+ZYGOTE_ENV = "GRAPHSTORE_TEST_ZYGOTE"
+
+
+class Zygote:
+    """``tests/training/zygote.py``, started on first use in this test process: runs a job, reads its output."""
+
+    def __init__(self) -> None:
+        from training.launch import RANK_IMPORTS  # noqa: F401 - what it imports; the launcher finds them there
+        from training.launcher import allocator, forkserver
+
+        # the environment the launcher gives its ranks, where it is read once as a process starts
+        env = allocator.preload_env({**os.environ, "PYTHONPATH": str(ROOT)})
+        env.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+        env[ZYGOTE_ENV + "_ROOM"] = "-" * 16384  # room for a rank's environment in /proc/PID/environ
+        rank_cmdline = forkserver._cmdline([sys.executable, "-m", "training.launch", "--rank-from-env"])
+        argv = [sys.executable, "-m", "tests.training.zygote"]
+        argv.append("-" * max(1, len(rank_cmdline) - len(forkserver._cmdline(argv)) - 1))  # a rank's length
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
+                                     cwd=ROOT)
+        self._pending = b""
+        self._expect("ready", 120)
+        self.scratch = Path(tempfile.mkdtemp(prefix="graphstore-zygote-"))
+
+    def _expect(self, key: str, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+                raise TimeoutError(f"the zygote gave no {key!r} within {timeout:.0f} s")
+            chunk = os.read(self.proc.stdout.fileno(), 65536)
+            if not chunk:
+                raise RuntimeError(f"the zygote ended (exit code {self.proc.wait()}) before it gave {key!r}")
+            self._pending += chunk
+        line, _, self._pending = self._pending.partition(b"\n")
+        reply = json.loads(line)
+        if key not in reply:
+            raise RuntimeError(f"the zygote answered {reply!r}, not {key!r}")
+        return reply[key]
+
+    def run(self, cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+        out, err = self.scratch / "stdout", self.scratch / "stderr"
+        request = {"argv": cmd[1:], "env": env, "cwd": str(ROOT), "stdout": str(out), "stderr": str(err)}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        pid = self._expect("pid", 30)
+        deadline = time.monotonic() + timeout
+        try:
+            code = self._expect("code", deadline - time.monotonic())
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)  # as subprocess.run's timeout: the launcher, not its ranks
+            self._expect("code", 30)
+            raise subprocess.TimeoutExpired(cmd, timeout, out.read_text(), err.read_text()) from None
+        return subprocess.CompletedProcess(cmd, code, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        self.proc.stdin.close()  # its loop ends
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+_ZYGOTES: list[Zygote] = []
+
+
+def _zygote() -> Zygote:
+    if _ZYGOTES and _ZYGOTES[0].proc.poll() is not None:  # it died: a new one
+        _ZYGOTES.pop().close()
+    if not _ZYGOTES:
+        _ZYGOTES.append(Zygote())
+        atexit.register(_ZYGOTES[0].close)
+    return _ZYGOTES[0]
 
 
 def metrics(path) -> dict:

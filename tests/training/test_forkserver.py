@@ -93,3 +93,74 @@ def test_a_bad_fork_ranks_value_is_one_line_at_the_door(tmp_path):
     assert out.stderr.strip().splitlines() == [
         "graphstore-run: error: GRAPHSTORE_FORK_RANKS='yes': set it to 1 (fork ranks and sampler processes from one "
         "server, the default) or 0 (start each as a fresh interpreter)"], out.stderr
+
+
+LAUNCHER = """
+import json, os, sys
+import numpy, tests.training.fork_preloaded
+from training.launcher import forkserver
+out, err_path, env_extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+err = open(err_path, "w")
+env = {**os.environ, **env_extra}
+reason = forkserver.forks_here(("numpy", "tests.training.fork_preloaded"), env)
+server = forkserver.ForkServer(%r, env, ("numpy", "tests.training.fork_preloaded"), [err.fileno()])
+rank = server.start(%r, env, err.fileno())
+server_pid = server.proc.pid
+server.close()
+code = rank.wait(timeout=60) if rank is not None else None
+json.dump({"forked": server.forked, "reason": reason, "code": code, "launcher": os.getpid(), "server": server_pid,
+           "refusal": server.refusal}, open(out, "w"))
+""" % (PROBE, PROBE)
+
+
+def _launch_from_warm_process(tmp_path, env: dict, extra: dict) -> tuple[dict, dict]:
+    extra = {"PROBE_RANK": "0", "PROBE_OUT": str(tmp_path / "rank0.json"), **extra}
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(tmp_path / "launcher.json"), str(tmp_path / "err"),
+                           json.dumps(extra)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return (json.loads((tmp_path / "launcher.json").read_text()),
+            json.loads((tmp_path / "rank0.json").read_text()))
+
+
+def test_a_launcher_that_imported_the_ranks_modules_forks_its_server_from_itself(server_env, tmp_path):
+    launcher, rank = _launch_from_warm_process(tmp_path, server_env, {})
+    assert launcher["forked"] and launcher["reason"] is None and launcher["code"] == 0, launcher
+    assert rank["imported_by"] == launcher["launcher"], "imported once, by the launcher, before it forked"
+    assert rank["ppid"] == launcher["launcher"] and rank["sid"] == rank["pid"]
+    assert rank["argv"] == PROBE[2:] and not rank["server_env"]
+
+
+def test_a_launcher_started_under_another_allocator_than_its_ranks_starts_its_server(server_env, tmp_path):
+    launcher, rank = _launch_from_warm_process(tmp_path, server_env, {"MALLOC_CONF": "narenas:1"})
+    assert not launcher["forked"] and launcher["code"] == 0, launcher
+    assert launcher["reason"] == "it started with MALLOC_CONF=None, the ranks get 'narenas:1'", launcher
+    assert rank["imported_by"] == launcher["server"] != launcher["launcher"], "the started server imported it"
+
+
+def test_what_keeps_a_process_from_forking_the_rank_server_is_named():
+    import threading
+
+    assert forkserver.forks_here(("tests.training.no_such_module",), dict(os.environ)) == (
+        "it has not imported tests.training.no_such_module")
+    assert forkserver.forks_here((), dict(os.environ)) == "it has not imported the ranks' modules"
+    stop = threading.Event()
+    extra = threading.Thread(target=stop.wait)
+    extra.start()
+    try:
+        assert "other thread(s)" in forkserver.forks_here(("os",), dict(os.environ))
+    finally:
+        stop.set()
+        extra.join()
+
+
+def test_the_tests_jobs_fork_their_rank_server_from_a_process_that_imported_the_ranks_modules(synthetic1):
+    """run_train's launchers come from tests/training/zygote.py: their rank server is forked, not started (the
+    suite's jobs would otherwise each import torch and PyG again); the ranks are what they always are."""
+    from tests.training.conftest import ZYGOTE_ENV, run_train
+
+    if os.environ.get(ZYGOTE_ENV, "1") == "0":
+        pytest.skip(f"{ZYGOTE_ENV}=0: this run starts each launcher fresh")
+    done = run_train(synthetic1, "-v", "--nproc", 2, "--epochs", 1, "--batch-size", 256, "--fanout", "3,3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the rank server is this process, forked: it has imported torch, torch_geometric" in done.stderr
+    assert done.stdout.count("epoch 1/1") == 1, done.stdout

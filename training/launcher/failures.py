@@ -175,14 +175,21 @@ class StderrRelay:
     so progress and warnings still reach the user, but what a rank prints as a job fails (RPC echoes of
     another rank's error) stays in the log instead of burying the one line that names the cause."""
 
-    def __init__(self, log_path: str, delay: float = 1.0) -> None:
+    def __init__(self, log_path: str, delay: float = 1.0, start: bool = True) -> None:
         import threading
 
         self.read_fd, self.write_fd = os.pipe()
         self.delay, self.failed = delay, threading.Event()
         self._log = open(log_path, "wb")
         self._thread = threading.Thread(target=self._run, daemon=True, name="graphstore-stderr-relay")
-        self._thread.start()
+        if start:
+            self._thread.start()
+
+    def start(self) -> None:
+        """Start relaying (``start=False`` defers it: the launcher may fork its rank server first, which it
+        does only while no other thread runs)."""
+        if self._thread.ident is None and self.write_fd >= 0:
+            self._thread.start()
 
     def _run(self) -> None:
         import select
@@ -212,4 +219,8 @@ class StderrRelay:
         if self.write_fd >= 0:
             os.close(self.write_fd)
             self.write_fd = -1
-            self._thread.join(timeout=5)
+            if self._thread.ident is not None:
+                self._thread.join(timeout=5)
+            else:  # never started: nothing was relayed
+                self._log.close()
+                os.close(self.read_fd)

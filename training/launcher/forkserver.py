@@ -8,6 +8,11 @@ kernel would otherwise start again). A rank is forked twice (the middle process 
 it is reparented to the launcher, which has made itself the subreaper of its descendants: the launcher
 waits for its ranks and reads their exit codes as it does for processes it started itself.
 
+A launcher that has imported those modules itself (``training.launch.main`` called from a Python process
+that has, e.g. a sweep's driver) forks the server from itself instead of starting it, where that is safe
+(:func:`forks_here`): no other Python thread, and started under the allocator and the library settings the
+ranks get, which an import reads once.
+
 The server refuses (the launcher then starts each rank as a fresh interpreter, as before) when its
 imports fail, when they started CUDA (a forked child cannot use a CUDA context of its parent) or when
 the launcher cannot become a subreaper. ``GRAPHSTORE_FORK_RANKS=0`` always starts fresh interpreters.
@@ -23,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -48,6 +54,53 @@ def _server_argv(length: int) -> list[str]:
 
 def _environ(env: dict[str, str]) -> bytes:
     return b"".join(os.fsencode(k) + b"=" + os.fsencode(v) + b"\0" for k, v in env.items())
+
+
+# what the allocator, the libraries and the interpreter read from the environment as a process starts or as
+# they are imported, and never again: a server forked from a process that imported the ranks' modules copies
+# what these said when it started, so they must say the same for the ranks
+_READ_AT_START = ("LD_PRELOAD", "MALLOC_CONF")
+_READ_AT_START_PREFIXES = ("PYTHON", "NUMBA_", "TORCH_", "KMP_", "MKL_", "OPENBLAS_", "GOTO_")
+
+
+def _started_under() -> dict[str, str] | None:
+    """This process's environment as it started (``/proc/self/environ``), or None where it cannot be read."""
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    env = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[os.fsdecode(key)] = os.fsdecode(value)
+    return env
+
+
+def forks_here(preload: tuple[str, ...] | list[str], env: dict[str, str]) -> str | None:
+    """Why this process cannot be the ranks' server, forked (None: it can). It can when it has imported every
+    module of ``preload`` already, runs no other Python thread (a fork copies the calling thread only, and
+    never a lock another one holds), has not started CUDA, and started under the values ``env`` (the ranks'
+    environment) gives what is read once at start: the allocator (``LD_PRELOAD``, ``MALLOC_CONF``), and the
+    ``PYTHON*``, ``NUMBA_*``, ``TORCH_*`` and BLAS settings. ``OMP_NUM_THREADS`` may differ: a rank sets its
+    thread pools itself (:mod:`training.cluster.threads`)."""
+    missing = [name for name in preload if name not in sys.modules] or ([] if preload else ["the ranks' modules"])
+    if missing:
+        return f"it has not imported {', '.join(missing)}"
+    if threading.active_count() > 1:
+        return f"it runs {threading.active_count() - 1} other thread(s)"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "it started CUDA"
+    started = _started_under()
+    if started is None:
+        return "its environment at start cannot be read"
+    for key in sorted({*started, *env}):
+        if key in _READ_AT_START or key.startswith(_READ_AT_START_PREFIXES):
+            if started.get(key) != env.get(key):
+                return f"it started with {key}={started.get(key)!r}, the ranks get {env.get(key)!r}"
+    return None
 
 
 def set_subreaper(on: bool) -> bool:
@@ -107,18 +160,28 @@ class ForkServer:
 
     def __init__(self, command: list[str], env: dict[str, str], preload: tuple[str, ...], fds: list[int]) -> None:
         self.refusal: str | None = None
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | ForkedRank | None = None
+        self.forked = False  # whether the server is this process, forked (its imports done) rather than started
         if not set_subreaper(True):
             self.refusal = "this process cannot adopt the ranks (prctl PR_SET_CHILD_SUBREAPER failed)"
             return
         req_r, self._req = os.pipe()
         self._rep, rep_w = os.pipe()
+        argv = _server_argv(len(_cmdline([sys.executable, *command])))
+        self.forked = forks_here(preload, env) is None
         try:
-            # its parameters in its environment and its command line as long as a rank's, so that a rank can
-            # show its own command line and environment in /proc (ps, psutil) over the server's
-            server_env = {**env, _SERVER_ENV: json.dumps([req_r, rep_w, list(preload), list(fds)])}
-            self.proc = subprocess.Popen(_server_argv(len(_cmdline([sys.executable, *command]))), env=server_env,
-                                         pass_fds=(req_r, rep_w, *fds), start_new_session=True)
+            if self.forked:
+                self.proc = _fork_server(argv, env, (req_r, rep_w, list(preload), list(fds)))
+                import logging
+
+                logging.getLogger("graphstore").info("the rank server is this process, forked: it has imported %s",
+                                                     ", ".join(preload))
+            else:
+                # its parameters in its environment and its command line as long as a rank's, so that a rank can
+                # show its own command line and environment in /proc (ps, psutil) over the server's
+                server_env = {**env, _SERVER_ENV: json.dumps([req_r, rep_w, list(preload), list(fds)])}
+                self.proc = subprocess.Popen(argv, env=server_env, pass_fds=(req_r, rep_w, *fds),
+                                             start_new_session=True)
         except OSError as exc:
             self.refusal = f"the fork server did not start ({exc})"
             os.close(self._req)
@@ -181,6 +244,33 @@ class ForkServer:
             self.proc.wait()
         self._replies.close()
         self.proc = None
+
+
+def _fork_server(argv: list[str], env: dict[str, str], params: tuple[int, int, list[str], list[int]]) -> ForkedRank:
+    """The server forked from this process (see :func:`forks_here`): what the started one would be (own
+    session, ``env``, its command line where it fits, only its descriptors) with the imports done already."""
+    req_r, rep_w, preload, fds = params
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return ForkedRank(pid)
+    code = 1
+    try:
+        os.setsid()
+        keep = {0, 1, 2, req_r, rep_w, *fds}
+        for name in os.listdir("/proc/self/fd"):  # the launcher's other descriptors (pipes, logs) stay its own
+            if int(name) not in keep:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        os.environ.clear()
+        os.environ.update(env)
+        _retitle(_cmdline(argv), _environ(env))
+        code = _serve(req_r, rep_w, preload, fds)
+    finally:
+        os._exit(code)
 
 
 def reap_orphans(known: dict[int, Any]) -> None:
@@ -246,7 +336,7 @@ def _start_jit() -> None:
     module's of its own (``JIT_MODULE``, kept in ``sys.modules``): not a project kernel, so no rank counts it
     among its compiles."""
     numba = sys.modules.get("numba")
-    if numba is None:
+    if numba is None or JIT_MODULE in sys.modules:  # none, or started already (a server forked from a warm one)
         return
     import types
 

@@ -1,0 +1,98 @@
+"""A process that has imported what graphstore-train's ranks import, and forks one launcher per request.
+
+The tests run dozens of graphstore-train jobs. Started as ``python -m training.launch``, each job's rank
+server imports torch and PyG again (several seconds of CPU each). A launcher forked from this process has
+them imported already, so it forks its rank server from itself
+(:func:`training.launcher.forkserver.forks_here`); everything after that is the job as a user runs it.
+
+This process is started under the environment the launcher gives its ranks (the allocator, the libraries'
+settings), with a command line as long as a rank's and a long environment, so that the ranks forked from
+it can show their own in ``/proc`` (:func:`training.launcher.forkserver._retitle`).
+
+Protocol: one JSON line per job on stdin (``argv``, ``env``, ``cwd``, ``stdout``, ``stderr``: file paths);
+on its standard output, ``{"ready": true}`` once, then per job ``{"pid": N}`` and ``{"code": N}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+
+def _launcher(request: dict, inherited: tuple[int, ...]) -> None:
+    """In the forked child: ``python -m training.launch ARGV`` with the request's environment, directory and
+    output files; exits as the interpreter would."""
+    from training.launcher import forkserver
+
+    code = 1
+    try:
+        os.chdir(request["cwd"])
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(opened, fd)
+            os.close(opened)
+        for fd in (null, *inherited):
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import tempfile
+
+        tempfile.tempdir = None  # read TMPDIR again
+        sys.modules["numpy"].random.seed()  # as a fresh interpreter: from the OS
+        import runpy
+        import warnings
+
+        argv = request["argv"]
+        if argv[:2] != ["-m", "training.launch"]:
+            raise SystemExit(f"the zygote runs python -m training.launch only, not {argv!r}")
+        sys.argv = [sys.modules["training.launch"].__file__, *argv[2:]]
+        # imported already: as under python -m, __main__ is a second copy of it
+        warnings.filterwarnings("ignore", message=".* found in sys.modules after import of package",
+                                category=RuntimeWarning)
+        runpy.run_module("training.launch", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as exc:
+        code = forkserver.exit_code(exc.code)
+    except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
+        sys.excepthook(*sys.exc_info())
+    finally:
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def main() -> None:
+    replies_fd = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)  # nothing this process imports may write into the replies
+    os.close(null)
+    replies = os.fdopen(replies_fd, "w", buffering=1)
+    from training.launch import RANK_IMPORTS
+    from training.launcher import forkserver
+
+    for name in RANK_IMPORTS:
+        importlib.import_module(name)
+    forkserver._start_jit()
+    replies.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _launcher(request, (replies_fd,))  # never returns
+        replies.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"code": os.waitstatus_to_exitcode(status)}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
