@@ -139,6 +139,7 @@ RACE_RUN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_processes_that_need_one_specialisation_at_once_compile_it_once(tmp_path):
     """Two processes on one empty cache call the same kernel at the same moment (a kernel of a second or
     more to compile, as ranks on a cold cache do): one compiles, the other waits for its claim and loads

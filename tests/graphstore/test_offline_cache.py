@@ -113,6 +113,7 @@ def test_a_chunk_missing_from_the_cache_is_refused_naming_its_array(stoppable, t
         assert ds.io_stats()["requests"] == 0
 
 
+@pytest.mark.slow
 def test_a_changed_remote_dataset_is_never_mixed_with_the_cached_one(stoppable, tmp_path):
     server, s3 = stoppable
     url, cache = s3.url("ds"), str(tmp_path / "cache")

@@ -52,6 +52,7 @@ def _ingest_both(source_fn, s3, tmp_path, name: str, **kwargs):
     return url, local
 
 
+@pytest.mark.slow
 def test_cora_and_hetero_from_s3_in_two_processes(s3, tmp_path):
     cora = f"planetoid:{shared_data('planetoid', 'Cora', 'raw')}"
     hetero, expected = small_hetero()
@@ -73,6 +74,7 @@ def test_cora_and_hetero_from_s3_in_two_processes(s3, tmp_path):
             assert sum(s["misses"] + s["hits"] for s in stats) == 2 * chunks
 
 
+@pytest.mark.slow
 def test_a_second_pass_is_free_and_survives_the_server_stopping(monkeypatch, tmp_path):
     server, endpoint = start_moto()  # this test's own server: it stops it
     try:
@@ -125,6 +127,7 @@ def test_errors_are_clear_and_hold_no_secret(s3, tmp_path, monkeypatch, capsys):
     _no_secret(captured.out + captured.err)
 
 
+@pytest.mark.slow
 def test_the_cli_on_s3(s3, tmp_path, capsys):
     spec = "synthetic:nodes=3000,avg_degree=5,features=16,classes=3,seed=2"
     url, cache = s3.url("cli"), ["--cache-dir", str(tmp_path / "cache")]
@@ -166,6 +169,7 @@ class Recording(LocationWrapper):
         super().remove()
 
 
+@pytest.mark.slow
 def test_overwrite_on_s3_deletes_the_manifest_first_and_never_for_bad_input(s3):
     source, _ = small_graph(n=500, e=2000, seed=1)
     url = s3.url("ow")

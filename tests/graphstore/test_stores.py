@@ -125,6 +125,7 @@ class _Rows(torch.utils.data.Dataset):
         return self.fs[None, "x", torch.tensor([self.lo + i])][0]
 
 
+@pytest.mark.slow
 def test_dataloader_workers_read_the_store(homo):
     ds, expected = homo
     fs, gs = ds.partition(1)

@@ -49,6 +49,7 @@ def test_masks_by_name_and_all_nodes_by_default(graphs):
         NeighborLoader(ds, [2], input_nodes="train_mask")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context, filter_per_worker", [(None, None), ("spawn", None), (None, True)])
 def test_workers_load_the_same_batches(graphs, context, filter_per_worker):
     """Rows are fetched in the main process by default for datasets (the sampler output, with its

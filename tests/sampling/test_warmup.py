@@ -53,6 +53,7 @@ def test_every_option_changes_the_run_and_a_stamp_makes_it_a_no_op(tmp_path, mon
     assert jitcache.warm_stamp() is None, "a cache folder emptied by hand is cold again"
 
 
+@pytest.mark.slow
 def test_a_warmup_worker_that_ends_before_it_reports_fails_its_group_and_none_is_left_unsaid():
     """Groups go to worker processes, heaviest first; a worker that ends early (here: on a group it does not
     know) fails that group with its exit code, and a group no worker is left for says so."""

@@ -280,6 +280,7 @@ def test_bench_data_wait_reports_each_way_and_the_same_losses_on_cpu(tmp_path):
     assert [len(r["train_seconds"]) for rs in out["runs"].values() for r in rs] == [1, 1]  # epoch 1 not counted
 
 
+@pytest.mark.slow
 def test_bench_launch_compares_forked_and_fresh_ranks(tmp_path):
     out = _run("bench_launch", tmp_path, "--dataset", str(tmp_path / "ds"), "--spec", TINY, "--ranks", "1",
                "--repeats", "1", "--loader-workers", "1")  # one sampler process a rank: forked, then spawned

@@ -26,17 +26,25 @@ def train_cmd(dataset, *args) -> list[str]:
 
 
 def run_train(dataset, *args, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m training.launch DATASET --no-progress ARGS`` to its end: its exit code and output. The launcher
-    is forked from a process that has imported the ranks' modules (``tests/training/zygote.py``), so its rank
-    server is too; ``GRAPHSTORE_TEST_ZYGOTE=0`` starts it as a fresh interpreter."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = train_cmd(dataset, *args)
+    """``python -m training.launch DATASET --no-progress ARGS`` to its end: its exit code and output."""
+    return run_launcher(train_cmd(dataset, *args), timeout=timeout)
+
+
+def run_launcher(cmd: list[str], env: dict[str, str] | None = None, cwd: Path = ROOT,
+                 timeout: float = 300) -> subprocess.CompletedProcess:
+    """``cmd`` (``python -m training.launch ...`` or ``python -m training.run ...``) to its end, as
+    ``subprocess.run`` with its output captured would run it. The launcher is forked from a process that has
+    imported the ranks' modules (``tests/training/zygote.py``), so its rank server is too;
+    ``GRAPHSTORE_TEST_ZYGOTE=0`` starts it as a fresh interpreter. ``env``: this process's, with this checkout
+    on ``PYTHONPATH``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)} if env is None else env
     if os.environ.get(ZYGOTE_ENV, "1") != "0":
-        return _zygote().run(cmd, env, timeout)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+        return _zygote().run(cmd, {**env, FROM_LAUNCHER_ENV: "1"}, Path(cwd), timeout)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 ZYGOTE_ENV = "GRAPHSTORE_TEST_ZYGOTE"
+FROM_LAUNCHER_ENV = "GRAPHSTORE_FORK_FROM_LAUNCHER"  # graphstore.forking: the launcher forks the rank server
 
 
 class Zygote:
@@ -75,9 +83,9 @@ class Zygote:
             raise RuntimeError(f"the zygote answered {reply!r}, not {key!r}")
         return reply[key]
 
-    def run(self, cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    def run(self, cmd: list[str], env: dict[str, str], cwd: Path, timeout: float) -> subprocess.CompletedProcess:
         out, err = self.scratch / "stdout", self.scratch / "stderr"
-        request = {"argv": cmd[1:], "env": env, "cwd": str(ROOT), "stdout": str(out), "stderr": str(err)}
+        request = {"argv": cmd[1:], "env": env, "cwd": str(cwd), "stdout": str(out), "stderr": str(err)}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         pid = self._expect("pid", 30)

@@ -22,6 +22,7 @@ def _epoch(path: Path) -> dict:
     return metrics(path)["epochs"][0]
 
 
+@pytest.mark.slow
 def test_the_ram_and_device_caches_train_the_same_model_and_count_their_hits(synthetic2, tmp_path):
     """Two ranks, two partitions: --feature-cache (hot rows in RAM) and --gpu-cache (on the CPU the device
     cache lives in RAM) draw the same batches as a plain run, so the same loss; each counts its hits, and
@@ -72,6 +73,7 @@ def _big_source(folder: Path, n: int = 150_000, width: int = 1024):
     return GraphSource({None: NodeTable(n, attrs)}, {None: EdgeTable(rng.integers(0, n, len(dst)), dst)})
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(memcgroup.available() is not None, reason=str(memcgroup.available()))
 def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk(tmp_path):
     """600 MB of features, the job (launcher and rank) limited to 1.1 GB, page cache included (torch

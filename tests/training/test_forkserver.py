@@ -102,6 +102,9 @@ from training.launcher import forkserver
 out, err_path, env_extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 err = open(err_path, "w")
 env = {**os.environ, **env_extra}
+os.environ.update({k: v for k, v in env_extra.items() if k.startswith("GRAPHSTORE_")})  # the launcher's own
+import tempfile
+job = tempfile.TemporaryDirectory()  # a finalizer of the launcher's: its folder outlives the rank's exit
 reason = forkserver.forks_here(("numpy", "tests.training.fork_preloaded"), env)
 server = forkserver.ForkServer(%r, env, ("numpy", "tests.training.fork_preloaded"), [err.fileno()])
 rank = server.start(%r, env, err.fileno())
@@ -109,7 +112,7 @@ server_pid = server.proc.pid
 server.close()
 code = rank.wait(timeout=60) if rank is not None else None
 json.dump({"forked": server.forked, "reason": reason, "code": code, "launcher": os.getpid(), "server": server_pid,
-           "refusal": server.refusal}, open(out, "w"))
+           "refusal": server.refusal, "job_folder_kept": os.path.isdir(job.name)}, open(out, "w"))
 """ % (PROBE, PROBE)
 
 
@@ -123,23 +126,32 @@ def _launch_from_warm_process(tmp_path, env: dict, extra: dict) -> tuple[dict, d
 
 
 def test_a_launcher_that_imported_the_ranks_modules_forks_its_server_from_itself(server_env, tmp_path):
-    launcher, rank = _launch_from_warm_process(tmp_path, server_env, {})
+    launcher, rank = _launch_from_warm_process(tmp_path, server_env, {"GRAPHSTORE_FORK_FROM_LAUNCHER": "1"})
     assert launcher["forked"] and launcher["reason"] is None and launcher["code"] == 0, launcher
+    assert launcher["job_folder_kept"], "the launcher's finalizers ran in the rank"
     assert rank["imported_by"] == launcher["launcher"], "imported once, by the launcher, before it forked"
     assert rank["ppid"] == launcher["launcher"] and rank["sid"] == rank["pid"]
     assert rank["argv"] == PROBE[2:] and not rank["server_env"]
 
 
+def test_a_launcher_not_asked_to_fork_its_server_starts_it(server_env, tmp_path):
+    launcher, rank = _launch_from_warm_process(tmp_path, server_env, {})
+    assert not launcher["forked"] and launcher["reason"] == "GRAPHSTORE_FORK_FROM_LAUNCHER is not 1", launcher
+    assert rank["imported_by"] == launcher["server"] != launcher["launcher"] and launcher["job_folder_kept"]
+
+
 def test_a_launcher_started_under_another_allocator_than_its_ranks_starts_its_server(server_env, tmp_path):
-    launcher, rank = _launch_from_warm_process(tmp_path, server_env, {"MALLOC_CONF": "narenas:1"})
+    launcher, rank = _launch_from_warm_process(tmp_path, server_env, {"MALLOC_CONF": "narenas:1",
+                                                                     "GRAPHSTORE_FORK_FROM_LAUNCHER": "1"})
     assert not launcher["forked"] and launcher["code"] == 0, launcher
     assert launcher["reason"] == "it started with MALLOC_CONF=None, the ranks get 'narenas:1'", launcher
     assert rank["imported_by"] == launcher["server"] != launcher["launcher"], "the started server imported it"
 
 
-def test_what_keeps_a_process_from_forking_the_rank_server_is_named():
+def test_what_keeps_a_process_from_forking_the_rank_server_is_named(monkeypatch):
     import threading
 
+    monkeypatch.setenv("GRAPHSTORE_FORK_FROM_LAUNCHER", "1")
     assert forkserver.forks_here(("tests.training.no_such_module",), dict(os.environ)) == (
         "it has not imported tests.training.no_such_module")
     assert forkserver.forks_here((), dict(os.environ)) == "it has not imported the ranks' modules"
@@ -164,3 +176,12 @@ def test_the_tests_jobs_fork_their_rank_server_from_a_process_that_imported_the_
     assert done.returncode == 0, done.stderr[-3000:]
     assert "the rank server is this process, forked: it has imported torch, torch_geometric" in done.stderr
     assert done.stdout.count("epoch 1/1") == 1, done.stdout
+
+
+def test_a_bad_fork_from_launcher_value_is_one_line_at_the_door(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRAPHSTORE_FORK_FROM_LAUNCHER": "yes"}
+    out = subprocess.run([sys.executable, "-m", "training.launch", str(tmp_path / "none")], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=60)
+    assert out.returncode == 2
+    assert "GRAPHSTORE_FORK_FROM_LAUNCHER='yes': set it to 1 " in out.stderr and len(out.stderr.splitlines()) == 1, (
+        out.stderr)

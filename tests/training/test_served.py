@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.training.conftest import ROOT, metrics, opened_under
 from training.cluster.world import free_port
@@ -54,6 +55,7 @@ def _watched(cmd: list[str], cora2) -> tuple[list[str], str]:
     return seen, out
 
 
+@pytest.mark.slow
 def test_kept_sampler_servers_train_links_on_two_trainer_ranks_that_open_no_file(cora2, tmp_path):
     """Two servers kept serving (``--keep-serving``) train a link job on 2 trainer ranks: triplet negatives,
     the split computed on the servers by ingest's rule (Cora stores none); then a node job of one's own script

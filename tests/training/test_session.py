@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.conftest import ROOT
+from tests.training.conftest import ROOT, run_launcher
 
 EXAMPLES = ROOT / "examples"
 EPOCH_LINE = re.compile(r"^epoch (\d+) loss ([0-9.]+) test_acc ([0-9.]+)$", re.M)
@@ -27,8 +27,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def graphstore_run(*args, cwd=ROOT, timeout: float = 240) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "training.run", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env(), cwd=cwd)
+    return run_launcher([sys.executable, "-m", "training.run", *map(str, args)], _env(), cwd, timeout)
 
 
 def epochs(out: str) -> list[tuple[int, float, float]]:
@@ -162,7 +161,7 @@ def test_graphstore_train_trains_your_own_model(cora2, tmp_path):
     """))
     cmd = [sys.executable, "-m", "training.launch", str(cora2), "--no-progress", "--nproc", "2", "--epochs", "8",
            "--eval-every", "8", "--fanout", "10,5", "--batch-size", "32", "--model", "mymodels:build", "--metrics-out", "m.json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=_env(), cwd=tmp_path)
+    out = run_launcher(cmd, _env(), tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     last = json.loads((tmp_path / "m.json").read_text())["epochs"][-1]
     assert last["test_acc"] >= 0.70, last
@@ -175,7 +174,7 @@ def test_graphstore_train_trains_your_own_model(cora2, tmp_path):
 def test_a_model_factory_that_cannot_be_imported_is_one_line_before_any_rank(synthetic2, tmp_path, spec, words):
     (tmp_path / "mymodels.py").write_text("def build(i, o, config):\n    return None\n")
     cmd = [sys.executable, "-m", "training.launch", str(synthetic2), "--model", spec]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path)
+    out = run_launcher(cmd, _env(), tmp_path, timeout=120)
     assert out.returncode == 2 and words in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 

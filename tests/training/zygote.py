@@ -1,6 +1,7 @@
 """A process that has imported what graphstore-train's ranks import, and forks one launcher per request.
 
-The tests run dozens of graphstore-train jobs. Started as ``python -m training.launch``, each job's rank
+The tests run dozens of graphstore-train and graphstore-run jobs. Started as ``python -m training.launch``
+(or ``training.run``), each job's rank
 server imports torch and PyG again (several seconds of CPU each). A launcher forked from this process has
 them imported already, so it forks its rank server from itself
 (:func:`training.launcher.forkserver.forks_here`); everything after that is the job as a user runs it.
@@ -19,6 +20,8 @@ import importlib
 import json
 import os
 import sys
+
+MODULES = ("training.launch", "training.run")  # the launchers it runs: graphstore-train, graphstore-run
 
 
 def _launcher(request: dict, inherited: tuple[int, ...]) -> None:
@@ -47,13 +50,14 @@ def _launcher(request: dict, inherited: tuple[int, ...]) -> None:
         import warnings
 
         argv = request["argv"]
-        if argv[:2] != ["-m", "training.launch"]:
-            raise SystemExit(f"the zygote runs python -m training.launch only, not {argv!r}")
-        sys.argv = [sys.modules["training.launch"].__file__, *argv[2:]]
+        if argv[:1] != ["-m"] or argv[1:2] not in ([name] for name in MODULES):
+            raise SystemExit(f"the zygote runs python -m {' or '.join(MODULES)} only, not {argv!r}")
+        sys.argv = [sys.modules[argv[1]].__file__, *argv[2:]]
+        sys.path[0] = os.getcwd()  # as python -m has it
         # imported already: as under python -m, __main__ is a second copy of it
         warnings.filterwarnings("ignore", message=".* found in sys.modules after import of package",
                                 category=RuntimeWarning)
-        runpy.run_module("training.launch", run_name="__main__", alter_sys=True)
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
         code = forkserver.exit_code(exc.code)
@@ -79,7 +83,7 @@ def main() -> None:
     from training.launch import RANK_IMPORTS
     from training.launcher import forkserver
 
-    for name in RANK_IMPORTS:
+    for name in (*RANK_IMPORTS, *MODULES, "training"):  # what graphstore-train's and graphstore-run's ranks import
         importlib.import_module(name)
     forkserver._start_jit()
     replies.write(json.dumps({"ready": True}) + "\n")

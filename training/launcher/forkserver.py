@@ -8,10 +8,12 @@ kernel would otherwise start again). A rank is forked twice (the middle process 
 it is reparented to the launcher, which has made itself the subreaper of its descendants: the launcher
 waits for its ranks and reads their exit codes as it does for processes it started itself.
 
-A launcher that has imported those modules itself (``training.launch.main`` called from a Python process
-that has, e.g. a sweep's driver) forks the server from itself instead of starting it, where that is safe
-(:func:`forks_here`): no other Python thread, and started under the allocator and the library settings the
-ranks get, which an import reads once.
+A launcher that has imported those modules itself (``training.launch.main`` called from a Python process that
+has, such as a driver of many jobs or this project's tests) forks the server from itself instead of starting it,
+where ``GRAPHSTORE_FORK_FROM_LAUNCHER=1`` asks for it and it is safe (:func:`forks_here`): no other Python
+thread, and started under the allocator and the library settings the ranks get, which an import reads once.
+The ranks then start as copies of that process: its ``atexit`` handlers run in each of them as it exits (its
+``weakref`` finalizers, such as the job folder's, do not).
 
 The server refuses (the launcher then starts each rank as a fresh interpreter, as before) when its
 imports fail, when they started CUDA (a forked child cannot use a CUDA context of its parent) or when
@@ -32,7 +34,7 @@ import threading
 import time
 from typing import Any
 
-from graphstore.forking import fork_allowed
+from graphstore.forking import FROM_LAUNCHER_ENV, fork_allowed, fork_from_launcher
 
 _PR_SET_CHILD_SUBREAPER = 36
 _SERVER_ENV = "GRAPHSTORE_FORK_SERVER"  # the server's parameters: [request fd, reply fd, preload, rank fds]
@@ -79,12 +81,15 @@ def _started_under() -> dict[str, str] | None:
 
 
 def forks_here(preload: tuple[str, ...] | list[str], env: dict[str, str]) -> str | None:
-    """Why this process cannot be the ranks' server, forked (None: it can). It can when it has imported every
+    """Why this process cannot be the ranks' server, forked (None: it can). It can when its environment asks for
+    it (``GRAPHSTORE_FORK_FROM_LAUNCHER=1``, :func:`graphstore.forking.fork_from_launcher`), it has imported every
     module of ``preload`` already, runs no other Python thread (a fork copies the calling thread only, and
     never a lock another one holds), has not started CUDA, and started under the values ``env`` (the ranks'
     environment) gives what is read once at start: the allocator (``LD_PRELOAD``, ``MALLOC_CONF``), and the
     ``PYTHON*``, ``NUMBA_*``, ``TORCH_*`` and BLAS settings. ``OMP_NUM_THREADS`` may differ: a rank sets its
     thread pools itself (:mod:`training.cluster.threads`)."""
+    if not fork_from_launcher():
+        return f"{FROM_LAUNCHER_ENV} is not 1"
     missing = [name for name in preload if name not in sys.modules] or ([] if preload else ["the ranks' modules"])
     if missing:
         return f"it has not imported {', '.join(missing)}"
@@ -265,12 +270,23 @@ def _fork_server(argv: list[str], env: dict[str, str], params: tuple[int, int, l
                     os.close(int(name))
                 except OSError:
                     pass
+        _drop_exit_finalizers()
         os.environ.clear()
         os.environ.update(env)
         _retitle(_cmdline(argv), _environ(env))
         code = _serve(req_r, rep_w, preload, fds)
     finally:
         os._exit(code)
+
+
+def _drop_exit_finalizers() -> None:
+    """In a server forked from the launcher: the launcher's ``weakref`` finalizers (its job folder's removal,
+    its files' closing) are its own, and must not run when a rank forked from here exits."""
+    import weakref
+
+    registry = getattr(weakref.finalize, "_registry", {})
+    for finalizer in list(registry):
+        finalizer.atexit = False
 
 
 def reap_orphans(known: dict[int, Any]) -> None:
