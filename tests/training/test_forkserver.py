@@ -96,8 +96,9 @@ def test_a_bad_fork_ranks_value_is_one_line_at_the_door(tmp_path):
 
 
 LAUNCHER = """
-import json, os, sys
+import json, logging, os, sys
 import numpy, tests.training.fork_preloaded
+logging.basicConfig(level=logging.INFO, format="%%(message)s")
 from training.launcher import forkserver
 out, err_path, env_extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 err = open(err_path, "w")
@@ -121,6 +122,7 @@ def _launch_from_warm_process(tmp_path, env: dict, extra: dict) -> tuple[dict, d
     done = subprocess.run([sys.executable, "-c", LAUNCHER, str(tmp_path / "launcher.json"), str(tmp_path / "err"),
                            json.dumps(extra)], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    (tmp_path / "launcher.stderr").write_text(done.stderr)
     return (json.loads((tmp_path / "launcher.json").read_text()),
             json.loads((tmp_path / "rank0.json").read_text()))
 
@@ -128,6 +130,7 @@ def _launch_from_warm_process(tmp_path, env: dict, extra: dict) -> tuple[dict, d
 def test_a_launcher_that_imported_the_ranks_modules_forks_its_server_from_itself(server_env, tmp_path):
     launcher, rank = _launch_from_warm_process(tmp_path, server_env, {"GRAPHSTORE_FORK_FROM_LAUNCHER": "1"})
     assert launcher["forked"] and launcher["reason"] is None and launcher["code"] == 0, launcher
+    assert "the rank server is this process, forked" in (tmp_path / "launcher.stderr").read_text()
     assert launcher["job_folder_kept"], "the launcher's finalizers ran in the rank"
     assert rank["imported_by"] == launcher["launcher"], "imported once, by the launcher, before it forked"
     assert rank["ppid"] == launcher["launcher"] and rank["sid"] == rank["pid"]
@@ -145,6 +148,8 @@ def test_a_launcher_started_under_another_allocator_than_its_ranks_starts_its_se
                                                                      "GRAPHSTORE_FORK_FROM_LAUNCHER": "1"})
     assert not launcher["forked"] and launcher["code"] == 0, launcher
     assert launcher["reason"] == "it started with MALLOC_CONF=None, the ranks get 'narenas:1'", launcher
+    said = (tmp_path / "launcher.stderr").read_text()  # asked for and not done: its log says why
+    assert f"GRAPHSTORE_FORK_FROM_LAUNCHER=1, but the rank server is started: {launcher['reason']}" in said, said
     assert rank["imported_by"] == launcher["server"] != launcher["launcher"], "the started server imported it"
 
 

@@ -173,12 +173,16 @@ class ForkServer:
         req_r, self._req = os.pipe()
         self._rep, rep_w = os.pipe()
         argv = _server_argv(len(_cmdline([sys.executable, *command])))
-        self.forked = forks_here(preload, env) is None
+        why_not = forks_here(preload, env)
+        self.forked = why_not is None
+        import logging
+
+        if why_not is not None and fork_from_launcher():  # asked for, and not done: -v says why
+            logging.getLogger("graphstore").info("%s=1, but the rank server is started: %s", FROM_LAUNCHER_ENV,
+                                                 why_not)
         try:
             if self.forked:
                 self.proc = _fork_server(argv, env, (req_r, rep_w, list(preload), list(fds)))
-                import logging
-
                 logging.getLogger("graphstore").info("the rank server is this process, forked: it has imported %s",
                                                      ", ".join(preload))
             else:
