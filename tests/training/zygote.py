@@ -25,53 +25,36 @@ MODULES = ("training.launch", "training.run")  # the launchers it runs: graphsto
 
 
 def _launcher(request: dict, inherited: tuple[int, ...]) -> None:
-    """In the forked child: ``python -m training.launch ARGV`` with the request's environment, directory and
-    output files; exits as the interpreter would."""
+    """In the forked child: ``python -m training.launch ARGV`` (or ``training.run``) with the request's
+    environment, directory and output files; exits as the interpreter would."""
     from training.launcher import forkserver
 
-    code = 1
-    try:
-        os.chdir(request["cwd"])
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-            opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.dup2(opened, fd)
-            os.close(opened)
-        for fd in (null, *inherited):
-            os.close(fd)
-        os.environ.clear()
-        os.environ.update(request["env"])
-        import tempfile
+    forkserver.run_to_exit(lambda: _launch(request, inherited))
 
-        tempfile.tempdir = None  # read TMPDIR again
-        sys.modules["numpy"].random.seed()  # as a fresh interpreter: from the OS
-        import runpy
-        import warnings
 
-        argv = request["argv"]
-        if argv[:1] != ["-m"] or argv[1:2] not in ([name] for name in MODULES):
-            raise SystemExit(f"the zygote runs python -m {' or '.join(MODULES)} only, not {argv!r}")
-        sys.argv = [sys.modules[argv[1]].__file__, *argv[2:]]
-        sys.path[0] = os.getcwd()  # as python -m has it
-        # imported already: as under python -m, __main__ is a second copy of it
-        warnings.filterwarnings("ignore", message=".* found in sys.modules after import of package",
-                                category=RuntimeWarning)
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as exc:
-        code = forkserver.exit_code(exc.code)
-    except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
-        sys.excepthook(*sys.exc_info())
-    finally:
-        try:
-            import atexit
+def _launch(request: dict, inherited: tuple[int, ...]) -> int:
+    from training.launcher import forkserver
 
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+    os.chdir(request["cwd"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        opened = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
+    for fd in (null, *inherited):
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    import tempfile
+
+    tempfile.tempdir = None  # read TMPDIR again
+    sys.modules["numpy"].random.seed()  # as a fresh interpreter: from the OS
+    argv = request["argv"]
+    if argv[:1] != ["-m"] or argv[1:2] not in ([name] for name in MODULES):
+        raise SystemExit(f"the zygote runs python -m {' or '.join(MODULES)} only, not {argv!r}")
+    sys.path[0] = os.getcwd()  # as python -m has it
+    return forkserver._run(argv)
 
 
 def main() -> None:

@@ -406,28 +406,38 @@ def _fork(request: dict[str, Any], inherited: tuple[int, ...]) -> int:
 def _become_rank(request: dict[str, Any], inherited: tuple[int, ...], middle: int) -> None:
     """In the grandchild: what a fresh ``python ARGV`` would be (own session, stderr, environment, argv, a
     fresh NumPy seed), once the launcher has adopted it; exits like the interpreter would."""
+    run_to_exit(lambda: _rank(request, inherited, middle))
+
+
+def _rank(request: dict[str, Any], inherited: tuple[int, ...], middle: int) -> int:
+    os.setsid()
+    os.dup2(request["stderr"], 2)
+    for fd in set(inherited):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _retitle(_cmdline([sys.executable, *request["argv"]]), _environ(request["env"]))
+    import tempfile
+
+    tempfile.tempdir = None  # read TMPDIR again
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()  # a fresh interpreter seeds from the OS; a fork would copy the server's
+    deadline = time.monotonic() + 10.0
+    while os.getppid() == middle and time.monotonic() < deadline:  # the launcher adopts it as the middle exits
+        time.sleep(0.001)
+    return _run(request["argv"])
+
+
+def run_to_exit(body: Any) -> None:
+    """Run ``body()`` (returning an exit code) as the interpreter runs a program, and end this process with its
+    code: a ``SystemExit`` as the interpreter reads it, any other exception's traceback on stderr and 1, the
+    ``atexit`` handlers (``weakref`` finalizers too) run and the streams flushed; never returns."""
     code = 1
     try:
-        os.setsid()
-        os.dup2(request["stderr"], 2)
-        for fd in set(inherited):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        os.environ.clear()
-        os.environ.update(request["env"])
-        _retitle(_cmdline([sys.executable, *request["argv"]]), _environ(request["env"]))
-        import tempfile
-
-        tempfile.tempdir = None  # read TMPDIR again
-        if "numpy" in sys.modules:
-            sys.modules["numpy"].random.seed()  # a fresh interpreter seeds from the OS; a fork would copy the server's
-        deadline = time.monotonic() + 10.0
-        while os.getppid() == middle and time.monotonic() < deadline:  # the launcher adopts it as the middle exits
-            time.sleep(0.001)
-        argv = request["argv"]
-        code = _run(argv)
+        code = body()
     except SystemExit as exc:
         code = exit_code(exc.code)
     except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
