@@ -133,18 +133,36 @@ def _at(arrays, b):
     return arrays[b]
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight, alias, astride, amask, wkeys,
-            scratch, pos, e):
-    """Draw among ``count`` candidates (or the whole segment when not ``filtered``) into ``pos[e:]``."""
+@borrowing
+def _choose_uniform(state, count, k, replace, latest, tkeys_buf, scratch, pos, e):
+    """Draw uniformly among ``count`` candidates (or the latest ``k``) into ``pos[e:]``; returns how many.
+
+    Called, not inlined: its callers filter each node's edges first (masks, exclusions, scanned times), which
+    costs far more than the call, and the inlined draws were most of each of their specialisations' compile
+    (the weighted draws, the hot path of their variant, stay inlined)."""
     if latest and 0 <= k < count:
         return draw_latest(tkeys_buf, count, k, pos, e)
-    if weight is not None:
-        if alias is not None:
-            if not filtered:
-                return draw_weighted_alias(state, alias, astride, amask, wkeys, start, count, k, replace, pos, e)
-        return draw_weighted(state, wkeys, 0, count, k, replace, pos, e)
     return draw_uniform(state, count, k, replace, pos, e, scratch)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _choose_alias(state, count, k, replace, latest, filtered, start, tkeys_buf, alias, astride, amask, wkeys, pos,
+                  e):
+    """Draw by weight: from the node's alias table when no filter left a subset, else over the subset's
+    cumulative weights ``wkeys`` (or the latest ``k``); returns how many."""
+    if latest and 0 <= k < count:
+        return draw_latest(tkeys_buf, count, k, pos, e)
+    if not filtered:
+        return draw_weighted_alias(state, alias, astride, amask, wkeys, start, count, k, replace, pos, e)
+    return draw_weighted(state, wkeys, 0, count, k, replace, pos, e)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _choose_weighted(state, count, k, replace, latest, tkeys_buf, wkeys, pos, e):
+    """Draw by the cumulative weights ``wkeys`` of ``count`` candidates (or the latest ``k``); returns how many."""
+    if latest and 0 <= k < count:
+        return draw_latest(tkeys_buf, count, k, pos, e)
+    return draw_weighted(state, wkeys, 0, count, k, replace, pos, e)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -200,8 +218,15 @@ def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, ali
         if weight_b is not None:
             if filtered or alias_b is None:  # else the alias table draws: no cumulative weights
                 _weights_of(weight_b, filtered, start, cand, count, wkeys)
-        m = _choose(state, count, k, replace, latest, filtered, start, tkeys_buf, weight_b, alias_b, astride, amask,
-                    wkeys, scratch, pos, e)
+        # one draw per variant, chosen by branches on this function's own arguments: numba prunes those of the
+        # variants that are off before it inlines the draws, so a specialisation compiles only its own
+        if weights is None:
+            m = _choose_uniform(state, count, k, replace, latest, tkeys_buf, scratch, pos, e)
+        elif aliases is None:
+            m = _choose_weighted(state, count, k, replace, latest, tkeys_buf, wkeys, pos, e)
+        else:
+            m = _choose_alias(state, count, k, replace, latest, filtered, start, tkeys_buf, alias_b, astride, amask,
+                              wkeys, pos, e)
         picked, cols, rows, eids = _node_outputs(out, e, m)
         for j in range(m):
             picked[j] = start + (cand[picked[j]] if filtered else picked[j])

@@ -28,15 +28,15 @@ WIDE = 2**40  # node/edge times spanning more than 2**31 (e.g. milliseconds): 64
 def groups() -> list[Group]:
     """The ``sampling`` entry of ``graphstore.warmup``: its groups, in the order they run."""
     return [  # graphstore-train's paths first: an interrupted warm-up has done those
-        Group("ingest", "graphstore ingest (metis, random, range) and opening a dataset", _ingest, 10, 3),
+        Group("ingest", "graphstore ingest (metis, random, range) and opening a dataset", _ingest, 10, 5),
         Group("distributed", "the distributed loaders and partition servers (loopback), 1 and 2 partitions a rank",
-              _distributed, 20, 145),
-        Group("memory", "loaders over in-memory PyG graphs (Data): every variant", _memory, 40, 114),
-        Group("hetero", "loaders over in-memory HeteroData: the per-hop driver's variants", _hetero, 50, 72),
-        Group("dataset", "loaders over a whole dataset and over one partition's stores", _dataset, 60, 70),
+              _distributed, 20, 133),
+        Group("memory", "loaders over in-memory PyG graphs (Data): every variant", _memory, 40, 103),
+        Group("hetero", "loaders over in-memory HeteroData: the per-hop driver's variants", _hetero, 50, 23),
+        Group("dataset", "loaders over a whole dataset and over one partition's stores", _dataset, 60, 68),
         Group("layouts", "loaders over unmapped partitions, int64 IDs, a heterogeneous dataset, the disk reader",
-              _layouts, 70, 60),
-    ]  # costs: `graphstore warmup --jobs 1 --json` on a cold cache (2026-11-30, 2-core EPYC), each group's seconds
+              _layouts, 70, 63),
+    ]  # costs: `graphstore warmup --jobs 1 --json` on a cold cache (2026-11-30, 2-core Xeon), each group's seconds
 
 
 # -- tiny graphs ----------------------------------------------------------------------------------------------

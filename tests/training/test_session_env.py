@@ -40,3 +40,30 @@ def test_graphstore_run_refuses_bad_server_flags_in_one_line(tmp_path, capsys, a
     assert run.main([*args, str(script)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("graphstore-run: error: ") and words in err and "\n" not in err, err
+
+
+def _agreeing(monkeypatch, timeout: float):
+    """Rank 0 of two, joined, whose rendezvous store is an in-process one (the peer's keys set by hand)."""
+    import torch.distributed as dist
+
+    from training.cluster.world import World
+
+    store = dist.HashStore()
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
+    session = Session("graphs/any", timeout=timeout, world=World(0, 2, 0, "file:///unused"))
+    session.world, session._started = session._world, True
+    return session, store
+
+
+def test_loaders_agree_on_the_most_steps_and_name_a_peer_that_left_or_never_came(monkeypatch):
+    from graphstore.errors import GraphstoreError
+
+    session, store = _agreeing(monkeypatch, timeout=60)
+    store.set("graphstore/session/loader/0/1", "7")
+    assert session._agree_steps(0, 5) == 7
+    store.set(Session._LEFT + "1", "1")  # rank 1 left after creating one loader: loader 1 never comes
+    with pytest.raises(GraphstoreError, match="rank 1 did not create loader 1 before it left the session"):
+        session._agree_steps(1, 5)  # at once, not after the 60 s
+    session, store = _agreeing(monkeypatch, timeout=0.3)
+    with pytest.raises(GraphstoreError, match=r"rank 1 did not create loader 0 within 0 s \(timeout\)"):
+        session._agree_steps(0, 5)  # still in the job: named when the timeout ends

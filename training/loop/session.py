@@ -10,6 +10,7 @@ import random
 import shutil
 import tempfile
 import threading
+import time
 import warnings
 from datetime import timedelta
 from typing import Any
@@ -253,6 +254,7 @@ class Session:
         try:
             if graceful:
                 process_groups.set_stage("shutdown")
+                self._say_left()
                 try:
                     self.barrier()
                 except Exception as late:  # a peer failed at the end: this rank leaves as a failed one
@@ -428,26 +430,45 @@ class Session:
         self.loaders.append(loader)
         return loader
 
+    _LEFT = "graphstore/session/left/"  # + rank: how many loaders that rank created before it left the session
+
+    def _say_left(self) -> None:
+        """Tell the peers, through the rendezvous store, how many loaders this rank created before leaving,
+        so one still waiting for its loader names it at once instead of after ``timeout``."""
+        try:
+            dist.distributed_c10d._get_default_store().set(f"{self._LEFT}{self.world.rank}", str(len(self.loaders)))
+        except Exception:  # no store (never joined, or it went away): the peers' timeout names this rank
+            logger.debug("could not record leaving the session", exc_info=True)
+
     def _agree_steps(self, index: int, mine: int) -> int:
-        """The largest batch count any rank's loader ``index`` has: through the rendezvous store, with
-        the ranks that never create it named after ``timeout`` seconds."""
+        """The largest batch count any rank's loader ``index`` has: through the rendezvous store. A rank that
+        left the session without creating it is named as soon as it has left, one that never comes after
+        ``timeout`` seconds."""
         store = dist.distributed_c10d._get_default_store()
         prefix = f"graphstore/session/loader/{index}/"
         store.set(f"{prefix}{self.rank}", str(mine))
         keys = [f"{prefix}{r}" for r in range(self.world_size)]
         process_groups.set_stage(f"creating loader {index}")
+        deadline, pause, missing, gone = time.monotonic() + self.timeout, 0.01, [], []
         try:
-            store.wait(keys, timedelta(seconds=self.timeout))
-        except Exception as exc:
-            missing = [r for r in range(self.world_size) if not _has(store, keys[r])]
-            # the script's misuse on another rank, not an echo of a failure: it names the job's cause (a peer
-            # that gave up waiting for this rank at shutdown in the meantime only echoes it)
-            raise GraphstoreError(
-                f"{process_groups.describe(missing) if missing else 'a rank'} did not create loader "
-                f"{index} within {self.timeout:.0f} s (timeout): every rank must create the same loaders in the "
-                "same order") from exc
-        finally:
+            while not store.check(keys):
+                missing = [r for r in range(self.world_size) if not _has(store, keys[r])]
+                gone = [r for r in missing if _has(store, f"{self._LEFT}{r}")
+                        and int(store.get(f"{self._LEFT}{r}")) <= index]
+                if gone or time.monotonic() >= deadline:
+                    break
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                pause = min(2 * pause, 0.2)
+            else:
+                missing = []
+        finally:  # a failing store (its host ended) raises as it is: the session explains a lost peer
             process_groups.set_stage("training")
+        if missing:
+            # the script's misuse on another rank, not an echo of a failure: it names the job's cause (a peer that
+            # gave up waiting for this rank at shutdown in the meantime only echoes it)
+            when = "before it left the session" if gone else f"within {self.timeout:.0f} s (timeout)"
+            raise GraphstoreError(f"{process_groups.describe(gone or missing)} did not create loader {index} {when}: "
+                                  "every rank must create the same loaders in the same order")
         return max(int(store.get(k)) for k in keys)
 
     # -- together --
