@@ -32,6 +32,7 @@ TOOL_CASES = [
     ("bench_variants", ["--batches", "x"], "argument --batches: 'x' is not an integer"),
     ("demo", ["--nproc", "0"], "argument --nproc: 0 is out of range"),
     ("kernel_cache", ["{t}/missing"], "{t}/missing: no such checkout"),
+    ("compile_profile", ["--top", "x"], "argument --top: 'x' is not an integer"),
     ("compare_records", ["{t}/a.json", "--against", "{t}/b.json"], "give bench_variants records"),
     ("make_link_graphs", ["regular", "{t}/g.npz", "--degree", "-1"], "argument --degree: -1 is out of range"),
 ]
