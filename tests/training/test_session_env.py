@@ -62,6 +62,7 @@ def test_loaders_agree_on_the_most_steps_and_name_a_peer_that_left_or_never_came
     store.set("graphstore/session/loader/0/1", "7")
     assert session._agree_steps(0, 5) == 7
     store.set(Session._LEFT + "1", "1")  # rank 1 left after creating one loader: loader 1 never comes
+    store.add(Session._LEFT_COUNT, 1)
     with pytest.raises(GraphstoreError, match="rank 1 did not create loader 1 before it left the session"):
         session._agree_steps(1, 5)  # at once, not after the 60 s
     session, store = _agreeing(monkeypatch, timeout=0.3)

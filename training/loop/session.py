@@ -431,12 +431,15 @@ class Session:
         return loader
 
     _LEFT = "graphstore/session/left/"  # + rank: how many loaders that rank created before it left the session
+    _LEFT_COUNT = "graphstore/session/left"  # how many ranks left: a waiting rank reads one key, not one per rank
 
     def _say_left(self) -> None:
         """Tell the peers, through the rendezvous store, how many loaders this rank created before leaving,
         so one still waiting for its loader names it at once instead of after ``timeout``."""
         try:
-            dist.distributed_c10d._get_default_store().set(f"{self._LEFT}{self.world.rank}", str(len(self.loaders)))
+            store = dist.distributed_c10d._get_default_store()
+            store.set(f"{self._LEFT}{self.world.rank}", str(len(self.loaders)))
+            store.add(self._LEFT_COUNT, 1)
         except Exception:  # no store (never joined, or it went away): the peers' timeout names this rank
             logger.debug("could not record leaving the session", exc_info=True)
 
@@ -449,19 +452,21 @@ class Session:
         store.set(f"{prefix}{self.rank}", str(mine))
         keys = [f"{prefix}{r}" for r in range(self.world_size)]
         process_groups.set_stage(f"creating loader {index}")
-        deadline, pause, missing, gone = time.monotonic() + self.timeout, 0.01, [], []
+        deadline, missing, gone = time.monotonic() + self.timeout, [], []
         try:
-            while not store.check(keys):
-                missing = [r for r in range(self.world_size) if not _has(store, keys[r])]
-                gone = [r for r in missing if _has(store, f"{self._LEFT}{r}")
-                        and int(store.get(f"{self._LEFT}{r}")) <= index]
-                if gone or time.monotonic() >= deadline:
+            while True:
+                try:  # the store answers as soon as every key is there; in slices, to see ranks that left
+                    store.wait(keys, timedelta(seconds=max(0.001, min(0.5, deadline - time.monotonic()))))
                     break
-                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-                pause = min(2 * pause, 0.2)
-            else:
-                missing = []
-        finally:  # a failing store (its host ended) raises as it is: the session explains a lost peer
+                except Exception:
+                    pass  # the slice ended (a store that failed raises below, as it is: a lost peer)
+                if store.add(self._LEFT_COUNT, 0) > 0:
+                    gone = [r for r in range(self.world_size) if not _has(store, keys[r])
+                            and _has(store, f"{self._LEFT}{r}") and int(store.get(f"{self._LEFT}{r}")) <= index]
+                if gone or time.monotonic() >= deadline:
+                    missing = [r for r in range(self.world_size) if not _has(store, keys[r])]
+                    break
+        finally:
             process_groups.set_stage("training")
         if missing:
             # the script's misuse on another rank, not an echo of a failure: it names the job's cause (a peer that
