@@ -68,7 +68,7 @@ def test_kept_sampler_servers_train_links_on_two_trainer_ranks_that_open_no_file
                                 stderr=subprocess.STDOUT, text=True) for rank in range(2)]
     try:
         seen, out, doc = _train(cora2, address, tmp_path, "link", "--task", "link", "--neg-sampling", "triplet",
-                                "--nproc", 2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64)
+                                "--nproc", 2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 256)
         assert seen == []
         assert doc["world_size"] == 2 and len(doc["epochs"]) == 1
         assert doc["epochs"][-1]["test_mrr"] >= 0.7, doc["epochs"][-1]  # 5 negatives each: chance is 0.41
