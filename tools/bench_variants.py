@@ -11,21 +11,24 @@ Usage::
 A matrix of workload shapes, by default every one: random graphs of ``--nodes`` and ``--edges`` (edge
 weights in (0, 1], edge times in [0, 10**6)) whose degrees are ``uniform`` (sources and destinations
 uniform) or ``skewed`` (a power law: low IDs are hubs, as in real graphs; destinations ``N * u**3``,
-sources ``N * u**2``), sampled with each ``--fanout`` (default [15, 10, 5] and [20, 20]), batch 1,024,
-one thread; the temporal variants (``uniform`` and ``last``) also at each seed time: ``early`` (every
-seed at 2.5 * 10**5, a quarter of each node's edges eligible), ``middle`` (5 * 10**5, half), ``late``
-(10**6, every edge eligible) and ``spread`` (each seed its own time in [5 * 10**5, 10**6], three
-quarters eligible on average). Each graph is a one-partition dataset (``--source dataset``, the
-default: the path users run; ``memory``: the same graph as a PyG ``Data``; ``both``: each variant on
-both, as ``<variant>`` and ``<variant>@memory``, with the dataset's ratio to memory). Variants: plain,
-weighted, temporal (``uniform``, ``last``), disjoint; ``hetero``: every edge type of a ``synthetic-mag``
-graph (``--mag-papers``) from paper seeds (another graph: its ratio compares engines, not graphs);
-``distributed``: rank 0 of 2 over the same graph ingested into 2 partitions, the other partition served
-over a loopback transport (in process). Every variant's sampled edges/s, as a ratio of the plain path
-on the same graph and fanout, measured in the same run: the median of ``--repeats`` passes over the same
-``--batches`` seed batches, the passes of every variant on one graph and fanout interleaved (one of each
-per repeat, so a change in load moves them alike); a warm-up batch (numba compilation, derived arrays)
-is never measured. ``worst`` names each variant's lowest ratio to plain over the shapes and where.
+sources ``N * u**2``), sampled with each ``--fanout`` (default [15, 10, 5] and [20, 20]), batch 1,024, one
+thread; the temporal variants (``uniform`` and ``last``) also at each seed time: ``early`` (every seed at
+2.5 * 10**5, a quarter of each node's edges eligible), ``middle`` (5 * 10**5, half), ``late`` (10**6,
+every edge eligible) and ``spread`` (each seed its own time in [5 * 10**5, 10**6], three quarters eligible
+on average). Each graph is a one-partition dataset (``--source dataset``, the default: the path users run;
+``memory``: the same graph as a PyG ``Data``; ``both``: each variant on both, as ``<variant>`` and
+``<variant>@memory``, with the dataset's ratio to memory). Variants: plain, weighted, temporal
+(``uniform``, ``last``), disjoint, masked (messages over the train links only, as link prediction samples:
+``MessageEdges(allowed=(0,))`` over each edge's ``link_split``, drawn 80/10/10 as ``graphstore ingest
+--link-split`` splits by default, and stored with the dataset); ``hetero``: every edge type of a
+``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another graph: its ratio compares engines,
+not graphs); ``distributed``: rank 0 of 2 over the same graph ingested into 2 partitions, the other
+partition served over a loopback transport (in process). Every variant's sampled edges/s, as a ratio of
+the plain path on the same graph and fanout, measured in the same run: the median of ``--repeats`` passes
+over the same ``--batches`` seed batches, the passes of every variant on one graph and fanout interleaved
+(one of each per repeat, so a change in load moves them alike); a warm-up batch (numba compilation,
+derived arrays) is never measured. ``worst`` names each variant's lowest ratio to plain over the shapes
+and where.
 
 ``--cold`` opens the dataset with a cold page cache: a child process stores its derived arrays, then its
 files and those arrays are evicted (``posix_fadvise``) before this process opens it, as a dataset read back
@@ -62,7 +65,7 @@ from torch_geometric.data import Data
 from torch_geometric.sampler import NodeSamplerInput
 
 import graphstore
-from sampling import NeighborSampler
+from sampling import MessageEdges, NeighborSampler
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchinfo  # noqa: E402  (tools/ is not a package: run as a script)
@@ -79,16 +82,19 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "temporal_uniform": {"time_attr": "time"},
     "temporal_last": {"time_attr": "time", "temporal_strategy": "last"},
     "disjoint": {"disjoint": True},
+    "masked": {"message_edges": MessageEdges(allowed=(0,))},
     "hetero": {},
     "distributed": {},
 }
 TEMPORAL = ("temporal_uniform", "temporal_last")
+OURS_ONLY = ("masked",)  # no PyG sampler option to compare with (PyG masks by building another graph)
+SPLIT_FRACTIONS = (0.8, 0.1, 0.1)  # each edge's link split (train, val, test), as `ingest --link-split` defaults
 
 
 def random_graph(nodes: int, edges: int, seed: int, degrees: str = "uniform") -> Data:
-    """Random edges with a weight in (0, 1] and an integer time in [0, TIME_RANGE) per edge: ``uniform``
-    sources and destinations, or ``skewed`` (a power law, low IDs the hubs: ``N * u**3`` destinations,
-    ``N * u**2`` sources)."""
+    """Random edges with a weight in (0, 1], an integer time in [0, TIME_RANGE) and a link split
+    (:data:`SPLIT_FRACTIONS`) per edge: ``uniform`` sources and destinations, or ``skewed`` (a power law, low IDs
+    the hubs: ``N * u**3`` destinations, ``N * u**2`` sources)."""
     rng = np.random.default_rng(seed)
     if degrees == "skewed":
         dst = (nodes * rng.random(edges) ** 3).astype(np.int64)
@@ -98,7 +104,8 @@ def random_graph(nodes: int, edges: int, seed: int, degrees: str = "uniform") ->
         edge_index = torch.from_numpy(rng.integers(0, nodes, (2, edges), dtype=np.int64))
     weight = torch.from_numpy(1.0 - rng.random(edges))
     etime = torch.from_numpy(rng.integers(0, TIME_RANGE, edges, dtype=np.int64))
-    return Data(edge_index=edge_index, num_nodes=nodes, weight=weight, time=etime)
+    split = torch.from_numpy(rng.choice(3, edges, p=SPLIT_FRACTIONS).astype(np.int8))  # drawn last: the rest as before
+    return Data(edge_index=edge_index, num_nodes=nodes, weight=weight, time=etime, link_split=split)
 
 
 def seed_times(seeds: torch.Tensor, when: str) -> torch.Tensor:
@@ -293,7 +300,7 @@ def _group(args: argparse.Namespace, ds: Any, data: Data, in_memory: bool, engin
                 add(key, ds, None, at, "dataset")
             if in_memory:
                 add(key + ("@memory" if ds is not None else ""), data, None, at, "memory")
-            if engine is not None:
+            if engine is not None and name not in OURS_ONLY:
                 add(f"{key}@pyg-lib", data, engine, at, "pyg-lib")
             for count, pool in zip(args.threads[1:], pools):  # the first count is the baseline
                 sample = samples[key][0]

@@ -83,8 +83,8 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
     tsort, aliases, use_packed = var.tsort, var.aliases, topo.use_packed
     # the picks read each picked pair themselves (no phase 3) over the layouts that hold it beside what they
     # read anyway: the weighted packed records, the plain packed pairs, blocked time records
-    plain = var.weights is None and hop.limits is None and var.splits is None and var.excl is None
-    gathered = (tsort is None and ((aliases is not None and use_packed >= 3) or (plain and use_packed == 2))
+    uniform = var.weights is None and hop.limits is None  # plain, or masked (:func:`_pick_masked`)
+    gathered = (tsort is None and ((aliases is not None and use_packed >= 3) or (uniform and use_packed == 2))
                 or _blocked(tsort))
     indirect = var.weights is not None or var.splits is not None or var.excl is not None
     ends = np.empty(nf if indirect and _blocked(tsort) else 0, np.int64)  # the picks over time records need them

@@ -17,7 +17,8 @@ pays for another, and variants combine (weighted + temporal + disjoint + masked 
   otherwise ``times`` (per CSC position) and/or ``node_time`` (per source node) are scanned.
 - edge mask: ``splits`` (link split per CSC position) admits edges whose split ``v`` has bit ``1 << v``
   in ``allowed``; ``excl`` (sorted keys) drops the links of a link batch (``excl_mode`` 1: key
-  ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either). Fanouts count admitted edges.
+  ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either). Fanouts count admitted edges. Uniform
+  picks under a mask alone scan a node's admitted edges, or draw by rejection when it has many edges per pick.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from numba import njit
 from sampling.kernels.draws import draw_latest, draw_uniform, draw_weighted, draw_weighted_alias, uniform_draws
 from sampling.graph.derived import key_at, pair_at
 from sampling.kernels.cacheline import prefetch
+from sampling.kernels.rng import bounded
 
 # The picks kernels only read and write their callers' arrays, so they are compiled without reference
 # counting (numba's ``_nrt=False``, which also holds for every function they call; an allocation there
@@ -40,6 +42,7 @@ STRATEGY_UNIFORM, STRATEGY_LAST = 0, 1  # temporal strategies (as the remote sam
 _AHEAD = 8  # frontier nodes ahead whose attribute arrays the picks phase starts fetching
 _AHEAD_CUT = 16  # frontier nodes ahead whose time-sorted keys the cut starts fetching
 _AHEAD_BLOCK = 8  # frontier nodes ahead whose pairs (or blocked time records) the one-pass picks fetch
+_SPARSE = 32  # edges per pick from which the masked picks draw by rejection rather than scan the node's edges
 _NO_PAIRS = np.zeros(0, np.int32)  # pick_uniform without packed pairs: positions only
 
 
@@ -195,6 +198,11 @@ def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, ali
         if var.stride == 2:  # over the packed pairs the picks read them too
             return pick_uniform(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, var.src[b])
         return pick_uniform(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, _NO_PAIRS)
+    if weights is None:
+        if limits is None:  # uniform picks under a mask or an exclusion alone
+            return _pick_masked(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, bufs.cand,
+                               var.src[b], var.stride, splits, b, var.allowed, excl, var.excl_mul, var.excl_mode,
+                               gathered)
     starts, degs, order, ids = fr.starts, fr.degs, fr.order, fr.ids
     k, replace, f_lo, stride, astride, amask = hop.k, hop.replace, hop.lo, var.stride, var.astride, var.amask
     allowed, excl_mul, excl_mode = var.allowed, var.excl_mul, var.excl_mode
@@ -264,6 +272,100 @@ def pick_uniform(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, packe
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
+
+
+@borrowing
+def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand, src, stride, splits, b, allowed, excl,
+                excl_mul, excl_mode, gathered):
+    """:func:`pick_block` for uniform picks among block ``b``'s edges a split mask (``splits``) and/or an
+    exclusion (``excl``) admit, without weights or time limits, each node in one pass (its split bytes and pairs
+    fetched ahead, its pairs read with its picks when ``gathered``: ``src`` holds the (source, edge ID) pairs,
+    ``stride`` 2). A node with many edges per pick (``deg >= _SPARSE * k``) draws by rejection
+    (:func:`_sparse_draws`): a uniform offset into its edges, kept when the filters admit it and it was not drawn
+    before (without replacement), so each pick is uniform among the admitted edges not drawn yet, and a hub costs
+    about ``k`` reads, not a pass over its edges. When ``_tries(k)`` draws find fewer than ``k`` (few edges
+    admitted), the node is drawn again over a scan of its admitted edges with fresh draws: uniform either way,
+    since whether the first attempt succeeds does not depend on the second's draws. Other nodes scan (all their
+    admitted edges when ``k < 0`` or, without replacement, at most ``k`` admitted)."""
+    starts, degs, order, ids, pos = fr.starts, fr.degs, fr.order, fr.ids, out.pos
+    split = _at(splits, b)
+    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+    for t in range(t_lo, t_hi):
+        if t + _AHEAD_BLOCK < t_hi:
+            ahead = starts[t + _AHEAD_BLOCK]
+            if splits is not None:  # its split bytes, read at random offsets when it draws by rejection
+                _fetch_bytes(splits[b], ahead, degs[t + _AHEAD_BLOCK])
+            if gathered:
+                _fetch_lines(src, stride * ahead, stride * degs[t + _AHEAD_BLOCK])
+        deg, start, dst = degs[t], starts[t], ids[t]
+        if deg == 0:
+            continue
+        m = -1
+        if k > 0 and deg >= _SPARSE * k and deg >= _tries(k):
+            m, s0, s1, s2, s3 = _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, excl_mode,
+                                              start, deg, dst, k, replace, pos, e, cand)
+        direct = m >= 0
+        if not direct:
+            count = 0
+            for j in range(deg):  # branch-free: each offset written, kept by advancing the count
+                cand[count] = j
+                count += 1 if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, start + j, dst) else 0
+            m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, 0)
+        picked, cols, rows, eids = _node_outputs(out, e, m)
+        col = f_lo + order[t]
+        for j in range(m):
+            p = start + (picked[j] if direct else cand[picked[j]])
+            picked[j] = p
+            cols[j] = col
+            if gathered:
+                rows[j], eids[j] = src[stride * p], src[stride * p + 1]
+        e += m
+    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
+    return e
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, excl_mode, start, deg, dst, k, replace,
+                  pos, e, drawn):
+    """:func:`_pick_masked`'s rejection draws for one node: ``k`` offsets into ``pos[e:]``, or ``-1`` when
+    ``_tries(k)`` draws found fewer. In rounds: each draws a few more offsets than picks are missing and
+    reads whether the filters admit them in a loop with no branch on what it reads (into ``drawn``, ``-1``
+    when not admitted), so their cache misses overlap; then keeps them in order, repeats dropped (without
+    replacement), up to ``k``."""
+    m, tries = 0, _tries(k)
+    while m < k and tries > 0:
+        n = min(tries, (k - m) + (k - m) // 2 + 2)  # missing picks and a half: most nodes need one round
+        tries -= n
+        for i in range(n):
+            r, s0, s1, s2, s3 = bounded(deg, s0, s1, s2, s3)
+            drawn[i] = r if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, start + r, dst) else -1
+        for i in range(n):
+            r = drawn[i]
+            if m < k:  # written always, kept by advancing the count (never past the node's k places)
+                pos[e + m] = r
+                m += 1 if r >= 0 and (replace or not _taken(pos, e, m, r)) else 0
+    return (m if m == k else -1), s0, s1, s2, s3
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tries(k):
+    """How many rejection draws :func:`_pick_masked` makes for ``k`` picks before it scans instead."""
+    return 2 * k + 16
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _taken(out, e, m, j):
+    taken = False
+    for i in range(e, e + m):  # every earlier pick compared: no exit to mispredict
+        taken |= out[i] == j
+    return taken
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _fetch_bytes(values, first, count):
+    """Start fetching the cache lines of the int8 ``values[first:first + count]`` (at most 8 lines)."""
+    for w in range(first - first % 64, first + min(count, 512), 64):
+        prefetch(values, w)
 
 
 @njit(cache=True, nogil=True, inline="always")

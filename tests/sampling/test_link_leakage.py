@@ -130,6 +130,36 @@ def test_the_mask_is_applied_by_the_kernel_and_fanouts_count_admitted_edges(link
         assert (counts == np.minimum(degree, 3)).all()  # 3 admitted edges whenever there are 3
 
 
+@pytest.mark.parametrize("degree, admitted, k, replace", [
+    (400, 0.8, 5, False),  # many edges a pick: rejection draws
+    (400, 0.8, 5, True),
+    (2000, 0.002, 3, False),  # 4 of 2,000 admitted: the rejection draws find too few, the node is scanned
+    (40, 0.5, 5, False),  # few edges a pick: a scan of the admitted edges, then the uniform draws
+])
+def test_masked_picks_are_uniform_over_the_admitted_edges(degree, admitted, k, replace):
+    """A star's in-edges, some held out: every pick is an admitted edge, without replacement never twice in a
+    subgraph, and every admitted edge is equally likely (chi-square), whichever way the node was drawn."""
+    from scipy.stats import chisquare
+    from torch_geometric.data import Data
+
+    rng = np.random.default_rng(5)
+    split = np.where(rng.random(degree) < admitted, 0, 1).astype(np.int8)
+    split[:2] = 0  # at least two admitted
+    data = Data(edge_index=torch.stack([torch.arange(1, degree + 1), torch.zeros(degree, dtype=torch.long)]),
+                num_nodes=degree + 1, link_split=torch.from_numpy(split))
+    sampler = NeighborSampler(data, [k], replace=replace, seed=3, message_edges=MessageEdges(allowed=(0,)))
+    allowed = set(np.flatnonzero(split == 0).tolist())
+    counts = dict.fromkeys(allowed, 0)
+    for _ in range(6000 // k if len(allowed) > k else 20):
+        edges = sampler.sample_from_nodes(NodeSamplerInput(None, torch.tensor([0]))).edge.tolist()
+        assert len(edges) == (k if replace or len(allowed) >= k else len(allowed)) and set(edges) <= allowed
+        assert replace or len(set(edges)) == len(edges)
+        for e in edges:
+            counts[e] += 1
+    observed = np.array(list(counts.values()))
+    assert chisquare(observed).pvalue > 1e-3, observed  # about 19 picks expected of each admitted edge
+
+
 def test_message_edges_on_an_in_memory_graph_and_refusals():
     from torch_geometric.data import Data
 
