@@ -262,7 +262,8 @@ def _ratio(value: float | None, digits: int = 2, unit: str = "") -> str:
 
 def render_readme(root: Path) -> str:
     """The README's one table: per variant, the newest ``bench_variants`` run against pyg-lib (ours and
-    pyg-lib's sampled edges/s and their ratios), and one line saying what was run where and when."""
+    pyg-lib's sampled edges/s and their ratios), and one line saying what was run where and when; with a
+    matrix record, each variant's worst shape (a variant only the matrix measured: a row of that alone)."""
     runs = [(p, r) for p, r in load(Path(root)) if r["benchmark"] == README_BENCH and r["config"].get("pyg_lib")]
     if not runs:
         raise RecordError(f"{root}: no {README_BENCH} record run with --pyg-lib; the README's table needs one")
@@ -282,6 +283,9 @@ def render_readme(root: Path) -> str:
                      f"| {_ratio(fig.get('ratio_to_plain', {}).get(name))} "
                      f"| {_ratio(fig.get('ratio_to_memory', {}).get(name))} |"
                      + ((f" {w['ratio_to_plain']:.2f} ({w['shape']}) |" if w else " |") if worst else ""))
+    for name, w in worst.items():  # a variant the matrix measured and the pyg-lib run did not: its worst shape
+        if name not in rates and name not in README_SKIP:
+            lines.append(f"| `{name}` |  |  |  |  |  | {w['ratio_to_plain']:.2f} ({w['shape']}) |")
     cmd = _command(rec)
     graph, fanout = fig.get("graph", {}), ", ".join(map(str, fig.get("fanout", [])))
     lines += ["", f"One thread, a random graph of {graph.get('nodes', 0):,} nodes and {graph.get('edges', 0):,} edges, "

@@ -141,7 +141,9 @@ def test_the_readme_names_each_variants_worst_shape_from_the_newest_matrix(tmp_p
     text = readme.read_text()
     assert "| dataset / in memory | worst shape: ours / our plain |" in text
     assert "| `plain` | 50.0 | 4.00 | 12.5× |  |  | |" in text  # plain is the baseline: no worst shape of its own
-    assert "0.70 (skewed/15,10,5/late)" not in text  # a variant the pyg-lib record lacks gets no row
+    # a variant only the matrix measured: a row of its worst shape alone
+    assert "| `temporal_uniform` |  |  |  |  |  | 0.70 (skewed/15,10,5/late) |" in text and "0.50 (" not in text
+    assert "| `weighted` |  |  |  |  |  | 0.61 (uniform/15,10,5) |" in text
     assert "uniform, skewed degrees" in text and "2026-03-01" in text and "seed times late 1,000,000" in text
 
 
