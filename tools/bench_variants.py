@@ -20,15 +20,17 @@ on average). Each graph is a one-partition dataset (``--source dataset``, the de
 ``<variant>@memory``, with the dataset's ratio to memory). Variants: plain, weighted, temporal
 (``uniform``, ``last``), disjoint, masked (messages over the train links only, as link prediction samples:
 ``MessageEdges(allowed=(0,))`` over each edge's ``link_split``, drawn 80/10/10 as ``graphstore ingest
---link-split`` splits by default, and stored with the dataset); ``hetero``: every edge type of a
-``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another graph: its ratio compares engines,
-not graphs); ``distributed``: rank 0 of 2 over the same graph ingested into 2 partitions, the other
-partition served over a loopback transport (in process). Every variant's sampled edges/s, as a ratio of
-the plain path on the same graph and fanout, measured in the same run: the median of ``--repeats`` passes
-over the same ``--batches`` seed batches, the passes of every variant on one graph and fanout interleaved
-(one of each per repeat, so a change in load moves them alike); a warm-up batch (numba compilation,
-derived arrays) is never measured. ``worst`` names each variant's lowest ratio to plain over the shapes
-and where.
+--link-split`` splits by default, and stored with the dataset); link (as link prediction trains: masked,
+and each batch a link batch whose own links are excluded, ``exclude_seed_edges=True``; its links join the
+first half of the batch's seeds to the second, so it samples from the same seed nodes as the others);
+``hetero``: every edge type of a ``synthetic-mag`` graph (``--mag-papers``) from paper seeds (another
+graph: its ratio compares engines, not graphs); ``distributed``: rank 0 of 2 over the same graph ingested
+into 2 partitions, the other partition served over a loopback transport (in process). Every variant's
+sampled edges/s, as a ratio of the plain path on the same graph and fanout, measured in the same run: the
+median of ``--repeats`` passes over the same ``--batches`` seed batches, the passes of every variant on
+one graph and fanout interleaved (one of each per repeat, so a change in load moves them alike); a warm-up
+batch (numba compilation, derived arrays) is never measured. ``worst`` names each variant's lowest ratio
+to plain over the shapes and where.
 
 ``--cold`` opens the dataset with a cold page cache: a child process stores its derived arrays, then its
 files and those arrays are evicted (``posix_fadvise``) before this process opens it, as a dataset read back
@@ -62,7 +64,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from torch_geometric.data import Data
-from torch_geometric.sampler import NodeSamplerInput
+from torch_geometric.sampler import EdgeSamplerInput, NodeSamplerInput
 
 import graphstore
 from sampling import MessageEdges, NeighborSampler
@@ -83,11 +85,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "temporal_last": {"time_attr": "time", "temporal_strategy": "last"},
     "disjoint": {"disjoint": True},
     "masked": {"message_edges": MessageEdges(allowed=(0,))},
+    "link": {"message_edges": MessageEdges(allowed=(0,)), "exclude_seed_edges": True},
     "hetero": {},
     "distributed": {},
 }
 TEMPORAL = ("temporal_uniform", "temporal_last")
-OURS_ONLY = ("masked",)  # no PyG sampler option to compare with (PyG masks by building another graph)
+OURS_ONLY = ("masked", "link")  # no PyG sampler option to compare with (PyG masks by building another graph)
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)  # each edge's link split (train, val, test), as `ingest --link-split` defaults
 
 
@@ -179,9 +182,13 @@ def homogeneous_sampler(graph: Any, name: str, engine: type | None = None, fanou
         sampler = (engine(graph, fanout, **options) if engine is not None else
                    NeighborSampler(graph, fanout, seed=0, **options))
     timed = "time_attr" in options
+    links = options.get("exclude_seed_edges", False)
 
     def sample(seeds: torch.Tensor) -> int:
         at = seed_times(seeds, when) if timed else None
+        if links:  # the same seed nodes as a link batch: half the links' sources, half their destinations
+            half = len(seeds) // 2
+            return int(sampler.sample_from_edges(EdgeSamplerInput(None, seeds[:half], seeds[half:])).row.numel())
         return int(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, at)).row.numel())
 
     sample.sampler = sampler  # type: ignore[attr-defined]

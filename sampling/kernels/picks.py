@@ -286,7 +286,10 @@ def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand,
     about ``k`` reads, not a pass over its edges. When ``_tries(k)`` draws find fewer than ``k`` (few edges
     admitted), the node is drawn again over a scan of its admitted edges with fresh draws: uniform either way,
     since whether the first attempt succeeds does not depend on the second's draws. Other nodes scan (all their
-    admitted edges when ``k < 0`` or, without replacement, at most ``k`` admitted)."""
+    admitted edges when ``k < 0`` or, without replacement, at most ``k`` admitted). With an exclusion (the few
+    links of a link batch) a node's draw over what the mask admits is kept whole when none of its picks is
+    excluded, uniform over the rest by the same argument, and made again over a full scan otherwise: each node
+    tests ``k`` picks against the exclusion, not its every edge (two binary searches each)."""
     starts, degs, order, ids, pos = fr.starts, fr.degs, fr.order, fr.ids, out.pos
     split = _at(splits, b)
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
@@ -305,11 +308,22 @@ def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand,
             m, s0, s1, s2, s3 = _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, excl_mode,
                                               start, deg, dst, k, replace, pos, e, cand)
         direct = m >= 0
-        if not direct:
-            count = 0
-            for j in range(deg):  # branch-free: each offset written, kept by advancing the count
-                cand[count] = j
-                count += 1 if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, start + j, dst) else 0
+        if excl is not None and not direct and k > 0:  # the exclusion tested on the picks alone (see above)
+            direct = split is None
+            count = deg if direct else _scan(src, stride, split, allowed, None, excl_mul, excl_mode, start, deg, dst,
+                                             cand)
+            if replace or count > k:
+                m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, 0)
+                kept = True
+                for j in range(m):
+                    p = start + (pos[e + j] if direct else cand[pos[e + j]])
+                    kept &= _admits(src, stride, None, allowed, excl, excl_mul, excl_mode, p, dst)
+                if not kept:
+                    m, direct = -1, False
+            else:
+                m, direct = -1, False
+        if m < 0:
+            count = _scan(src, stride, split, allowed, excl, excl_mul, excl_mode, start, deg, dst, cand)
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, 0)
         picked, cols, rows, eids = _node_outputs(out, e, m)
         col = f_lo + order[t]
@@ -322,6 +336,16 @@ def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand,
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _scan(src, stride, split, allowed, excl, excl_mul, excl_mode, start, deg, dst, cand):
+    """The offsets of a node's edges the mask and the exclusion admit, into ``cand``; returns how many."""
+    count = 0
+    for j in range(deg):  # branch-free: each offset written, kept by advancing the count
+        cand[count] = j
+        count += 1 if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, start + j, dst) else 0
+    return count
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -160,6 +160,43 @@ def test_masked_picks_are_uniform_over_the_admitted_edges(degree, admitted, k, r
     assert chisquare(observed).pvalue > 1e-3, observed  # about 19 picks expected of each admitted edge
 
 
+@pytest.mark.parametrize("degree, admitted, k, replace", [
+    (40, None, 5, False),  # the exclusion alone: a draw over every edge, its picks tested
+    (40, None, 5, True),
+    (40, 0.5, 5, False),  # a draw over the mask's candidates, its picks tested
+    (400, 0.8, 5, False),  # rejection draws, each tested against both
+    (6, None, 5, False),  # no more edges than picks once the link is out: a full scan
+])
+def test_a_link_batch_excludes_its_link_and_the_other_picks_stay_uniform(degree, admitted, k, replace):
+    """A star's in-edges and a link batch of one of them: the link is never picked from the star (its draws are
+    tested against the exclusion rather than every edge), and every other admitted edge is equally likely."""
+    from scipy.stats import chisquare
+    from torch_geometric.data import Data
+    from torch_geometric.sampler import EdgeSamplerInput
+
+    rng = np.random.default_rng(6)
+    data = Data(edge_index=torch.stack([torch.arange(1, degree + 1), torch.zeros(degree, dtype=torch.long)]),
+                num_nodes=degree + 1)
+    options = {}
+    allowed = set(range(1, degree))  # edge 0 is the batch's link (1 -> 0)
+    if admitted is not None:
+        split = np.where(rng.random(degree) < admitted, 0, 1).astype(np.int8)
+        split[:2] = 0
+        data.link_split = torch.from_numpy(split)
+        options["message_edges"] = MessageEdges(allowed=(0,))
+        allowed &= set(np.flatnonzero(split == 0).tolist())
+    sampler = NeighborSampler(data, [k], replace=replace, seed=4, exclude_seed_edges=True, **options)
+    counts = dict.fromkeys(allowed, 0)
+    link = EdgeSamplerInput(None, torch.tensor([1]), torch.tensor([0]))
+    for _ in range(6000 // k if len(allowed) > k else 20):
+        edges = sampler.sample_from_edges(link).edge.tolist()
+        assert len(edges) == (k if replace or len(allowed) >= k else len(allowed)) and set(edges) <= allowed
+        assert replace or len(set(edges)) == len(edges)
+        for e in edges:
+            counts[e] += 1
+    assert chisquare(np.array(list(counts.values()))).pvalue > 1e-3, counts
+
+
 def test_message_edges_on_an_in_memory_graph_and_refusals():
     from torch_geometric.data import Data
 

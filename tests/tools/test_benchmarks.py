@@ -79,7 +79,7 @@ def test_bench_variants_measures_every_variant_on_a_matrix_of_shapes_and_names_t
     for degrees in ("uniform", "skewed"):
         for fanout in ("6,4,2", "8,8"):
             shape = f"{degrees}/{fanout}"
-            for name in ("plain", "weighted", "disjoint", "masked", "distributed"):
+            for name in ("plain", "weighted", "disjoint", "masked", "link", "distributed"):
                 assert rows[shape, name]["edges_per_s"] > 0, (shape, name)
             for name in ("temporal_uniform", "temporal_last"):
                 for when in times:
