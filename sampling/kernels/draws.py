@@ -71,7 +71,8 @@ def _weight_at(cum, base, j):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _taken(out, e, m, j):
+def picked_before(out, e, m, j):
+    """Whether ``j`` is among the ``m`` picks ``out[e:e + m]``."""
     for i in range(e, e + m):
         if out[i] == j:
             return True
@@ -94,7 +95,7 @@ def _exact_rest(state, cum, base, count, k, out, e, m):
         pick = -1
         for j in range(count):
             w = _weight_at(cum, base, j)
-            if w <= 0.0 or _taken(out, e, m, j):
+            if w <= 0.0 or picked_before(out, e, m, j):
                 continue
             pick = j
             if u < w:
@@ -128,7 +129,7 @@ def draw_weighted(state, cum, base, count, k, replace, out, e):
         tries -= 1
         u, s0, s1, s2, s3 = _uniform01(s0, s1, s2, s3)
         j = _search(cum, base, count, u * total)
-        if replace or not _taken(out, e, m, j):
+        if replace or not picked_before(out, e, m, j):
             out[e + m] = j
             m += 1
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
@@ -252,7 +253,7 @@ def draw_weighted_alias(state, alias, astride, amask, cum, start, count, k, repl
             j, low, s0, s1, s2, s3 = _column(count, s0, s1, s2, s3)
             threshold, other = _alias_entry(alias, astride, amask, start + j)
             j = other if low >= threshold else j
-            if not _taken(out, e, m, j):
+            if not picked_before(out, e, m, j):
                 out[e + m] = j
                 m += 1
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3

@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sampling.kernels.draws import draw_latest, draw_uniform, draw_weighted, draw_weighted_alias, uniform_draws
+from sampling.kernels.draws import (draw_latest, draw_uniform, draw_weighted, draw_weighted_alias, picked_before,
+                                    uniform_draws)
 from sampling.graph.derived import key_at, pair_at
 from sampling.kernels.cacheline import prefetch
 from sampling.kernels.rng import bounded
@@ -367,7 +368,7 @@ def _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, e
             r = drawn[i]
             if m < k:  # written always, kept by advancing the count (never past the node's k places)
                 pos[e + m] = r
-                m += 1 if r >= 0 and (replace or not _taken(pos, e, m, r)) else 0
+                m += 1 if r >= 0 and (replace or not picked_before(pos, e, m, r)) else 0
     return (m if m == k else -1), s0, s1, s2, s3
 
 
@@ -375,14 +376,6 @@ def _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, e
 def _tries(k):
     """How many rejection draws :func:`_pick_masked` makes for ``k`` picks before it scans instead."""
     return 2 * k + 16
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _taken(out, e, m, j):
-    taken = False
-    for i in range(e, e + m):  # every earlier pick compared: no exit to mispredict
-        taken |= out[i] == j
-    return taken
 
 
 @njit(cache=True, nogil=True, inline="always")
