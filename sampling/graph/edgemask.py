@@ -155,23 +155,49 @@ def pyg_split(store: Any, mask: MessageEdges, eid: np.ndarray) -> np.ndarray:
 
 
 def exclusion(edge_types: list[Any], input_type: Any, row: Any, col: Any, num_dst: int
-              ) -> dict[Any, tuple[np.ndarray, int, int]]:
-    """Per edge type, the ``(sorted keys, multiplier, mode)`` the kernels use to drop the links
-    ``row[i] -> col[i]`` of a batch and their reverses (see :mod:`sampling.kernels.picks`)."""
-    keys = np.unique(_np(row) * num_dst + _np(col))
+              ) -> dict[Any, tuple[np.ndarray, int, int, np.ndarray]]:
+    """Per edge type, the ``(sorted keys, multiplier, mode, nodes)`` the kernels use to drop the links
+    ``row[i] -> col[i]`` of a batch and their reverses (see :mod:`sampling.kernels.picks`); ``nodes``:
+    :func:`node_filter` of the links' ends (of either type), the only nodes an excluded edge can join, so the
+    kernels search the keys only for an edge whose both nodes it may hold."""
+    row, col = _np(row), _np(col)
+    keys = np.unique(row * num_dst + col)
+    nodes = node_filter(np.concatenate([row, col]))
     out = {}
     for etype in edge_types:
         if etype == input_type or input_type is None:
             same = etype is None or etype[0] == etype[2]
-            out[etype] = (keys, num_dst, 3 if same else 1)
+            out[etype] = (keys, num_dst, 3 if same else 1, nodes)
         elif input_type[0] != input_type[2] and (etype[0], etype[2]) == (input_type[2], input_type[0]):
-            out[etype] = (keys, num_dst, 2)  # the reverse relation (e.g. rev_writes) of a bipartite type
+            out[etype] = (keys, num_dst, 2, nodes)  # the reverse relation (e.g. rev_writes) of a bipartite type
     return out
+
+
+# A node's bit in a node filter: its ID times an odd constant (mod 2^64, Fibonacci hashing), whose high 32
+# bits are scaled onto the filter's bits. sampling.kernels.picks reads it with the same arithmetic.
+FILTER_MIX = 0x9E3779B97F4A7C15
+FILTER_BITS_PER_NODE = 32  # a node not in the set finds its bit set about once in 32
+
+
+def node_filter(nodes: np.ndarray) -> np.ndarray:
+    """A bitmap (uint64 words) with the bit of each of ``nodes`` set: a node whose bit is clear is none of
+    them; a set bit may belong to another node (about 1 in ``FILTER_BITS_PER_NODE``), so it is a hint to
+    test exactly, never an answer."""
+    nodes = np.unique(np.asarray(nodes, np.int64))
+    words = np.zeros(max(1, -(-FILTER_BITS_PER_NODE * len(nodes) // 64)), np.uint64)
+    bit = filter_bit(nodes, 64 * len(words))
+    np.bitwise_or.at(words, bit >> np.uint64(6), np.uint64(1) << (bit & np.uint64(63)))
+    return words
+
+
+def filter_bit(nodes: np.ndarray, bits: int) -> np.ndarray:
+    """Each node's bit in a filter of ``bits`` bits (see :func:`node_filter`)."""
+    mixed = nodes.astype(np.uint64) * np.uint64(FILTER_MIX)  # wraps modulo 2^64, as the kernels' uint64 does
+    return ((mixed >> np.uint64(32)) * np.uint64(bits)) >> np.uint64(32)
 
 
 def _np(value: Any) -> np.ndarray:
     return value.detach().cpu().numpy().astype(np.int64) if hasattr(value, "detach") else np.asarray(value, np.int64)
 
 
-NO_EXCLUSION = (np.zeros(0, np.int64), 0, 0)
 EMPTY_SPLIT = _EMPTY_I8

@@ -147,15 +147,16 @@ class BlockArgs:
 
     def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> VariantArrays:
         """The kernels' variant record; ``timed``: limits are given (else times are ignored); ``exclusion`` =
-        ``(sorted keys, multiplier, mode)`` of links to drop (:func:`sampling.graph.edgemask.exclusion`)."""
+        ``(sorted keys, multiplier, mode, node filter)`` of links to drop
+        (:func:`sampling.graph.edgemask.exclusion`)."""
         t = timed and self.timed
-        excl, mul, mode = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0))
+        excl, mul, mode, nodes = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0, None))
         if excl is not None and self.files is not None:
             raise InvalidInputError("a link batch's exclusion reads each candidate edge, which sampling a partition "
                                     "read without mapping does not do yet; leave the dataset mapped for link prediction")
         return VariantArrays(self.src, self.stride, self.weights, self.aliases, self.astride, self.amask,
                              self.times if t else None, self.tsort if t else None, self.node_time if t else None,
-                             bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode))
+                             bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode), nodes)
 
 
 def _refuse_unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, node_time: np.ndarray | None) -> None:

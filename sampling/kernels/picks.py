@@ -17,7 +17,9 @@ pays for another, and variants combine (weighted + temporal + disjoint + masked 
   otherwise ``times`` (per CSC position) and/or ``node_time`` (per source node) are scanned.
 - edge mask: ``splits`` (link split per CSC position) admits edges whose split ``v`` has bit ``1 << v``
   in ``allowed``; ``excl`` (sorted keys) drops the links of a link batch (``excl_mode`` 1: key
-  ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either). Fanouts count admitted edges. Uniform
+  ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either). An edge is excluded only when both its
+  nodes are links' ends: ``excl_nodes`` filters those, so a node it does not hold tests none of its edges
+  (mode 0), and a node it holds searches the keys only for sources it holds. Fanouts count admitted edges. Uniform
   picks under a mask alone scan a node's admitted edges, or draw by rejection when it has many edges per pick.
 """
 
@@ -29,6 +31,7 @@ from numba import njit
 from sampling.kernels.draws import (draw_latest, draw_uniform, draw_weighted, draw_weighted_alias, picked_before,
                                     uniform_draws)
 from sampling.graph.derived import key_at, pair_at
+from sampling.graph.edgemask import FILTER_MIX
 from sampling.kernels.cacheline import prefetch
 from sampling.kernels.rng import bounded
 
@@ -53,14 +56,38 @@ def _holds(keys, key):
     return i < len(keys) and keys[i] == key
 
 
+_MIX = np.uint64(FILTER_MIX)
+_HIGH = np.uint64(32)
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, p, dst):
-    """Whether the split mask admits the edge at CSC position ``p`` into ``dst`` and the exclusion keeps it."""
+def _may_hold(nodes, node):
+    """Whether the filter ``nodes`` (:func:`sampling.graph.edgemask.node_filter`, whose arithmetic this
+    repeats) may hold ``node``: false means it does not."""
+    bit = (((np.uint64(node) * _MIX) >> _HIGH) * np.uint64(64 * len(nodes))) >> _HIGH
+    return (nodes[bit >> np.uint64(6)] >> (bit & np.uint64(63))) & np.uint64(1) != 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _node_mode(excl, nodes, excl_mode, dst):
+    """``excl_mode`` for a node the filter of the links' ends may hold, else 0: an edge into a node that is no
+    link's end is never excluded."""
+    if excl is None:
+        return 0
+    return excl_mode if _may_hold(nodes, dst) else 0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, excl_nodes, p, dst):
+    """Whether the split mask admits the edge at CSC position ``p`` into ``dst`` and the exclusion keeps it
+    (tested when its source is a link's end as far as the filter ``excl_nodes`` knows)."""
     keep = True
     if split is not None:
         keep = ((allowed >> split[p]) & 1) == 1
-    if excl is not None and keep:
+    if excl is not None and keep and excl_mode != 0:
         s = np.int64(src[stride * p])
+        if not _may_hold(excl_nodes, s):
+            return keep
         if (excl_mode & 1) and _holds(excl, s * excl_mul + dst):
             keep = False
         if (excl_mode & 2) and _holds(excl, dst * excl_mul + s):
@@ -69,8 +96,8 @@ def _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, p, dst):
 
 
 @njit(cache=True, nogil=True)
-def _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, excl_mode, start, deg, limit, dst,
-                cand, tkeys):
+def _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, excl_mode, excl_nodes, start, deg, limit,
+                dst, cand, tkeys):
     """Offsets of the edges the time limit, the split mask and the exclusion admit, into ``cand`` (their
     times into ``tkeys`` when temporal); ``src[stride * p]`` is the source of CSC position ``p``."""
     c = 0
@@ -87,7 +114,7 @@ def _candidates(src, stride, times, node_time, split, allowed, excl, excl_mul, e
             if times is None:
                 t = tn  # 'last' orders by the edge time when there is one, else by the node's
         if split is not None or excl is not None:
-            keep &= _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, p, dst)
+            keep &= _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, excl_nodes, p, dst)
         cand[c] = j
         tkeys[c] = t
         c += 1 if keep else 0
@@ -193,7 +220,8 @@ def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, ali
     t_lo, t_hi = fr.bounds[b], fr.bounds[b + 1]
     if tsort is not None:
         return _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, var.src[b], var.stride, _at(weights, b),
-                            _at(splits, b), var.allowed, excl, var.excl_mul, var.excl_mode, var.last, tsort.keys[b],
+                            _at(splits, b), var.allowed, excl, var.excl_mul, var.excl_mode, var.excl_nodes, var.last,
+                            tsort.keys[b],
                             tsort.order[b], tsort.base[b], tsort.latest[b], tsort.blocked[b] != 0)
     if weights is None and limits is None and splits is None and excl is None:  # every variant off
         if var.stride == 2:  # over the packed pairs the picks read them too
@@ -203,10 +231,10 @@ def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, ali
         if limits is None:  # uniform picks under a mask or an exclusion alone
             return _pick_masked(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, bufs.cand,
                                var.src[b], var.stride, splits, b, var.allowed, excl, var.excl_mul, var.excl_mode,
-                               gathered)
+                               var.excl_nodes, gathered)
     starts, degs, order, ids = fr.starts, fr.degs, fr.order, fr.ids
     k, replace, f_lo, stride, astride, amask = hop.k, hop.replace, hop.lo, var.stride, var.astride, var.amask
-    allowed, excl_mul, excl_mode = var.allowed, var.excl_mul, var.excl_mode
+    allowed, excl_mul, excl_mode, excl_nodes = var.allowed, var.excl_mul, var.excl_mode, var.excl_nodes
     scratch, cand, tkeys_buf, wkeys = bufs
     pos = out.pos
     filtered = limits is not None or splits is not None or excl is not None
@@ -222,8 +250,9 @@ def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, ali
         count = deg
         if filtered:
             limit = limits[order[t]] if limits is not None else 0
-            count = _candidates(src_b, stride, times_b, node_time, split_b, allowed, excl, excl_mul, excl_mode, start,
-                                deg, limit, ids[t], cand, tkeys_buf)
+            count = _candidates(src_b, stride, times_b, node_time, split_b, allowed, excl, excl_mul,
+                                _node_mode(excl, excl_nodes, excl_mode, ids[t]), excl_nodes, start, deg, limit, ids[t],
+                                cand, tkeys_buf)
         if weight_b is not None:
             if filtered or alias_b is None:  # else the alias table draws: no cumulative weights
                 _weights_of(weight_b, filtered, start, cand, count, wkeys)
@@ -277,7 +306,7 @@ def pick_uniform(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, packe
 
 @borrowing
 def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand, src, stride, splits, b, allowed, excl,
-                excl_mul, excl_mode, gathered):
+                excl_mul, excl_mode, excl_nodes, gathered):
     """:func:`pick_block` for uniform picks among block ``b``'s edges a split mask (``splits``) and/or an
     exclusion (``excl``) admit, without weights or time limits, each node in one pass (its split bytes and pairs
     fetched ahead, its pairs read with its picks when ``gathered``: ``src`` holds the (source, edge ID) pairs,
@@ -290,7 +319,9 @@ def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand,
     admitted edges when ``k < 0`` or, without replacement, at most ``k`` admitted). With an exclusion (the few
     links of a link batch) a node's draw over what the mask admits is kept whole when none of its picks is
     excluded, uniform over the rest by the same argument, and made again over a full scan otherwise: each node
-    tests ``k`` picks against the exclusion, not its every edge (two binary searches each)."""
+    tests ``k`` picks against the exclusion, not its every edge (two binary searches each), and only a node the
+    filter ``excl_nodes`` holds (a link's end, or a rare false positive) tests any: the others' draws are the
+    same, since none of their edges is excluded."""
     starts, degs, order, ids, pos = fr.starts, fr.degs, fr.order, fr.ids, out.pos
     split = _at(splits, b)
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
@@ -304,27 +335,28 @@ def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand,
         deg, start, dst = degs[t], starts[t], ids[t]
         if deg == 0:
             continue
+        mode = _node_mode(excl, excl_nodes, excl_mode, dst)
         m = -1
         if k > 0 and deg >= _SPARSE * k and deg >= _tries(k):
-            m, s0, s1, s2, s3 = _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, excl_mode,
-                                              start, deg, dst, k, replace, pos, e, cand)
+            m, s0, s1, s2, s3 = _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, mode,
+                                              excl_nodes, start, deg, dst, k, replace, pos, e, cand)
         direct = m >= 0
         if excl is not None and not direct and k > 0:  # the exclusion tested on the picks alone (see above)
             direct = split is None
-            count = deg if direct else _scan(src, stride, split, allowed, None, excl_mul, excl_mode, start, deg, dst,
-                                             cand)
-            if replace or count > k:
+            count = deg if direct else _scan(src, stride, split, allowed, None, excl_mul, mode, excl_nodes, start, deg,
+                                             dst, cand)
+            if replace or count > k or mode == 0:
                 m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, 0)
                 kept = True
-                for j in range(m):
+                for j in range(m if mode != 0 else 0):
                     p = start + (pos[e + j] if direct else cand[pos[e + j]])
-                    kept &= _admits(src, stride, None, allowed, excl, excl_mul, excl_mode, p, dst)
+                    kept &= _admits(src, stride, None, allowed, excl, excl_mul, mode, excl_nodes, p, dst)
                 if not kept:
                     m, direct = -1, False
             else:
                 m, direct = -1, False
         if m < 0:
-            count = _scan(src, stride, split, allowed, excl, excl_mul, excl_mode, start, deg, dst, cand)
+            count = _scan(src, stride, split, allowed, excl, excl_mul, mode, excl_nodes, start, deg, dst, cand)
             m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, 0)
         picked, cols, rows, eids = _node_outputs(out, e, m)
         col = f_lo + order[t]
@@ -340,18 +372,18 @@ def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand,
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _scan(src, stride, split, allowed, excl, excl_mul, excl_mode, start, deg, dst, cand):
+def _scan(src, stride, split, allowed, excl, excl_mul, excl_mode, excl_nodes, start, deg, dst, cand):
     """The offsets of a node's edges the mask and the exclusion admit, into ``cand``; returns how many."""
     count = 0
     for j in range(deg):  # branch-free: each offset written, kept by advancing the count
         cand[count] = j
-        count += 1 if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, start + j, dst) else 0
+        count += 1 if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, excl_nodes, start + j, dst) else 0
     return count
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, excl_mode, start, deg, dst, k, replace,
-                  pos, e, drawn):
+def _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, excl_mode, excl_nodes, start, deg, dst,
+                  k, replace, pos, e, drawn):
     """:func:`_pick_masked`'s rejection draws for one node: ``k`` offsets into ``pos[e:]``, or ``-1`` when
     ``_tries(k)`` draws found fewer. In rounds: each draws a few more offsets than picks are missing and
     reads whether the filters admit them in a loop with no branch on what it reads (into ``drawn``, ``-1``
@@ -363,7 +395,8 @@ def _sparse_draws(s0, s1, s2, s3, src, stride, split, allowed, excl, excl_mul, e
         tries -= n
         for i in range(n):
             r, s0, s1, s2, s3 = bounded(deg, s0, s1, s2, s3)
-            drawn[i] = r if _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, start + r, dst) else -1
+            kept = _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, excl_nodes, start + r, dst)
+            drawn[i] = r if kept else -1
         for i in range(n):
             r = drawn[i]
             if m < k:  # written always, kept by advancing the count (never past the node's k places)
@@ -430,7 +463,8 @@ def _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked):
 
 
 @njit(cache=True, nogil=True)
-def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, cut, dst, cand, wkeys):
+def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, excl_nodes, start, cut, dst, cand,
+              wkeys):
     """Of the first ``cut`` time-sorted positions from ``start``, the offsets the mask and the exclusion
     admit, into ``cand`` (and their cumulative weights into ``wkeys``); returns how many. ``csc`` maps a
     sorted position to the CSC position the mask, the source IDs and the weights are read at."""
@@ -439,7 +473,7 @@ def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mod
     for c in range(cut):
         keep = True
         if split is not None or excl is not None:
-            keep = _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, csc[start + c], dst)
+            keep = _admits(src, stride, split, allowed, excl, excl_mul, excl_mode, excl_nodes, csc[start + c], dst)
         if weight is not None:
             w = weight[csc[start + c]]
             total += w if (keep and w > 0) else 0.0
@@ -451,7 +485,7 @@ def _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mod
 
 @borrowing
 def _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, src, stride, weight, split, allowed, excl, excl_mul,
-                 excl_mode, last, keys, csc, base, latest, blocked):
+                 excl_mode, excl_nodes, last, keys, csc, base, latest, blocked):
     """:func:`pick_block` over time-sorted edges (``keys``: time less ``base`` per position, at most
     ``latest``; ``csc``: each one's CSC position): the cut is a search over the keys, ``last`` takes the
     end of the prefix, and the positions written are the sorted ones. Over ``blocked`` records each pick's
@@ -475,8 +509,9 @@ def _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, src, stride, we
         if count == 0:
             continue
         if indirect:  # a subset of the prefix: draws are offsets into ``cand``
-            count = _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul, excl_mode, start, count, ids[t],
-                              cand, wkeys)
+            count = _admitted(csc, src, stride, weight, split, allowed, excl, excl_mul,
+                              _node_mode(excl, excl_nodes, excl_mode, ids[t]), excl_nodes, start, count, ids[t], cand,
+                              wkeys)
         first = 0 if indirect else start
         if last and 0 <= k < count:  # time order: the latest are the last k
             latest_k = pos[e:e + k]

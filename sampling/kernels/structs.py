@@ -72,7 +72,8 @@ class VariantArrays(NamedTuple):
     times per CSC position; ``tsort``: :class:`TimeRecords`; ``node_time``: per source node; ``last``:
     take the latest edges, not uniform ones; ``splits``: per block, each edge's link split, admitted when
     bit ``1 << split`` is in ``allowed``; ``excl``: sorted keys of links to drop (``excl_mode`` 1: key
-    ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either)."""
+    ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either), ``excl_nodes``: a filter of the links'
+    ends, the only nodes such a key holds (:func:`sampling.graph.edgemask.node_filter`; ``None`` with ``excl``)."""
 
     src: tuple
     stride: int
@@ -89,6 +90,7 @@ class VariantArrays(NamedTuple):
     excl: Any
     excl_mul: int
     excl_mode: int
+    excl_nodes: Any
 
 
 class Hop(NamedTuple):

@@ -317,3 +317,62 @@ def test_a_reverse_relation_is_masked_like_its_links(tmp_path):
     got = sorted(out.edge[("b", "rev_to", "a")].tolist())
     assert got == sorted(np.flatnonzero(admitted).tolist())
     assert 0 < len(got) < len(rev_src)
+
+
+@pytest.mark.parametrize("options", [
+    {},  # the exclusion alone (tested on the picks)
+    {"message_edges": MessageEdges(allowed=(0,))},  # masked: scans, and rejection draws at the hubs
+    {"message_edges": MessageEdges(allowed=(0,)), "time_attr": "time"},  # over time-sorted edges
+    {"weight_attr": "weight"},  # scanned candidates
+])
+def test_a_link_batch_samples_the_same_whether_its_node_filter_holds_its_ends_or_every_node(monkeypatch, options):
+    """Only a node the batch's filter holds tests its edges against the exclusion; an edge into any other node is
+    never excluded, so a filter that holds every node (every node tested) gives the same samples."""
+    from torch_geometric.data import Data
+    from torch_geometric.sampler import EdgeSamplerInput
+
+    from sampling.graph import edgemask
+
+    rng = np.random.default_rng(11)
+    n, e = 600, 12000
+    dst = (rng.random(e) ** 3 * n).astype(np.int64)  # skewed: hubs with hundreds of edges draw by rejection
+    data = Data(edge_index=torch.from_numpy(np.stack([rng.integers(0, n, e), dst])), num_nodes=n)
+    data.link_split = torch.from_numpy(rng.choice(3, e, p=[0.8, 0.1, 0.1]).astype(np.int8))
+    data.time = torch.from_numpy(rng.integers(0, 1000, e))
+    data.weight = torch.from_numpy(rng.random(e) + 0.1)
+    train = np.flatnonzero(data.link_split.numpy() == 0)
+
+    def batches() -> list[list[np.ndarray]]:
+        sampler = NeighborSampler(data, [3, 2], seed=5, exclude_seed_edges=True, **options)
+        out = []
+        for i in range(6):
+            links = rng_links[i]
+            time = torch.full((len(links),), 700) if "time_attr" in options else None
+            s = sampler.sample_from_edges(EdgeSamplerInput(None, data.edge_index[0, links], data.edge_index[1, links],
+                                                           time=time))
+            out.append([s.node.numpy(), s.row.numpy(), s.col.numpy(), s.edge.numpy()])
+        return out
+
+    rng_links = [rng.choice(train, 64, replace=False) for _ in range(6)]
+    filtered = batches()
+    every = np.full(1, np.iinfo(np.uint64).max, np.uint64)
+    monkeypatch.setattr(edgemask, "node_filter", lambda nodes: every)
+    assert all(np.array_equal(a, b) for x, y in zip(filtered, batches()) for a, b in zip(x, y))
+    for links, sample in zip(rng_links, filtered):  # and the links themselves are left out
+        picked = set(sample[3].tolist())
+        assert not picked & set(links.tolist())
+
+
+def test_a_node_filter_holds_its_nodes_for_the_kernels_and_few_others():
+    from sampling.graph.edgemask import node_filter
+    from sampling.kernels.picks import _node_mode
+
+    rng = np.random.default_rng(2)
+    ends = rng.choice(10**9, 300, replace=False)
+    nodes = node_filter(ends)
+    keys = np.zeros(1, np.int64)
+    assert all(_node_mode(keys, nodes, 3, int(v)) == 3 for v in ends)
+    others = np.setdiff1d(rng.integers(0, 10**9, 20000), ends)
+    held = sum(_node_mode(keys, nodes, 3, int(v)) != 0 for v in others)
+    assert held < 0.08 * len(others)  # about 1 in 32 expected
+    assert _node_mode(None, None, 3, 5) == 0
