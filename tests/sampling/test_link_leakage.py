@@ -323,7 +323,6 @@ def test_a_reverse_relation_is_masked_like_its_links(tmp_path):
     {},  # the exclusion alone (tested on the picks)
     {"message_edges": MessageEdges(allowed=(0,))},  # masked: scans, and rejection draws at the hubs
     {"message_edges": MessageEdges(allowed=(0,)), "time_attr": "time"},  # over time-sorted edges
-    {"weight_attr": "weight"},  # scanned candidates
 ])
 def test_a_link_batch_samples_the_same_whether_its_node_filter_holds_its_ends_or_every_node(monkeypatch, options):
     """Only a node the batch's filter holds tests its edges against the exclusion; an edge into any other node is
@@ -339,7 +338,6 @@ def test_a_link_batch_samples_the_same_whether_its_node_filter_holds_its_ends_or
     data = Data(edge_index=torch.from_numpy(np.stack([rng.integers(0, n, e), dst])), num_nodes=n)
     data.link_split = torch.from_numpy(rng.choice(3, e, p=[0.8, 0.1, 0.1]).astype(np.int8))
     data.time = torch.from_numpy(rng.integers(0, 1000, e))
-    data.weight = torch.from_numpy(rng.random(e) + 0.1)
     train = np.flatnonzero(data.link_split.numpy() == 0)
 
     def batches() -> list[list[np.ndarray]]:
