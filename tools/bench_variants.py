@@ -30,7 +30,10 @@ sampled edges/s, as a ratio of the plain path on the same graph and fanout, meas
 median of ``--repeats`` passes over the same ``--batches`` seed batches, the passes of every variant on
 one graph and fanout interleaved (one of each per repeat, so a change in load moves them alike); a warm-up
 batch (numba compilation, derived arrays) is never measured. ``worst`` names each variant's lowest ratio
-to plain over the shapes and where.
+to plain over the shapes and where. A variant that may sample only some edges (the temporal ones at a fixed
+seed time, masked and link) takes fewer than the fanout from a node with few of them, so it samples fewer
+edges per node than plain; each is also compared with the plain path over only the edges it may sample (a
+dataset of the edges eligible at that time, of the train links), as ``ratio_to_eligible_plain``.
 
 ``--cold`` opens the dataset with a cold page cache: a child process stores its derived arrays, then its
 files and those arrays are evicted (``posix_fadvise``) before this process opens it, as a dataset read back
@@ -90,6 +93,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "distributed": {},
 }
 TEMPORAL = ("temporal_uniform", "temporal_last")
+MASKED = ("masked", "link")  # sample the train links only (each edge's link_split 0)
 OURS_ONLY = ("masked", "link")  # no PyG sampler option to compare with (PyG masks by building another graph)
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)  # each edge's link split (train, val, test), as `ingest --link-split` defaults
 
@@ -282,6 +286,13 @@ def eligible(data: Data, when: str) -> Data | None:
     return Data(edge_index=data.edge_index[:, keep], num_nodes=data.num_nodes)
 
 
+def admitted(data: Data) -> Data:
+    """The edges of ``data`` the masked variants may sample (the train links): the plain path over them is
+    what a masked pick costs at best, and samples as many edges."""
+    keep = data.link_split == 0
+    return Data(edge_index=data.edge_index[:, keep], num_nodes=data.num_nodes)
+
+
 def _group(args: argparse.Namespace, ds: Any, data: Data, in_memory: bool, engine: type | None,
            batches: list[torch.Tensor], hetero: Any, distributed: Any, fanout: list[int],
            pools: list[ThreadPoolExecutor], baselines: dict[str, Any]
@@ -337,6 +348,8 @@ def _rows(rates: dict[str, float], degrees: str, fanout: list[int], threads: lis
             base = rates.get(f"plain_eligible~{when}", plain if when == "late" else None)
             if base:
                 row["ratio_to_eligible_plain"] = eps / base
+        elif name in MASKED and rates.get("plain_eligible~admitted"):  # against plain over the train links
+            row["ratio_to_eligible_plain"] = eps / rates["plain_eligible~admitted"]
         if f"{key}@memory" in rates:
             row["ratio_to_memory"] = eps / rates[f"{key}@memory"]
         if f"{key}@pyg-lib" in rates:
@@ -398,6 +411,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if sub is not None:
                         (where / when).mkdir()
                         baselines[when] = sub if args.source == "memory" else as_dataset(sub, where / when)
+            if any(name in MASKED for name in args.variants):
+                sub = admitted(data)
+                (where / "admitted").mkdir()
+                baselines["admitted"] = sub if args.source == "memory" else as_dataset(sub, where / "admitted")
             for fanout in args.fanout:
                 dist = distributed_sampler(data, batches, where, fanout) if "distributed" in args.variants else None
                 hetero = hetero_by_fanout.get(tuple(fanout)) if d == 0 else None

@@ -81,6 +81,8 @@ def test_bench_variants_measures_every_variant_on_a_matrix_of_shapes_and_names_t
             shape = f"{degrees}/{fanout}"
             for name in ("plain", "weighted", "disjoint", "masked", "link", "distributed"):
                 assert rows[shape, name]["edges_per_s"] > 0, (shape, name)
+                # the masked ones also against the plain path over the train links they may sample
+                assert ("ratio_to_eligible_plain" in rows[shape, name]) == (name in ("masked", "link")), (shape, name)
             for name in ("temporal_uniform", "temporal_last"):
                 for when in times:
                     row = rows[f"{shape}/{when}", name]
