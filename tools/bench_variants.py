@@ -369,8 +369,8 @@ def worst(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         name, ratio = row["variant"], row.get("ratio_to_plain")
         if name in ("plain", "hetero") or ratio is None:
             continue
-        if name not in out or ratio < out[name]["ratio_to_plain"]:
-            out[name] = {"shape": row["shape"], "ratio_to_plain": ratio, "edges_per_s": row["edges_per_s"]}
+        if name not in out or ratio < out[name]["ratio_to_plain"]:  # the other lowest ratios found so far stay
+            out.setdefault(name, {}).update(shape=row["shape"], ratio_to_plain=ratio, edges_per_s=row["edges_per_s"])
         fair = row.get("ratio_to_eligible_plain")
         if fair is not None and fair < out[name].get("ratio_to_eligible_plain", float("inf")):
             out[name]["ratio_to_eligible_plain"] = fair

@@ -353,3 +353,14 @@ def test_bench_beyond_ram_times_the_first_and_steady_epochs_of_a_job_in_the_cgro
     assert unmapped["first_over_steady"] == round(unmapped["train_seconds"] / unmapped["steady_seconds"], 3) > 0
     assert unmapped["oom_kills"] == 0 and unmapped["cache_hits"] > 0 and unmapped["loss"] > 0
     assert "ratio_to_mapped" not in unmapped and "ratio_to_page_cache" not in unmapped  # nothing to compare with
+
+
+def test_bench_variants_worst_keeps_each_lowest_ratio_whichever_row_it_came_from():
+    from tests.tools.conftest import load_tool
+
+    worst = load_tool("bench_variants").worst
+    rows = [dict(variant="masked", shape="a", edges_per_s=3.0, ratio_to_plain=0.9, ratio_to_eligible_plain=0.6),
+            dict(variant="masked", shape="b", edges_per_s=2.0, ratio_to_plain=0.7, ratio_to_eligible_plain=0.8),
+            dict(variant="plain", shape="a", edges_per_s=4.0, ratio_to_plain=1.0)]
+    assert worst(rows) == {"masked": {"shape": "b", "ratio_to_plain": 0.7, "edges_per_s": 2.0,
+                                      "ratio_to_eligible_plain": 0.6, "ratio_to_eligible_plain_shape": "a"}}
