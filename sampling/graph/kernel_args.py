@@ -150,7 +150,8 @@ class BlockArgs:
         ``(sorted keys, multiplier, mode, node filter)`` of links to drop
         (:func:`sampling.graph.edgemask.exclusion`)."""
         t = timed and self.timed
-        excl, mul, mode, nodes = (exclusion if exclusion is not None and exclusion[2] else (None, 0, 0, None))
+        off = (None, 0, 0, None)
+        excl, mul, mode, nodes = exclusion if exclusion is not None and exclusion[2] else off
         if excl is not None and self.files is not None:
             raise InvalidInputError("a link batch's exclusion reads each candidate edge, which sampling a partition "
                                     "read without mapping does not do yet; leave the dataset mapped for link prediction")

@@ -19,8 +19,9 @@ pays for another, and variants combine (weighted + temporal + disjoint + masked 
   in ``allowed``; ``excl`` (sorted keys) drops the links of a link batch (``excl_mode`` 1: key
   ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either). An edge is excluded only when both its
   nodes are links' ends: ``excl_nodes`` filters those, so a node it does not hold tests none of its edges
-  (mode 0), and a node it holds searches the keys only for sources it holds. Fanouts count admitted edges. Uniform
-  picks under a mask alone scan a node's admitted edges, or draw by rejection when it has many edges per pick.
+  (mode 0), and a node it holds searches the keys only for sources it holds. Fanouts count admitted edges.
+  Uniform picks under a mask alone scan a node's admitted edges, or draw by rejection when it has many edges
+  per pick.
 """
 
 from __future__ import annotations
@@ -221,8 +222,7 @@ def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, ali
     if tsort is not None:
         return _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, var.src[b], var.stride, _at(weights, b),
                             _at(splits, b), var.allowed, excl, var.excl_mul, var.excl_mode, var.excl_nodes, var.last,
-                            tsort.keys[b],
-                            tsort.order[b], tsort.base[b], tsort.latest[b], tsort.blocked[b] != 0)
+                            tsort.keys[b], tsort.order[b], tsort.base[b], tsort.latest[b], tsort.blocked[b] != 0)
     if weights is None and limits is None and splits is None and excl is None:  # every variant off
         if var.stride == 2:  # over the packed pairs the picks read them too
             return pick_uniform(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, var.src[b])
