@@ -94,7 +94,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 TEMPORAL = ("temporal_uniform", "temporal_last")
 MASKED = ("masked", "link")  # sample the train links only (each edge's link_split 0)
-OURS_ONLY = ("masked", "link")  # no PyG sampler option to compare with (PyG masks by building another graph)
+OURS_ONLY = MASKED  # no PyG sampler option to compare with (PyG masks by building another graph)
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)  # each edge's link split (train, val, test), as `ingest --link-split` defaults
 
 
