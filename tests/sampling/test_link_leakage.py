@@ -374,3 +374,17 @@ def test_a_node_filter_holds_its_nodes_for_the_kernels_and_few_others():
     held = sum(_node_mode(keys, nodes, 3, int(v)) != 0 for v in others)
     assert held < 0.08 * len(others)  # about 1 in 32 expected
     assert _node_mode(None, None, 3, 5) == 0
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 700])
+def test_a_link_batchs_keys_and_ends_are_sorted_and_unique_as_numpy_gives_them(size):
+    from sampling.graph.edgemask import exclusion, node_filter, sorted_unique
+
+    rng = np.random.default_rng(size)
+    values = rng.integers(-5, 40, size)  # many repeats
+    got = sorted_unique(values)
+    assert got.dtype == values.dtype and np.array_equal(got, np.unique(values))
+    row, col = rng.integers(0, 50, size), rng.integers(0, 50, size)
+    [(keys, mul, mode, nodes)] = exclusion([None], None, torch.from_numpy(row), torch.from_numpy(col), 50).values()
+    assert np.array_equal(keys, np.unique(row * 50 + col)) and (mul, mode) == (50, 3)
+    assert np.array_equal(nodes, node_filter(np.unique(np.concatenate([row, col]))))
