@@ -5,7 +5,8 @@ every row it reads lands in the page cache first. Where the page cache is charge
 memory limit, as under SLURM or Kubernetes), the training thread's own allocations then have to reclaim
 those pages first, and a limit that leaves room for the rank's working set can still end in the OOM
 killer. :class:`DirectRows` opens the chunk files with ``O_DIRECT``: each read goes from the disk into a
-small aligned buffer and is copied into the batch's rows, so the memory a gather uses is the batch's rows
+small aligned buffer and is copied into the batch's rows (or, for rows of whole blocks next to each other on
+disk and in the batch, into the batch's rows themselves), so the memory a gather uses is the batch's rows
 plus those buffers, whatever the dataset's size. Rows close together are read by one call. The reads in
 flight (the disk's queue depth) come from an io_uring of the gathering thread (:mod:`graphstore.storage.uring`:
 ``ring`` entries, one system call a round, no GIL), or where the kernel offers none from ``threads`` threads
@@ -126,8 +127,8 @@ class DirectRows(RowReader):
         import torch
 
         started = time.perf_counter()
-        out = torch.from_numpy(np.empty((len(ids), *self.shape[1:]), self.dtype))
-        flat = out.numpy().reshape(-1).view(np.uint8)
+        flat = _batch_buffer(len(ids) * self.row_bytes, self.row_bytes)
+        out = torch.from_numpy(flat.view(self.dtype).reshape(len(ids), *self.shape[1:]))
         hits = 0
         if self.slot_of is not None and len(ids):
             slots = self.slot_of[ids]
@@ -208,6 +209,16 @@ def _pieces(rows: np.ndarray, parts: int) -> list[int]:
     return cuts + [n]
 
 
+def _batch_buffer(nbytes: int, row_bytes: int) -> np.ndarray:
+    """A gather's output bytes: page-aligned when rows are whole blocks, so that reads of rows next to each
+    other go straight into it (:func:`~graphstore.storage.uring.direct_run`); not zeroed."""
+    if row_bytes % ALIGN or nbytes == 0:
+        return np.empty(nbytes, np.uint8)
+    spare = np.empty(nbytes + ALIGN, np.uint8)
+    skip = -spare.ctypes.data % ALIGN
+    return spare[skip:skip + nbytes]
+
+
 def _aligned(nbytes: int) -> np.ndarray:
     """A zeroed uint8 buffer of ``nbytes`` whose address is a multiple of the page size."""
     region = mmap.mmap(-1, nbytes)  # anonymous mappings start on a page
@@ -225,24 +236,30 @@ def _copy_hits(cache, slots, out, row_bytes):  # pragma: no cover - compiled
 @njit(cache=True, nogil=True)
 def _read_sorted(fds, chunk_rows, row_bytes, rows, order, out, buf):  # pragma: no cover - compiled
     """Rows ``rows`` (ascending; ``order[i]`` the output row of ``rows[i]``) read with aligned calls into
-    ``buf`` (page-aligned) and copied into ``out`` (bytes, ``row_bytes`` a row): rows of one chunk at most
+    ``buf`` (page-aligned) and copied into ``out`` (bytes, ``row_bytes`` a row), or where
+    :func:`~graphstore.storage.uring.direct_run` allows into ``out`` itself: rows of one chunk at most
     ``GAP_ALIGNED`` blocks apart share a call, up to ``len(buf)`` bytes. Returns the bytes read, -1 on a
     short read."""
-    n, i, total = len(rows), 0, np.int64(0)
+    n, i, total, out_addr = len(rows), 0, np.int64(0), np.int64(out.ctypes.data)
     while i < n:
         c, first, j, end = uring.aligned_run(rows, i, chunk_rows, row_bytes, GAP_ALIGNED * ALIGN, len(buf))
         length = -(-(end - first) // ALIGN) * ALIGN
+        direct = fds[c] >= 0 and uring.direct_run(rows, order, i, j, row_bytes, out_addr)
+        into, at = (out, order[i] * row_bytes) if direct else (buf, 0)  # the batch's rows themselves, or buf
         if fds[c] < 0:
             buf[:end - first] = 0
         else:
             got = np.int64(-1)
             for _ in range(3):  # a signal may interrupt a read: tried again
-                got = pread_into(fds[c], buf, 0, length, first)
+                got = pread_into(fds[c], into, at, length, first)
                 if got >= end - first:  # the chunk's last block may be short: what is needed is there
                     break
             if got < end - first:
                 return -1
             total += got
+        if direct:
+            i = j + 1
+            continue
         for q in range(i, j + 1):
             src = (rows[q] - c * chunk_rows) * row_bytes - first
             dst = order[q] * row_bytes

@@ -5,7 +5,9 @@ submission and completion queues and their entries are shared memory, seen here 
 numba kernel (:func:`read_sorted`) fills submission entries, hands them over with ``io_uring_enter`` (named
 by the C library's ``syscall``, so the kernel stays cacheable) and reaps completions without the GIL. The
 reads go into ``depth`` aligned slots of the ring; each slot's rows are copied into the batch's as it
-completes and the slot takes the next read.
+completes and the slot takes the next read. Where the rows are whole blocks and the batch's buffer is aligned,
+a read of rows that follow each other on disk and in the batch goes straight into the batch's buffer
+(:func:`direct_run`), with no slot and no copy.
 
 :func:`open_ring` returns ``None`` where the kernel has no io_uring or refuses it (``ENOSYS``, a sysctl's
 ``io_uring_disabled``, a container's seccomp filter): the caller keeps its thread pool then.
@@ -141,15 +143,18 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
     ``chunk_rows`` rows (``fds[c]`` chunk ``c``'s file, opened with ``O_DIRECT``; -1: absent, zeros) into
     ``out`` (bytes, ``row_bytes`` a row), through the ring ``sq, cq, sqes, off, slots`` (:meth:`Ring.args`):
     rows of one chunk at most ``gap`` bytes apart share a read of up to a slot, as many reads in flight as the
-    ring has slots. Returns the bytes read; -1 on a short read (every read in flight reaped first), -2 where the ring
-    kept failing (reads may be in flight: the ring is not to be used again)."""
+    ring has slots; a read :func:`direct_run` allows goes into ``out`` itself. Returns the bytes read; -1 on a
+    short read (every read in flight reaped first), -2 where the ring kept failing (reads may be in flight: the
+    ring is not to be used again)."""
     ring_fd, slot_bytes = off[RING_FD], off[SLOT_BYTES]
     depth = len(slots) // slot_bytes
     sq_mask, cq_mask = np.int64(sq[off[SQ_MASK]]), np.int64(cq[off[CQ_MASK]])
-    base = np.int64(slots.ctypes.data)
+    base, out_base = np.int64(slots.ctypes.data), np.int64(out.ctypes.data)
     lo_of, hi_of = np.empty(depth, np.int64), np.empty(depth, np.int64)
     first_of, need_of, len_of, chunk_of = (np.empty(depth, np.int64), np.empty(depth, np.int64),
                                            np.empty(depth, np.int64), np.empty(depth, np.int64))
+    addr_of = np.empty(depth, np.int64)  # where each slot's read lands: the slot, or the batch's rows
+    direct_of = np.zeros(depth, np.bool_)  # whether it lands in the batch's rows (nothing to copy)
     free = np.arange(depth)
     free_top = depth
     n, i, total, inflight, failures, short = len(rows), 0, np.int64(0), 0, 0, False
@@ -165,7 +170,9 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
             s = free[free_top]
             lo_of[s], hi_of[s], first_of[s], need_of[s], chunk_of[s] = i, j, first, end - first, c
             len_of[s] = -(-(end - first) // ALIGN) * ALIGN
-            _push(sq, sqes, off, sq_mask, fds[c], first, base + s * slot_bytes, len_of[s], s)
+            direct_of[s] = direct_run(rows, order, i, j, row_bytes, out_base)
+            addr_of[s] = out_base + order[i] * row_bytes if direct_of[s] else base + s * slot_bytes
+            _push(sq, sqes, off, sq_mask, fds[c], first, addr_of[s], len_of[s], s)
             inflight += 1
             i = j + 1
         if inflight == 0:  # the last rows were of absent chunks
@@ -182,7 +189,7 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
             res = np.int64(np.int32(cq[at + 2]))
             head = (head + 1) & 0xFFFFFFFF
             if res == -_EINTR or res == -_EAGAIN:
-                _push(sq, sqes, off, sq_mask, fds[chunk_of[s]], first_of[s], base + s * slot_bytes, len_of[s], s)
+                _push(sq, sqes, off, sq_mask, fds[chunk_of[s]], first_of[s], addr_of[s], len_of[s], s)
                 continue
             free[free_top] = s
             free_top += 1
@@ -191,6 +198,8 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
                 short = True  # no more reads; those in flight are reaped, so the ring is clean for the next call
                 continue
             total += res
+            if direct_of[s]:
+                continue  # read into the batch's rows themselves
             slot = slots[s * slot_bytes:(s + 1) * slot_bytes]
             c = chunk_of[s]
             for q in range(lo_of[s], hi_of[s] + 1):
@@ -198,6 +207,19 @@ def read_sorted(sq, cq, sqes, off, slots, fds, chunk_rows, row_bytes, rows, orde
                 out[order[q] * row_bytes:(order[q] + 1) * row_bytes] = slot[src:src + row_bytes]
         cq[off[CQ_HEAD]] = np.uint32(head)
     return -1 if short else total
+
+
+@njit(cache=True, nogil=True, inline="always")
+def direct_run(rows, order, i, j, row_bytes, out_addr):  # pragma: no cover - compiled
+    """Whether the read of ``rows[i..j]`` (from :func:`aligned_run`) can land in the batch's buffer at
+    ``out_addr`` itself: rows of whole blocks, the buffer aligned, and the rows next to each other both on disk
+    and in the batch (no gap, no repeat), so the read is exactly their bytes at their place."""
+    if row_bytes % ALIGN != 0 or out_addr % ALIGN != 0:
+        return False
+    for q in range(i, j):
+        if rows[q + 1] != rows[q] + 1 or order[q + 1] != order[q] + 1:
+            return False
+    return True
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -141,3 +141,32 @@ def test_where_direct_io_is_refused_the_feature_reader_says_so_and_reads_through
     monkeypatch.undo()
     ds2 = graphstore.open_dataset(tmp_path / "d")
     assert type(FeatureReader.install(ds2, [0], 0, 1).readers[0]).__name__ == "DirectRows"
+
+
+@pytest.mark.parametrize("ring", [0, 8])  # pread from a thread, the io_uring
+def test_rows_of_whole_blocks_next_to_each_other_are_read_into_the_batch_not_through_a_buffer(tmp_path, ring):
+    """The reads land in the batch's (aligned) rows themselves: the thread's buffer or the ring's slots are
+    never written, yet the rows are right; rows that are not next to each other in the batch go through it."""
+    rows = np.random.default_rng(6).standard_normal((3000, 1024)).astype(np.float32)  # 4 KiB rows
+    files = _chunked(tmp_path, rows, 1000)
+    reader = direct_rows(files, rows, threads=1, ring=ring)
+    if ring and reader.ring == 0:
+        pytest.skip("no io_uring on this kernel")
+    fds, row_bytes = reader.fds, reader.row_bytes
+    ids = np.r_[np.arange(10, 40), np.arange(990, 1010), [1500, 1600, 2999]]  # runs, one across chunks, lone rows
+    for order, through_buffer in ((np.arange(len(ids)), False), (np.r_[1, 0, np.arange(2, len(ids))], True)):
+        out = directrows._batch_buffer(len(ids) * row_bytes, row_bytes)
+        assert out.ctypes.data % ALIGN == 0
+        if ring:
+            args = directrows._ring_of(reader).args()
+            scratch = args[4]
+        else:
+            args, scratch = (), reader._buffer()
+        scratch[:] = 0xAB
+        if ring:
+            got = uring.read_sorted(*args, fds, files.chunk_rows, row_bytes, ids, order, out, ALIGN)
+        else:
+            got = directrows._read_sorted(fds, files.chunk_rows, row_bytes, ids, order, out, scratch)
+        assert got >= len(ids) * row_bytes
+        assert np.array_equal(out.view(np.float32).reshape(len(ids), -1)[order], rows[ids])
+        assert bool((scratch != 0xAB).any()) == through_buffer
