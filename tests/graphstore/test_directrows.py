@@ -157,16 +157,11 @@ def test_rows_of_whole_blocks_next_to_each_other_are_read_into_the_batch_not_thr
     for order, through_buffer in ((np.arange(len(ids)), False), (np.r_[1, 0, np.arange(2, len(ids))], True)):
         out = directrows._batch_buffer(len(ids) * row_bytes, row_bytes)
         assert out.ctypes.data % ALIGN == 0
-        if ring:
-            args = directrows._ring_of(reader).args()
-            scratch = args[4]
-        else:
-            args, scratch = (), reader._buffer()
+        args = directrows._ring_of(reader).args() if ring else ()
+        scratch = args[4] if ring else reader._buffer()  # the ring's slots, or the thread's buffer
         scratch[:] = 0xAB
-        if ring:
-            got = uring.read_sorted(*args, fds, files.chunk_rows, row_bytes, ids, order, out, ALIGN)
-        else:
-            got = directrows._read_sorted(fds, files.chunk_rows, row_bytes, ids, order, out, scratch)
+        got = (uring.read_sorted(*args, fds, files.chunk_rows, row_bytes, ids, order, out, ALIGN) if ring else
+               directrows._read_sorted(fds, files.chunk_rows, row_bytes, ids, order, out, scratch))
         assert got >= len(ids) * row_bytes
         assert np.array_equal(out.view(np.float32).reshape(len(ids), -1)[order], rows[ids])
         assert bool((scratch != 0xAB).any()) == through_buffer
