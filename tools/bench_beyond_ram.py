@@ -27,8 +27,9 @@ metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`
 Per case: training seconds of the first epoch and of the steady ones after it (their mean), the first over
 the steady, steps/s of the steady epochs (of the first with ``--epochs 1``), the rate as a ratio to the
 page-cache case, and the first epoch's data wait, GB read from disk and RAM cache hits (its own counts; none
-for ``plain``), the cgroup's peak
-(page cache included) and OOM kills. Needs root and the cgroup v1 memory controller.
+for ``plain``), the cgroup's peak (page cache included), the peak of what the job's processes held themselves
+(``anon_peak_gb``: the cgroup's ``total_rss``, page cache aside, sampled every 0.5 s) and OOM kills. Needs root
+and the cgroup v1 memory controller.
 """
 
 from __future__ import annotations
@@ -73,10 +74,12 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
 
     proc = subprocess.Popen(cmd, env=benchinfo.child_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, preexec_fn=start)
-    epoch, deadline = None, time.monotonic() + args.max_seconds
+    epoch, deadline, anon = None, time.monotonic() + args.max_seconds, 0
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
+            if group is not None:  # the job's own memory, page cache aside: sampled, so a lower bound of its peak
+                anon = max(anon, group.anon_bytes())
             try:
                 got = json.loads(metrics.read_text())["epochs"]
             except (OSError, ValueError, KeyError):
@@ -96,6 +99,8 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
         lines = log.strip().splitlines() or ["(no output)"]
         why = next((line for line in reversed(lines) if line.startswith("graphstore-train:")), lines[-1])
         return {"failed": f"exit {proc.returncode}, no epoch recorded: {why}"}
+    if group is not None:
+        epoch[0]["anon_peak"] = anon
     return epoch
 
 
@@ -117,6 +122,8 @@ def _row(case: str, epochs: Any, group: memcgroup.MemoryCgroup | None) -> dict:
                    loss=epoch["loss"])
     if group is not None:
         row.update(cgroup_peak_gb=round(group.peak_bytes() / 1e9, 2), oom_kills=group.oom_kills())
+        if "failed" not in epochs:
+            row["anon_peak_gb"] = round(epochs[0]["anon_peak"] / 1e9, 2)
     return row
 
 
@@ -190,7 +197,7 @@ def main() -> int:
         print(json.dumps(out, indent=1))
     else:
         cols = ["case", "repeat", "train_seconds", "steady_seconds", "first_over_steady", "steps_per_s", "ratio_to_page_cache", "ratio_to_mapped",
-                "data_wait", "disk_gb", "cache_hits", "cgroup_peak_gb", "oom_kills"]
+                "data_wait", "disk_gb", "cache_hits", "cgroup_peak_gb", "anon_peak_gb", "oom_kills"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
             cells = [str(r.get(c, "")) for c in cols]

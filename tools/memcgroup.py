@@ -59,6 +59,13 @@ class MemoryCgroup:
     def peak_bytes(self) -> int:
         return int((self.path / "memory.max_usage_in_bytes").read_text())
 
+    def anon_bytes(self) -> int:
+        """What the group's processes hold themselves now (``total_rss``: anonymous memory, no page cache)."""
+        for line in (self.path / "memory.stat").read_text().splitlines():
+            if line.startswith("total_rss "):
+                return int(line.split()[1])
+        return 0
+
     def oom_kills(self) -> int:
         for line in (self.path / "memory.oom_control").read_text().splitlines():
             if line.startswith("oom_kill "):

@@ -3,7 +3,8 @@
 Each thread takes the next index batch (in order, under a lock), builds it (``collate_fn``: sampling,
 ``filter_fn``: feature gather) and leaves it in a reorder buffer; the consumer takes batch after batch
 in order. At most ``depth + threads`` batches are in flight (drawn and not yet taken), so memory is
-bounded whatever the speed of the consumer. The numba kernels and torch's gathers release the GIL, so
+bounded whatever the speed of the consumer (and with :class:`RowsAhead`, the rows the batches ahead of
+it gather). The numba kernels and torch's gathers release the GIL, so
 the threads sample and gather on several cores; with ``seed=`` set each batch draws from a stream of
 its own (``NeighborSampler._batch_stream``), so the batches do not depend on the number of threads.
 """
@@ -44,24 +45,55 @@ class _Failed:
         self.error = error
 
 
+class RowsAhead:
+    """A bound on the rows the batches built ahead of the consumer hold: each batch is made in two steps,
+    ``make`` (sampling: small) then ``finish`` (the feature gather: a row per sampled node), and between
+    them a batch whose ``rows_of`` would take the rows held ahead past ``limit`` waits until it fits (a batch
+    ahead was taken) or until the consumer waits for it: then it is not ahead of anything, and is built as
+    without threads. ``limit=0``: no batch is gathered ahead; its sampling still is."""
+
+    __slots__ = ("finish", "rows_of", "limit")
+
+    def __init__(self, finish: Callable[[Any], Any], rows_of: Callable[[Any], int], limit: int) -> None:
+        self.finish, self.rows_of, self.limit = finish, rows_of, limit
+
+
 class _Shared:
     """What the threads and the consumer share. Threads hold this, never the iterator, so an iterator
     nobody holds any more is garbage-collected and its finaliser stops them."""
 
-    def __init__(self, next_index: Callable[[], Any], make: Callable[[Any], Any] | None, limit: int) -> None:
+    def __init__(self, next_index: Callable[[], Any], make: Callable[[Any], Any] | None, limit: int,
+                 ahead: RowsAhead | None = None) -> None:
         self.cond = threading.Condition()
-        self.next_index, self.make, self.limit = next_index, make, limit
+        self.next_index, self.make, self.limit, self.ahead = next_index, make, limit, ahead
         self.claimed = 0  # index batches drawn (tickets handed out, in order)
         self.taken = 0  # batches the consumer took
         self.end: int | None = None  # the ticket no batch is drawn for (the source ran out, or failed before it)
         self.ready: dict[int, Any] = {}  # ticket -> batch (or _Failed), built and not yet taken
         self.stopped = False
+        self.held: dict[int, int] = {}  # ticket -> rows of a batch admitted by ``ahead`` and not yet taken
+        self.waiting: int | None = None  # the ticket the consumer waits for
 
     def stop(self) -> None:
         with self.cond:
             self.stopped = True
             self.ready.clear()
+            self.held.clear()
             self.cond.notify_all()
+
+    def admit(self, ticket: int, rows: int) -> None:
+        """Wait until ``rows`` more fit under ``ahead.limit`` beside the rows held ahead, or the consumer waits
+        for this very batch (or the pass stopped); then count them as held until the batch is taken."""
+        with self.cond:
+            while not self.stopped and self.waiting != ticket and sum(self.held.values()) + rows > self.ahead.limit:
+                self.cond.wait()
+            self.held[ticket] = rows
+
+    def took(self, ticket: int) -> None:
+        """The consumer took ``ticket``: its rows are its own now, not ahead (the caller holds ``cond``)."""
+        self.taken = ticket + 1
+        self.held.pop(ticket, None)
+        self.cond.notify_all()  # room for one more batch, and for its rows
 
     def claim(self) -> tuple[int, Any] | None:
         """The next ticket and its index batch, once fewer than ``limit`` batches are in flight;
@@ -103,6 +135,9 @@ def _work(shared: _Shared) -> None:
         ticket, index = claim
         try:
             item = shared.make(index) if shared.make is not None else index
+            if shared.ahead is not None:  # sampled: gather its rows once they fit beside those held ahead
+                shared.admit(ticket, shared.ahead.rows_of(item))
+                item = shared.ahead.finish(item)
         except BaseException as exc:  # delivered to the consumer
             item = _Failed(exc)
         shared.deliver(ticket, item)
@@ -113,7 +148,8 @@ class LoaderThreads:
     """Batches built by ``threads`` threads, handed out in order: ``make(next_index())`` for each index
     batch until ``next_index`` raises ``StopIteration``.
 
-    At most ``depth + threads`` batches are in flight. Each thread runs torch's ops by itself
+    At most ``depth + threads`` batches are in flight; with ``ahead`` (:class:`RowsAhead`), the rows of those
+    ahead of the consumer are bounded too. Each thread runs torch's ops by itself
     (:func:`serial_torch_ops`). Errors are re-raised in the consumer at the batch that raised them (the
     batches before it come first); ``close`` stops and joins the threads
     (each finishes the batch it is on), as does garbage collection (without the join); a finished
@@ -127,13 +163,13 @@ class LoaderThreads:
     """
 
     def __init__(self, next_index: Callable[[], Any], make: Callable[[Any], Any] | None, threads: int = 1,
-                 depth: int = 0, name: str = "graphstore-loader") -> None:
+                 depth: int = 0, name: str = "graphstore-loader", ahead: RowsAhead | None = None) -> None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise InvalidInputError(f"threads={threads!r}: give an integer >= 1")
         if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
             raise InvalidInputError(f"depth={depth!r}: give an integer >= 0")
         torch.get_num_threads()  # under OpenMP this fixes the consumer's own count now, before the threads set theirs
-        self._shared = _Shared(next_index, make, depth + threads)
+        self._shared = _Shared(next_index, make, depth + threads, ahead)
         self._finished = False
         self._threads = [threading.Thread(target=_work, args=(self._shared,), daemon=True, name=f"{name}-{i}")
                          for i in range(threads)]
@@ -149,13 +185,16 @@ class LoaderThreads:
             raise StopIteration
         shared = self._shared
         with shared.cond:
+            if shared.taken not in shared.ready:
+                shared.waiting = shared.taken  # a batch waiting for room ahead is built now: it is not ahead
+                shared.cond.notify_all()
             while shared.taken not in shared.ready and not shared.stopped and (
                     shared.end is None or shared.taken < shared.end):
                 shared.cond.wait()
+            shared.waiting = None
             item = shared.ready.pop(shared.taken, _END)
             if item is not _END:
-                shared.taken += 1
-                shared.cond.notify_all()  # room for one more batch
+                shared.took(shared.taken)
         if item is _END or isinstance(item, _Failed):
             self.close()
             if item is _END:

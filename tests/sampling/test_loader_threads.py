@@ -434,3 +434,115 @@ def test_device_feeder_raises_a_source_error_after_the_batch_before_it():
         next(feeder)
     with pytest.raises(StopIteration):
         next(feeder)
+
+
+# -- rows gathered ahead of the consumer, bounded --
+
+def _next_within(it, seconds: float = 10.0):
+    """``next(it)``, failing the test instead of hanging it if the batch never comes (a deadlock)."""
+    got = []
+    thread = threading.Thread(target=lambda: got.append(next(it)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert got, f"no batch within {seconds} s: the loader threads and the consumer wait for each other"
+    return got[0]
+
+
+def test_batches_ahead_gather_their_rows_only_while_they_fit_and_a_batch_asked_for_always_does():
+    """Rows per batch 4, 4, 4, 4, 20, 4 under a bound of 10 rows ahead (one thread, up to 3 batches ahead): while
+    the consumer holds batch 0, batches 1 and 2 gather (8 rows) and 3 waits (12 > 10); once the consumer takes 1,
+    3 gathers; batch 4 (20 rows, more than the bound alone) waits until the consumer asks for it, then gathers.
+    Every batch is sampled before it gathers, and they come in order."""
+    from sampling.loader.loader_threads import RowsAhead
+
+    rows = [4, 4, 4, 4, 20, 4]
+    gathered, asked, lock = [], [-1], threading.Lock()
+
+    def finish(i):
+        with lock:
+            gathered.append((i, asked[0]))  # which batch the consumer had asked for when i gathered
+        return i * i
+
+    def until(cond):
+        deadline = time.monotonic() + 10
+        while not cond() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)  # and nothing more gathers meanwhile (checked after)
+
+    it = LoaderThreads(iter(range(len(rows))).__next__, lambda i: i, threads=1, depth=3,
+                       ahead=RowsAhead(finish, rows.__getitem__, 10))
+
+    def take(i):
+        with lock:
+            asked[0] = i
+        return _next_within(it)
+
+    assert take(0) == 0
+    until(lambda: len(gathered) >= 3)
+    assert [g for g, _ in gathered] == [0, 1, 2], "batch 3 would hold 12 rows ahead"
+    assert take(1) == 1
+    until(lambda: len(gathered) >= 4)
+    assert [g for g, _ in gathered] == [0, 1, 2, 3], "batch 4 alone is more than the bound"
+    assert [take(i) for i in (2, 3, 4, 5)] == [4, 9, 16, 25]
+    assert dict(gathered)[4] == 4, "the 20-row batch gathered once the consumer asked for it, not before"
+
+
+def test_no_rows_gather_ahead_at_a_bound_of_zero_yet_batches_are_sampled_ahead():
+    from sampling.loader.loader_threads import RowsAhead
+
+    sampled, gathered, asked, lock = [], [], [-1], threading.Lock()
+
+    def sample(i):
+        with lock:
+            sampled.append(i)
+        return i
+
+    def finish(i):
+        with lock:
+            gathered.append((i, asked[0]))
+        return i
+
+    it = LoaderThreads(iter(range(5)).__next__, sample, threads=2, depth=1, ahead=RowsAhead(finish, lambda i: 1, 0))
+    for i in range(5):
+        time.sleep(0.02)  # the consumer trains; the threads may sample ahead but not gather
+        with lock:
+            asked[0] = i
+        assert _next_within(it) == i
+    assert all(i == at for i, at in gathered), gathered
+    assert len(sampled) == 5
+    with pytest.raises(StopIteration):
+        next(it)
+
+
+@pytest.mark.parametrize("backend", ["data", "dataset3"])
+def test_a_loader_with_its_rows_ahead_bounded_gives_the_batches_of_one_without(graphs, backend):
+    g = graphs[backend]
+
+    def loader(**kw):
+        torch.manual_seed(3)
+        return NeighborLoader(g.data, [4, 3], input_nodes=torch.arange(150), batch_size=20, shuffle=True, seed=7,
+                              **kw)
+
+    plain = [_view(b) for b in loader()]
+    for rows in (0, 30, 10**6):
+        assert [_view(b) for b in loader(prefetch=2, prefetch_rows=rows)] == plain, rows
+    links = torch.from_numpy(np.stack([g.src, g.dst]))[:, :120]
+    link = lambda **kw: LinkNeighborLoader(g.data, [3, 2], edge_label_index=links, batch_size=40, seed=7, **kw)
+    assert [_view(b) for b in link(loader_threads=2, prefetch_rows=50)] == [_view(b) for b in link()]
+
+
+def test_a_rows_ahead_bound_that_nothing_would_honour_is_refused(graphs):
+    data = graphs["data"].data
+    with pytest.raises(InvalidInputError, match="prefetch_rows=5 .*prefetch=0 and one loader thread"):
+        NeighborLoader(data, [2], batch_size=10, prefetch_rows=5)
+    with pytest.raises(InvalidInputError, match="prefetch_rows=-1 .*integer >= 0"):
+        NeighborLoader(data, [2], batch_size=10, prefetch=1, prefetch_rows=-1)
+    with pytest.raises(InvalidInputError, match="prefetch_rows=5 .*num_workers"):
+        NeighborLoader(data, [2], batch_size=10, prefetch=1, prefetch_rows=5, num_workers=1)
+    with pytest.raises(InvalidInputError, match="prefetch_rows=5 .*filter_per_worker=True"):
+        NeighborLoader(data, [2], batch_size=10, prefetch=1, prefetch_rows=5, filter_per_worker=True)
+    loader = NeighborLoader(data, [2], batch_size=10, prefetch=1, filter_per_worker=False)
+    loader.prefetch_rows = 7  # the trainer sets it once it has counted the memory left
+    assert loader.prefetch_rows == 7
+    with pytest.raises(InvalidInputError, match="filter_per_worker=True"):  # PyG's default for in-memory data
+        NeighborLoader(data, [2], batch_size=10, prefetch=1).prefetch_rows = 7

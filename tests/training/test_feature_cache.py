@@ -113,3 +113,24 @@ def test_a_batch_holds_a_row_per_sampled_node_and_edge_at_most():
     assert batch_rows_bound(1024, (10, 5)) == 1024 * (1 + 10 + 50) + 1024 * (10 + 50)
     assert batch_rows_bound(8, (10, -1)) is None  # every neighbour: no bound
 
+
+
+def test_the_rows_a_short_rank_gathers_ahead_are_what_its_limit_leaves_beside_its_batches(monkeypatch):
+    """check_room's answer: 1.5 GB limit, 0.4 GB in use, a worst batch of 123,904 rows of 4 KiB (x1.4 for the
+    model): the rest, in rows, for the batches ahead; shared by the local ranks; refused when nothing is left;
+    without a cgroup, from the host's available memory; none with a fanout of -1."""
+    from training.loop import featurecache as fc
+
+    batch = int(123_904 * 4096 * fc.PEAK_SHARE)
+    monkeypatch.setattr(fc, "cgroup_memory", lambda: (1_500_000_000, 400_000_000))
+    ahead = fc.check_room(1024, (10, 5), 4096, 1, "flags")
+    assert ahead == (1_500_000_000 - 400_000_000 - batch) // 4096 and 90_000 < ahead < 100_000
+    assert fc.check_room(512, (10, 5), 4096, 1, "flags") > ahead  # smaller batches leave more
+    with pytest.raises(Exception, match="needs about 1.82 GB"):  # two ranks' batches do not fit
+        fc.check_room(1024, (10, 5), 4096, 2, "flags")
+    assert fc.check_room(8, (10, -1), 4096, 1, "flags") == 0
+    monkeypatch.setattr(fc, "cgroup_memory", lambda: None)
+    monkeypatch.setattr(fc, "_available_memory", lambda: 2_000_000_000)
+    assert fc.check_room(1024, (10, 5), 4096, 2, "flags") == (2_000_000_000 - 2 * batch) // 2 // 4096
+    monkeypatch.setattr(fc, "_available_memory", lambda: 1_000_000_000)
+    assert fc.check_room(1024, (10, 5), 4096, 2, "flags") == 0  # no refusal without a limit, and nothing ahead

@@ -82,25 +82,47 @@ def batch_rows_bound(seeds: int, fanout: tuple[int, ...]) -> int | None:
     return nodes + (nodes - seeds)  # a tree: an edge per node below the seeds
 
 
-def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks: int, flags: str) -> None:
+def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks: int, flags: str) -> int:
     """Refuse, in one line naming the memory it needs, a job whose memory cgroup cannot hold what it holds
     now and the batches its ranks build (:func:`batch_rows_bound` rows each, ``PEAK_SHARE`` more for the
-    model's own tensors and the allocator): the OOM killer would end it mid-epoch. Nothing is checked without
-    a cgroup limit or with a fanout of -1 (no bound)."""
+    model's own tensors and the allocator): the OOM killer would end it mid-epoch. Nothing is refused without
+    a cgroup limit or with a fanout of -1 (no bound).
+
+    Returns the feature rows each rank may gather ahead of its training step (its loaders'
+    ``prefetch_rows``): what the limit leaves beside that (without a cgroup limit: the host's available
+    memory beside the batches); 0 with a fanout of -1."""
     group = cgroup_memory()
     rows = batch_rows_bound(seeds, fanout)
-    if group is None or rows is None:
-        return
+    if rows is None:
+        return 0
+    ranks = max(local_ranks, 1)
+    batch = int(rows * row_bytes * PEAK_SHARE) * ranks
+    if group is None:
+        available = _available_memory()
+        return max(0, (available - batch) // ranks // max(row_bytes, 1)) if available is not None else 0
     limit, in_use = group
-    batch = int(rows * row_bytes * PEAK_SHARE) * max(local_ranks, 1)
-    logger.info("memory: limit %.3f GB, %.3f GB in use, batches up to %.3f GB (%d rows of %d bytes)",
-                limit / 1e9, in_use / 1e9, batch / 1e9, rows, row_bytes)
+    ahead = max(0, (limit - in_use - batch) // ranks // max(row_bytes, 1))
+    logger.info("memory: limit %.3f GB, %.3f GB in use, batches up to %.3f GB (%d rows of %d bytes); up to %d rows "
+                "gathered ahead of the step", limit / 1e9, in_use / 1e9, batch / 1e9, rows, row_bytes, ahead)
     if in_use + batch > limit:
         raise InvalidInputError(
             f"memory: this job needs about {(in_use + batch) / 1e9:.2f} GB and its memory limit (cgroup) is "
             f"{limit / 1e9:.2f} GB: {in_use / 1e9:.2f} GB in use before training and {batch / 1e9:.2f} GB for the "
-            f"batches of {max(local_ranks, 1)} rank(s) ({flags}: up to {rows:,} feature rows of {row_bytes:,} bytes "
+            f"batches of {ranks} rank(s) ({flags}: up to {rows:,} feature rows of {row_bytes:,} bytes "
             f"each, a row per sampled node and edge); give it more memory, or a smaller --batch-size or --fanout")
+    return ahead
+
+
+def _available_memory() -> int | None:
+    """The host's ``MemAvailable`` (bytes), or ``None`` where /proc/meminfo does not say."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def _cgroup_limit_files() -> list[str]:
@@ -138,7 +160,7 @@ class FeatureReader:
     def __init__(self, readers: list[Any], cache_bytes: int, automatic: bool, short: bool = False,
                  row_bytes: int = 0) -> None:
         self.readers, self.cache_bytes, self.automatic = readers, cache_bytes, automatic
-        self.short = short  # own features exceed AUTO_SHARE of memory: the loaders keep no batch ready ahead
+        self.short = short  # own features exceed AUTO_SHARE of memory: batches ahead bounded by the memory left
         self.row_bytes = row_bytes  # the widest row of x
 
     @classmethod

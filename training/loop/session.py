@@ -357,7 +357,7 @@ class Session:
 
         Takes PyG's arguments (``batch_size``, ``shuffle``, ``replace``, ``disjoint``, ``time_attr``,
         ``temporal_strategy``, ``weight_attr``, ``input_time``, ``subgraph_type``, ``transform``, ...)
-        and graphstore's (``loader_threads``, ``prefetch``, ``cache_rows``, ``edge_ids``); ``num_workers=N``
+        and graphstore's (``loader_threads``, ``prefetch``, ``prefetch_rows``, ``cache_rows``, ``edge_ids``); ``num_workers=N``
         builds the batches in N sampler processes beside this rank (:mod:`sampling.loader.sampler_processes`). ``input_nodes``
         is a mask name (``"train_mask"``: the stored split), ``(node_type, mask)`` in a heterogeneous
         dataset, global node IDs, or ``None`` (every node of this rank's partitions). An argument it

@@ -17,8 +17,8 @@ from training.loop.batches import cycle, mix, restart_streams
 # PyG's NeighborLoader / LinkNeighborLoader arguments the session's loaders honour, and graphstore's own
 _COMMON = {"batch_size", "shuffle", "drop_last", "replace", "disjoint", "temporal_strategy", "time_attr",
            "weight_attr", "subgraph_type", "directed", "is_sorted", "transform", "transform_sampler_output",
-           "pin_memory", "seed", "loader_threads", "prefetch", "cache_rows", "edge_ids", "filter_per_worker",
-           "num_workers"}
+           "pin_memory", "seed", "loader_threads", "prefetch", "prefetch_rows", "cache_rows", "edge_ids",
+           "filter_per_worker", "num_workers"}
 LOADER_OPTIONS = {
     "loader": _COMMON | {"input_time"},
     "link_loader": _COMMON | {"edge_label_index", "edge_label", "edge_label_time", "neg_sampling",

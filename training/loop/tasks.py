@@ -74,16 +74,21 @@ PREFETCH = 1
 def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
     """The loaders' options: the seed order and streams of the rank, ``--loader-threads`` (default: the
     rank's share of the host's cores; the batches do not depend on it), batches pinned for a GPU; one thread
-    and no batch ahead when the rank reads features larger than its memory from disk."""
+    when the rank reads features larger than its memory from disk, its batches ahead holding no rows until
+    the trainer has counted the memory left for them (``prefetch_rows``, set after ``check_room``)."""
     from training.cluster.threads import loader_threads
 
     c = trainer.config
-    # features beyond memory: a batch's rows are the largest thing a rank holds, so none is built ahead
+    # features beyond memory: a batch's rows are the largest thing a rank holds, so a batch ahead gathers its rows
+    # only where the memory limit leaves room for them beside the batch in training (worker processes: none ahead)
     short = getattr(getattr(trainer, "features", None), "short", False)
+    workers = c.loader_workers if split == "train" else 0
+    ahead = dict(prefetch=0) if short and workers else dict(prefetch=PREFETCH, prefetch_rows=0) if short else \
+        dict(prefetch=PREFETCH)
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
                 edge_ids=False,  # no task reads e_id: remote sampling answers leave edge IDs out
-                prefetch=0 if short else PREFETCH, num_workers=c.loader_workers if split == "train" else 0,
+                **ahead, num_workers=workers,
                 loader_threads=1 if short or (c.loader_workers and split == "train") else
                 loader_threads(c.loader_threads, trainer.world.local_world_size),
                 pin_memory=trainer.world.use_cuda,  # pinned in the loader threads: the copy to the GPU is async

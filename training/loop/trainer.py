@@ -85,9 +85,12 @@ class Trainer:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
         if self.features is not None and self.features.short:  # a memory limit binds: will a batch fit?
             c = self.config
-            featurecache.check_room(c.batch_size * self.task.seeds_per_example, tuple(c.fanout), self.features.row_bytes,
-                                    self.world.local_world_size,
-                                    f"--batch-size {c.batch_size} --fanout {','.join(map(str, c.fanout))}")
+            ahead = featurecache.check_room(c.batch_size * self.task.seeds_per_example, tuple(c.fanout),
+                                            self.features.row_bytes, self.world.local_world_size,
+                                            f"--batch-size {c.batch_size} --fanout {','.join(map(str, c.fanout))}")
+            for loader in out.values():  # rows gathered ahead of the step: what the limit leaves beside the batches
+                if getattr(loader, "prefetch_rows", None) is not None:
+                    loader.prefetch_rows = ahead
         time_loader(out["train"], self.timers)
         if self.config.gpu_cache:
             self.device_cache = self._device_cache(out["train"].features)
