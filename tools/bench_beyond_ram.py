@@ -28,7 +28,8 @@ Per case: training seconds of the first epoch and of the steady ones after it (t
 the steady, steps/s of the steady epochs (of the first with ``--epochs 1``), the rate as a ratio to the
 page-cache case, and the first epoch's data wait, GB read from disk and RAM cache hits (its own counts; none
 for ``plain``), the cgroup's peak (page cache included), the peak of what the job's processes held themselves
-(``anon_peak_gb``: the cgroup's ``total_rss``, page cache aside, sampled every 0.5 s) and OOM kills. Needs root
+(``anon_peak_gb``: the cgroup's ``total_rss``, page cache aside, sampled every 0.5 s), the major page faults
+of a steady epoch (``major_faults``: mapped pages the limit pushed out, read again) and OOM kills. Needs root
 and the cgroup v1 memory controller.
 """
 
@@ -75,6 +76,7 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
     proc = subprocess.Popen(cmd, env=benchinfo.child_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True, preexec_fn=start)
     epoch, deadline, anon = None, time.monotonic() + args.max_seconds, 0
+    faults: dict[int, int] = {}  # epochs recorded -> the group's major faults when that many were first seen
     try:
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
@@ -84,6 +86,8 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
                 got = json.loads(metrics.read_text())["epochs"]
             except (OSError, ValueError, KeyError):
                 continue
+            if group is not None:
+                faults.setdefault(len(got), group.major_faults())
             if len(got) >= args.epochs:
                 epoch = got[:args.epochs]
                 break
@@ -101,6 +105,10 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
         return {"failed": f"exit {proc.returncode}, no epoch recorded: {why}"}
     if group is not None:
         epoch[0]["anon_peak"] = anon
+        # the steady epochs' major faults (the first epoch's, with --epochs 1), each seen within 0.5 s of its record
+        first = faults.get(1, 0)
+        epoch[0]["major_faults"] = (faults.get(args.epochs, first) - first) // (args.epochs - 1) \
+            if args.epochs > 1 else first
     return epoch
 
 
@@ -124,6 +132,7 @@ def _row(case: str, epochs: Any, group: memcgroup.MemoryCgroup | None) -> dict:
         row.update(cgroup_peak_gb=round(group.peak_bytes() / 1e9, 2), oom_kills=group.oom_kills())
         if "failed" not in epochs:
             row["anon_peak_gb"] = round(epochs[0]["anon_peak"] / 1e9, 2)
+            row["major_faults"] = epochs[0]["major_faults"]
     return row
 
 
@@ -197,7 +206,7 @@ def main() -> int:
         print(json.dumps(out, indent=1))
     else:
         cols = ["case", "repeat", "train_seconds", "steady_seconds", "first_over_steady", "steps_per_s", "ratio_to_page_cache", "ratio_to_mapped",
-                "data_wait", "disk_gb", "cache_hits", "cgroup_peak_gb", "anon_peak_gb", "oom_kills"]
+                "data_wait", "disk_gb", "cache_hits", "cgroup_peak_gb", "anon_peak_gb", "major_faults", "oom_kills"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
             cells = [str(r.get(c, "")) for c in cols]

@@ -61,8 +61,16 @@ class MemoryCgroup:
 
     def anon_bytes(self) -> int:
         """What the group's processes hold themselves now (``total_rss``: anonymous memory, no page cache)."""
+        return self._stat("total_rss")
+
+    def major_faults(self) -> int:
+        """Page faults of the group's processes that read from disk so far (``total_pgmajfault``): a mapped
+        file's page (the topology, a library's code) the limit had pushed out of the page cache."""
+        return self._stat("total_pgmajfault")
+
+    def _stat(self, key: str) -> int:
         for line in (self.path / "memory.stat").read_text().splitlines():
-            if line.startswith("total_rss "):
+            if line.startswith(key + " "):
                 return int(line.split()[1])
         return 0
 

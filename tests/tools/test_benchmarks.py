@@ -352,6 +352,8 @@ def test_bench_beyond_ram_times_the_first_and_steady_epochs_of_a_job_in_the_cgro
     assert unmapped["case"] == "cgroup, --unmapped --feature-cache 64KB"
     assert unmapped["first_over_steady"] == round(unmapped["train_seconds"] / unmapped["steady_seconds"], 3) > 0
     assert unmapped["oom_kills"] == 0 and unmapped["cache_hits"] > 0 and unmapped["loss"] > 0
+    assert 0.1 < unmapped["anon_peak_gb"] <= 3  # torch in two processes, within the limit; page cache aside
+    assert isinstance(unmapped["major_faults"], int) and unmapped["major_faults"] >= 0
     assert "ratio_to_mapped" not in unmapped and "ratio_to_page_cache" not in unmapped  # nothing to compare with
 
 
