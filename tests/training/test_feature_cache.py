@@ -130,7 +130,7 @@ def test_the_rows_a_short_rank_gathers_ahead_are_what_its_limit_leaves_beside_it
         fc.check_room(1024, (10, 5), 4096, 2, "flags")
     assert fc.check_room(8, (10, -1), 4096, 1, "flags") == 0
     monkeypatch.setattr(fc, "cgroup_memory", lambda: None)
-    monkeypatch.setattr(fc, "_available_memory", lambda: 2_000_000_000)
+    monkeypatch.setattr("sampling.warmup.runner.available_memory", lambda: 2_000_000_000)
     assert fc.check_room(1024, (10, 5), 4096, 2, "flags") == (2_000_000_000 - 2 * batch) // 2 // 4096
-    monkeypatch.setattr(fc, "_available_memory", lambda: 1_000_000_000)
+    monkeypatch.setattr("sampling.warmup.runner.available_memory", lambda: 1_000_000_000)
     assert fc.check_room(1024, (10, 5), 4096, 2, "flags") == 0  # no refusal without a limit, and nothing ahead

@@ -98,7 +98,9 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
     ranks = max(local_ranks, 1)
     batch = int(rows * row_bytes * PEAK_SHARE) * ranks
     if group is None:
-        available = _available_memory()
+        from sampling.warmup.runner import available_memory  # MemAvailable
+
+        available = available_memory()
         return max(0, (available - batch) // ranks // max(row_bytes, 1)) if available is not None else 0
     limit, in_use = group
     ahead = max(0, (limit - in_use - batch) // ranks // max(row_bytes, 1))
@@ -111,18 +113,6 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
             f"batches of {ranks} rank(s) ({flags}: up to {rows:,} feature rows of {row_bytes:,} bytes "
             f"each, a row per sampled node and edge); give it more memory, or a smaller --batch-size or --fanout")
     return ahead
-
-
-def _available_memory() -> int | None:
-    """The host's ``MemAvailable`` (bytes), or ``None`` where /proc/meminfo does not say."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _cgroup_limit_files() -> list[str]:
