@@ -97,13 +97,17 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
         return 0
     ranks = max(local_ranks, 1)
     batch = int(rows * row_bytes * PEAK_SHARE) * ranks
+
+    def ahead_of(free: int) -> int:  # each rank's share of what is left beside the batches, in rows
+        return max(0, (free - batch) // ranks // max(row_bytes, 1))
+
     if group is None:
         from sampling.warmup.runner import available_memory  # MemAvailable
 
         available = available_memory()
-        return max(0, (available - batch) // ranks // max(row_bytes, 1)) if available is not None else 0
+        return ahead_of(available) if available is not None else 0
     limit, in_use = group
-    ahead = max(0, (limit - in_use - batch) // ranks // max(row_bytes, 1))
+    ahead = ahead_of(limit - in_use)
     logger.info("memory: limit %.3f GB, %.3f GB in use, batches up to %.3f GB (%d rows of %d bytes); up to %d rows "
                 "gathered ahead of the step", limit / 1e9, in_use / 1e9, batch / 1e9, rows, row_bytes, ahead)
     if in_use + batch > limit:

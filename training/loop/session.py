@@ -357,10 +357,11 @@ class Session:
 
         Takes PyG's arguments (``batch_size``, ``shuffle``, ``replace``, ``disjoint``, ``time_attr``,
         ``temporal_strategy``, ``weight_attr``, ``input_time``, ``subgraph_type``, ``transform``, ...)
-        and graphstore's (``loader_threads``, ``prefetch``, ``prefetch_rows``, ``cache_rows``, ``edge_ids``); ``num_workers=N``
-        builds the batches in N sampler processes beside this rank (:mod:`sampling.loader.sampler_processes`). ``input_nodes``
-        is a mask name (``"train_mask"``: the stored split), ``(node_type, mask)`` in a heterogeneous
-        dataset, global node IDs, or ``None`` (every node of this rank's partitions). An argument it
+        and graphstore's (``loader_threads``, ``prefetch``, ``prefetch_rows``, ``cache_rows``, ``edge_ids``);
+        ``num_workers=N`` builds the batches in N sampler processes beside this rank
+        (:mod:`sampling.loader.sampler_processes`). ``input_nodes`` is a mask name (``"train_mask"``: the
+        stored split), ``(node_type, mask)`` in a heterogeneous dataset, global node IDs, or ``None``
+        (every node of this rank's partitions). An argument it
         cannot honour is refused by name.
 
         **Every rank's loader yields the same number of batches per pass** (``even=True``): the ranks

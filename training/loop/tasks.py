@@ -83,8 +83,9 @@ def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
     # only where the memory limit leaves room for them beside the batch in training (worker processes: none ahead)
     short = getattr(getattr(trainer, "features", None), "short", False)
     workers = c.loader_workers if split == "train" else 0
-    ahead = dict(prefetch=0) if short and workers else dict(prefetch=PREFETCH, prefetch_rows=0) if short else \
-        dict(prefetch=PREFETCH)
+    ahead: dict[str, Any] = dict(prefetch=PREFETCH)
+    if short:  # worker processes gather as they sample: nothing ahead; threads: rows ahead from 0 until counted
+        ahead = dict(prefetch=0) if workers else dict(prefetch=PREFETCH, prefetch_rows=0)
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
                 edge_ids=False,  # no task reads e_id: remote sampling answers leave edge IDs out
