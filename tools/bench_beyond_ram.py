@@ -4,7 +4,7 @@ Usage::
 
     python tools/bench_beyond_ram.py [--dataset DIR] [--spec SPEC] [--limit 1.5GB] [--feature-cache 256MB]
                                      [--fanout 10,5] [--batch-size 1024] [--epochs 2] [--repeats 1]
-                                     [--cases page,auto,cache,unmapped,unmapped-cache]
+                                     [--cases page,auto,cache,unmapped,unmapped-cache,session,session-page]
                                      [--json]
 
 ``graphstore-train --nproc 1`` (the launcher and its rank, as users run it) trains on ``--dataset`` (ingested
@@ -22,7 +22,10 @@ metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`
 - ``cold``: no limit, the dataset evicted from the page cache first: the first epoch reads its rows from disk
   through the mapping, as after the page cache turned over or on a fresh machine (``first_over_steady``);
 - ``unmapped``, ``unmapped-cache``: ``auto`` and ``cache`` with ``--unmapped`` (the partition read with ``pread``,
-  none of it mapped), with their rate as a ratio to the mapped case's too (``ratio_to_mapped``).
+  none of it mapped), with their rate as a ratio to the mapped case's too (``ratio_to_mapped``);
+- ``session``, ``session-page``: a loop of one's own instead (``tools/session_epochs.py``: ``training.Session``,
+  the same model, launched by ``graphstore-run --nproc 1``), as ``auto`` and as ``page`` (``--feature-cache off``);
+  a session case's ``ratio_to_page_cache`` is to ``session-page``.
 
 Per case: training seconds of the first epoch and of the steady ones after it (their mean), the first over
 the steady, steps/s of the steady epochs (of the first with ``--epochs 1``), the rate as a ratio to the
@@ -60,13 +63,19 @@ ROOT = Path(__file__).resolve().parent.parent
 def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: memcgroup.MemoryCgroup | None,
            out: Path) -> dict:
     """The records of the first ``args.epochs`` epochs of ``graphstore-train --nproc 1`` (launcher and rank in
-    ``group``) with the case's ``flags`` added, or ``{"failed": why}``."""
+    ``group``) with the case's ``flags`` added, or of ``tools/session_epochs.py`` under ``graphstore-run`` where
+    ``flags`` start with ``session``; or ``{"failed": why}``."""
     metrics = out / "metrics.json"
     metrics.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", "--epochs", str(args.epochs + 1),
-           "--eval-every", str(args.epochs + 1), "--fanout", args.fanout, "--batch-size", str(args.batch_size), "--seed", str(args.seed),
-           "--no-progress", "--metrics-out", str(metrics), "--timeout", "600",
-           *flags]
+    shape = ["--epochs", str(args.epochs + 1), "--fanout", args.fanout, "--batch-size", str(args.batch_size),
+             "--seed", str(args.seed)]
+    if flags[:1] == ["session"]:  # the run's own flags, then the script and its arguments
+        cmd = [sys.executable, "-m", "training.run", "--nproc", "1", "--timeout", "600", *flags[1:],
+               str(ROOT / "tools" / "session_epochs.py"), str(dataset), "--out", str(metrics), *shape]
+    else:
+        cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", *shape,
+               "--eval-every", str(args.epochs + 1), "--no-progress", "--metrics-out", str(metrics), "--timeout", "600",
+               *flags]
 
     def start() -> None:  # Ctrl-C at its default (this tool may run in the background), then into the cgroup
         signal.signal(signal.SIGINT, signal.SIG_DFL)
@@ -101,7 +110,8 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
         log = proc.communicate()[0]
     if epoch is None:  # the launcher's own line names why (the ranks' lines come before it)
         lines = log.strip().splitlines() or ["(no output)"]
-        why = next((line for line in reversed(lines) if line.startswith("graphstore-train:")), lines[-1])
+        why = next((line for line in reversed(lines) if line.startswith(("graphstore-train:", "graphstore-run:"))),
+                   lines[-1])
         return {"failed": f"exit {proc.returncode}, no epoch recorded: {why}"}
     if group is not None:
         epoch[0]["anon_peak"] = anon
@@ -149,7 +159,8 @@ def main() -> int:
                         help="epochs measured per run: the first, and the steady ones after it")
     parser.add_argument("--repeats", type=toolargs.count, default=1)
     parser.add_argument("--cases", default="page,auto,cache",
-                        help="comma-separated: page, auto, cache, plain, cold, unmapped, unmapped-cache")
+                        help="comma-separated: page, auto, cache, plain, cold, unmapped, unmapped-cache, session, "
+                             "session-page")
     parser.add_argument("--max-seconds", type=toolargs.positive, default=900,
                         help="give up on a run after this long (reported as not finishing an epoch in it)")
     parser.add_argument("--json", action="store_true")
@@ -167,11 +178,14 @@ def main() -> int:
     limit = parse_size(args.limit, "--limit")
     cache = ["--feature-cache", args.feature_cache]
     flags = {"page": ["--feature-cache", "off"], "auto": [], "plain": ["--feature-cache", "off"], "cache": cache,
-             "unmapped": ["--unmapped"], "unmapped-cache": ["--unmapped", *cache], "cold": []}
+             "unmapped": ["--unmapped"], "unmapped-cache": ["--unmapped", *cache], "cold": [],
+             "session": ["session"], "session-page": ["session", "--feature-cache", "off"]}
     names = {case: "page cache" if case == "page" else "cgroup, " + (" ".join(f) or "no flag")
              for case, f in flags.items()}
-    names["cold"] = "cold page cache, no limit"
+    names.update({"cold": "cold page cache, no limit", "session": "session, cgroup, no flag",
+                  "session-page": "session, page cache"})
     mapped_of = {names["unmapped"]: names["auto"], names["unmapped-cache"]: names["cache"]}
+    pinned = ("page", "session-page")  # no limit, the dataset locked in the page cache
     unknown = [c for c in args.cases.split(",") if c not in names]
     if unknown:
         parser.error(f"--cases {unknown}: choose among {','.join(names)}")
@@ -179,7 +193,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             for case in args.cases.split(","):
-                if case == "page":
+                if case in pinned:
                     with memcgroup.PinnedInPageCache(dataset):
                         epoch, group = _train(dataset, args, flags[case], None, Path(tmp)), None
                 elif case == "cold":
@@ -190,12 +204,13 @@ def main() -> int:
                     with memcgroup.MemoryCgroup(limit) as group:
                         epoch = _train(dataset, args, flags[case], group, Path(tmp))
                         row = _row(names[case], epoch, group)
-                rows.append(row if case not in ("page", "cold") else _row(names[case], epoch, None))
+                rows.append(row if case not in (*pinned, "cold") else _row(names[case], epoch, None))
                 rows[-1]["repeat"] = repeat + 1
                 if not args.json:
                     print(rows[-1], flush=True)
-    base = [r["steps_per_s"] for r in rows if r["case"] == "page cache" and "steps_per_s" in r]
-    for r in rows:
+    for r in rows:  # a session case against the session's page-cache case, the others against graphstore-train's
+        page = names["session-page"] if r["case"].startswith("session") else names["page"]
+        base = [b["steps_per_s"] for b in rows if b["case"] == page and "steps_per_s" in b]
         if base and "steps_per_s" in r:
             r["ratio_to_page_cache"] = round(r["steps_per_s"] / (sum(base) / len(base)), 3)
         mapped = [m["steps_per_s"] for m in rows if m["case"] == mapped_of.get(r["case"]) and "steps_per_s" in m]

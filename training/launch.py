@@ -18,7 +18,7 @@ from dataclasses import asdict
 from typing import Any
 
 from training.launcher import allocator
-from graphstore.cli.args import Parser, integer, number, size
+from graphstore.cli.args import Parser, feature_cache, integer, number, size
 from graphstore.cli.storage_options import add_storage_arguments, parse_storage_options
 from graphstore.errors import GraphstoreError
 from graphstore.forking import fork_allowed
@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-cache", type=size, metavar="SIZE",
                    help="keep the feature rows this rank samples most in device memory, up to SIZE (e.g. 2GB); "
                         "a hit is never read from host memory. On the CPU: a RAM cache of those rows")
-    p.add_argument("--feature-cache", type=_feature_cache, metavar="SIZE",
+    p.add_argument("--feature-cache", type=feature_cache, metavar="SIZE",
                    help="read this rank's own node features x through a RAM cache of its hottest rows, up to SIZE "
                         "(e.g. 512MB; 0: no cache), and parallel disk reads: for features larger than memory "
                         "(default: so, without a cache, when they exceed half of the rank's memory or cgroup limit; "
@@ -124,11 +124,6 @@ def _model(raw: str) -> str:
         return raw
     raise argparse.ArgumentTypeError(f"{raw!r} is not one of {', '.join(MODELS)}, nor MODULE:FACTORY (your own "
                                      "model, e.g. mymodels:build)")
-
-
-def _feature_cache(raw: str) -> str:
-    """``--feature-cache``: a size, 0 (disk reads, no RAM cache) or off."""
-    return raw if raw in ("0", "off") else size(raw)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

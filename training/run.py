@@ -8,11 +8,11 @@ import os
 import runpy
 import sys
 
-from graphstore.cli.args import Parser, integer, number
+from graphstore.cli.args import Parser, feature_cache, integer, number
 from graphstore.errors import GraphstoreError
 from graphstore.forking import fork_allowed
 from training.launcher import failures, forkserver, lifetime, placement
-from training.cluster.world import DEVICE_ENV, LOADER_WORKERS_ENV, SERVERS_ENV, TIMEOUT_ENV
+from training.cluster.world import DEVICE_ENV, FEATURE_CACHE_ENV, LOADER_WORKERS_ENV, SERVERS_ENV, TIMEOUT_ENV
 
 _RANK_FLAG = "--graphstore-rank"  # how the launcher starts a rank: python -m training.run --graphstore-rank SCRIPT ...
 
@@ -34,6 +34,10 @@ def _parser() -> argparse.ArgumentParser:
                         "--address HOST:PORT), the ranks opening no file of the dataset")
     p.add_argument("--loader-workers", type=integer(0, 256), default=None, metavar="N",
                    help="what Session's loader_workers defaults to: sampler processes beside each rank (default 0)")
+    p.add_argument("--feature-cache", type=feature_cache, metavar="SIZE",
+                   help="what Session's feature_cache defaults to: each rank's own x read from disk with direct I/O, "
+                        "its hottest rows in RAM up to SIZE (0: no cache); default: so, without a cache, when x "
+                        "exceeds half of the rank's memory or cgroup limit; off: never")
     p.add_argument("script", help="the training script (a Python file)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return p
@@ -59,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.loader_workers:
                 raise GraphstoreError(f"--loader-workers {args.loader_workers} with --servers: the sampler servers "
                                       "build the batches; give them processes with graphstore serve --loader-workers")
+            if args.feature_cache not in (None, "off"):
+                raise GraphstoreError(f"--feature-cache {args.feature_cache} with --servers: the sampler servers read "
+                                      "the features; leave it out")
         fork_allowed()  # a bad GRAPHSTORE_FORK_RANKS: one line here
         gpus = placement.gpu_count()
         cuda = placement.use_cuda(args.device, gpus)
@@ -76,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             env[SERVERS_ENV] = args.servers
         if args.loader_workers is not None:
             env[LOADER_WORKERS_ENV] = str(args.loader_workers)
+        if args.feature_cache is not None:
+            env[FEATURE_CACHE_ENV] = args.feature_cache
         return env
 
     return run_ranks(["-m", "training.run", _RANK_FLAG, script, *args.args], nproc, args.timeout + 15,

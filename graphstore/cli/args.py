@@ -53,6 +53,11 @@ def size(raw: str) -> str:
     return raw
 
 
+def feature_cache(raw: str) -> str:
+    """An argparse type: ``--feature-cache``'s value, a positive size, 0 (disk reads, no RAM cache) or off."""
+    return raw if raw in ("0", "off") else size(raw)
+
+
 def _range(low: float | None, high: float | None, above: bool = False, below: bool = False) -> str:
     if low is not None and high is not None:
         return f" in {'(' if above else '['}{low:g}, {high:g}{')' if below else ']'}"

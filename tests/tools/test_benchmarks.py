@@ -346,15 +346,19 @@ def test_bench_beyond_ram_times_the_first_and_steady_epochs_of_a_job_in_the_cgro
     if memcgroup.available() is not None:
         pytest.skip(str(memcgroup.available()))
     out = _run("bench_beyond_ram", tmp_path, "--spec", TINY, "--dataset", str(tmp_path / "b"), "--limit", "3GB",
-               "--cases", "unmapped-cache", "--feature-cache", "64KB", "--fanout", "5,3", "--batch-size", "256",
+               "--cases", "unmapped-cache,session", "--feature-cache", "64KB", "--fanout", "5,3", "--batch-size", "256",
                "--epochs", "2", "--seed", "1")
-    [unmapped] = out["rows"]  # one job: the launcher and its rank in the cgroup, two epochs timed
+    unmapped, session = out["rows"]  # two jobs, each the launcher and its rank in the cgroup, two epochs timed
     assert unmapped["case"] == "cgroup, --unmapped --feature-cache 64KB"
     assert unmapped["first_over_steady"] == round(unmapped["train_seconds"] / unmapped["steady_seconds"], 3) > 0
     assert unmapped["oom_kills"] == 0 and unmapped["cache_hits"] > 0 and unmapped["loss"] > 0
     assert 0.1 < unmapped["anon_peak_gb"] <= 3  # torch in two processes, within the limit; page cache aside
     assert isinstance(unmapped["major_faults"], int) and unmapped["major_faults"] >= 0
     assert "ratio_to_mapped" not in unmapped and "ratio_to_page_cache" not in unmapped  # nothing to compare with
+    # a loop of one's own (training.Session under graphstore-run), the same batches: as many steps, its own figures
+    assert session["case"] == "session, cgroup, no flag" and session["steps"] == unmapped["steps"]
+    assert session["oom_kills"] == 0 and session["loss"] > 0 and session["steady_seconds"] > 0
+    assert session["disk_gb"] == 0.0  # x fits in the limit: no disk tier, feature_stats() counts nothing
 
 
 def test_bench_variants_worst_keeps_each_lowest_ratio_whichever_row_it_came_from():

@@ -3,9 +3,11 @@ a cgroup memory limit smaller than its features trains instead of being killed."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -134,3 +136,53 @@ def test_the_rows_a_short_rank_gathers_ahead_are_what_its_limit_leaves_beside_it
     assert fc.check_room(1024, (10, 5), 4096, 2, "flags") == (2_000_000_000 - 2 * batch) // 2 // 4096
     monkeypatch.setattr("sampling.warmup.runner.available_memory", lambda: 1_000_000_000)
     assert fc.check_room(1024, (10, 5), 4096, 2, "flags") == 0  # no refusal without a limit, and nothing ahead
+
+
+def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_limit_and_counts_it(synthetic1, tmp_path):
+    """training.Session, as graphstore-train: a rank whose own x exceeds half of its memory (the memory made
+    small in the script) reads x from disk by itself; its loader defaults to one thread and a batch ahead bounded
+    by what the limit leaves, yields the stored rows, and feature_stats() counts them; a batch that cannot fit
+    in the limit is refused in one line when the loader is made."""
+    script = tmp_path / "short.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys
+        import torch
+        import graphstore
+        from graphstore.errors import GraphstoreError
+        from training import Session
+        from training.loop import featurecache as fc
+
+        fc.memory_limit = lambda ranks: 40_000  # own x: 2,000 rows of 16 bytes, more than half of it
+        stored = graphstore.open_dataset(sys.argv[1]).partition(0)[0][None, "x", None]  # one partition: global IDs
+        said = {}
+        with Session(sys.argv[1], seed=3) as s:
+            loader = s.loader([5, 5], input_nodes="train_mask", batch_size=100, shuffle=True)
+            said["short"] = [s.features.short, s.features.cache_bytes]
+            said["options"] = [loader.inner.loader_threads, loader.inner.prefetch, loader.inner.prefetch_rows]
+            rows, same = 0, True
+            for b in loader:
+                rows += b.x.shape[0]
+                same = same and torch.equal(b.x, stored[b.n_id])
+            said.update(rows=rows, same=same, stats=s.feature_stats(), again=s.feature_stats())
+            fc.cgroup_memory = lambda: (1_000_000_000, 999_900_000)  # a limit with 100 KB left
+            try:
+                s.loader([5, 5], input_nodes="train_mask", batch_size=100)
+            except GraphstoreError as exc:
+                said["refused"] = str(exc)
+        print(json.dumps(said))
+    """))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, str(script), str(synthetic1)], capture_output=True, text=True, timeout=180,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "exceeds half of its memory" in out.stderr
+    assert said["short"] == [True, 0]
+    threads, prefetch, ahead = said["options"]
+    assert (threads, prefetch) == (1, 1) and ahead > 0  # no cgroup here: what MemAvailable leaves beside a batch
+    assert said["same"] and said["rows"] > 0
+    stats = said["stats"]
+    assert stats["rows"] == said["rows"] and stats["hits"] == 0 and stats["disk_bytes"] >= 16 * said["rows"] // 2
+    assert said["again"]["rows"] == 0  # counted since the last call
+    assert "needs about 1.00 GB" in said["refused"] and "batch_size=100, num_neighbors=[5, 5]" in said["refused"]
+    assert said["refused"].endswith("a smaller batch_size or num_neighbors")

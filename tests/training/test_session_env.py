@@ -7,7 +7,7 @@ import pytest
 
 from graphstore.errors import InvalidInputError
 from training import run
-from training.cluster.world import LOADER_WORKERS_ENV, SERVERS_ENV
+from training.cluster.world import FEATURE_CACHE_ENV, LOADER_WORKERS_ENV, SERVERS_ENV
 from training.loop.session import Session
 
 
@@ -30,9 +30,39 @@ def test_loader_workers_from_the_environment_are_checked_and_refused_beside_serv
     assert Session("graphs/any", loader_workers=0).loader_workers == 0  # an argument wins
 
 
+def test_the_feature_cache_of_the_environment_is_the_sessions_default_checked_in_one_line(monkeypatch):
+    monkeypatch.setenv(FEATURE_CACHE_ENV, "512MB")
+    assert Session("graphs/any").feature_cache == 512_000_000
+    assert Session("graphs/any", feature_cache="off").feature_cache == "off"  # an argument wins
+    assert Session("graphs/any", feature_cache=0).feature_cache == 0
+    monkeypatch.delenv(FEATURE_CACHE_ENV)
+    assert Session("graphs/any").feature_cache is None  # by itself, when x exceeds half of the memory
+    for bad in ("lots", -1, True):
+        with pytest.raises(InvalidInputError, match=r"Session\(feature_cache=...\) .*: give a size"):
+            Session("graphs/any", feature_cache=bad)
+    with pytest.raises(InvalidInputError, match="with servers: the sampler servers read the features"):
+        Session("graphs/any", feature_cache="1GB", servers="10.0.0.1:29600")
+
+
+def test_a_short_ranks_room_is_counted_from_the_seeds_and_neighbours_a_batch_may_draw():
+    from training.loop.session_features import fanout_bound, seeds_per_example
+
+    assert seeds_per_example("loader", {}) == 1
+    assert seeds_per_example("link_loader", {}) == 2  # the link's two ends
+    assert seeds_per_example("link_loader", {"neg_sampling": "binary"}) == 4  # and a negative link's
+    assert seeds_per_example("link_loader", {"neg_sampling": {"mode": "triplet", "amount": 5}}) == 7
+    assert seeds_per_example("link_loader", {"neg_sampling_ratio": 2.5}) == 2 + 2 * 3
+    from torch_geometric.sampler import NumNeighbors
+
+    assert fanout_bound([10, 5]) == (10, 5) and fanout_bound(NumNeighbors([4, 2])) == (4, 2)
+    assert fanout_bound({("a", "to", "b"): [10, 5], ("b", "to", "a"): [3, -1], ("a", "self", "a"): [2]}) == (15, -1)
+
+
 @pytest.mark.parametrize("args, words", [
     (["--servers", "nowhere"], "--servers 'nowhere': give HOST:PORT"),
     (["--servers", "127.0.0.1:29600", "--loader-workers", "1"], "--loader-workers 1 with --servers"),
+    (["--servers", "127.0.0.1:29600", "--feature-cache", "1GB"], "--feature-cache 1GB with --servers"),
+    (["--feature-cache", "lots"], "argument --feature-cache: 'lots' is not a size"),
 ])
 def test_graphstore_run_refuses_bad_server_flags_in_one_line(tmp_path, capsys, args, words):
     script = tmp_path / "train.py"

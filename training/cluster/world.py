@@ -19,6 +19,7 @@ TIMEOUT_ENV = "GRAPHSTORE_TIMEOUT"  # set by graphstore-run --timeout: a trainin
 DEVICE_ENV = "GRAPHSTORE_DEVICE"  # set by graphstore-run --device: a training.Session's default device
 SERVERS_ENV = "GRAPHSTORE_SERVERS"  # set by graphstore-run --servers: a training.Session's default servers
 LOADER_WORKERS_ENV = "GRAPHSTORE_LOADER_WORKERS"  # set by graphstore-run --loader-workers: its default workers
+FEATURE_CACHE_ENV = "GRAPHSTORE_FEATURE_CACHE"  # set by graphstore-run --feature-cache: its default feature_cache
 
 
 @dataclass(frozen=True)

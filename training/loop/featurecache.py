@@ -82,11 +82,13 @@ def batch_rows_bound(seeds: int, fanout: tuple[int, ...]) -> int | None:
     return nodes + (nodes - seeds)  # a tree: an edge per node below the seeds
 
 
-def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks: int, flags: str) -> int:
+def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks: int, flags: str,
+               smaller: str = "--batch-size or --fanout") -> int:
     """Refuse, in one line naming the memory it needs, a job whose memory cgroup cannot hold what it holds
     now and the batches its ranks build (:func:`batch_rows_bound` rows each, ``PEAK_SHARE`` more for the
     model's own tensors and the allocator): the OOM killer would end it mid-epoch. Nothing is refused without
-    a cgroup limit or with a fanout of -1 (no bound).
+    a cgroup limit or with a fanout of -1 (no bound). ``flags`` names the batch's shape, ``smaller`` what
+    to make smaller.
 
     Returns the feature rows each rank may gather ahead of its training step (its loaders'
     ``prefetch_rows``): what the limit leaves beside that (without a cgroup limit: the host's available
@@ -115,7 +117,7 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
             f"memory: this job needs about {(in_use + batch) / 1e9:.2f} GB and its memory limit (cgroup) is "
             f"{limit / 1e9:.2f} GB: {in_use / 1e9:.2f} GB in use before training and {batch / 1e9:.2f} GB for the "
             f"batches of {ranks} rank(s) ({flags}: up to {rows:,} feature rows of {row_bytes:,} bytes "
-            f"each, a row per sampled node and edge); give it more memory, or a smaller --batch-size or --fanout")
+            f"each, a row per sampled node and edge); give it more memory, or a smaller {smaller}")
     return ahead
 
 

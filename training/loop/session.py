@@ -26,9 +26,10 @@ from sampling.distributed.dist_sampler import RemoteStats
 from sampling.distributed.server import PartitionServer
 from training.launcher import allocator, failures, forkserver, lifetime, placement
 from training.cluster import preempt, process_groups, threads
+from training.loop import featurecache, session_features
 from training.loop.session_loaders import LOADER_OPTIONS, Loader, link_seeds, node_seeds
 from training.loop.session_state import load_checkpoint, save_checkpoint
-from training.cluster.world import DEVICE_ENV, LOADER_WORKERS_ENV, SERVERS_ENV, TIMEOUT_ENV, World
+from training.cluster.world import DEVICE_ENV, FEATURE_CACHE_ENV, LOADER_WORKERS_ENV, SERVERS_ENV, TIMEOUT_ENV, World
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,15 @@ class Session:
         Default: ``$GRAPHSTORE_LOADER_WORKERS`` (``graphstore-run --loader-workers``), else 0.
     unmapped : bool
         Read this rank's partitions with ``pread`` instead of mapping them (uniform node sampling only).
+    feature_cache : str or int, optional
+        Features larger than memory, as ``graphstore-train --feature-cache``: this rank's own rows of ``x``
+        read from disk with direct I/O (no page cache), the hottest up to this size kept in RAM (``"512MB"``,
+        bytes; 0: no RAM cache), and :meth:`feature_stats` counting them. Default: ``$GRAPHSTORE_FEATURE_CACHE``
+        (``graphstore-run --feature-cache``), else by itself, without a RAM cache, when the rank's own ``x``
+        exceeds half of its memory (its cgroup limit, else the host's over its local ranks); ``"off"``: never.
+        Such a rank's loaders default to one thread and one batch ahead, whose rows wait for the memory the
+        limit leaves (``prefetch_rows``), and a batch that cannot fit in the limit is refused when the loader
+        is made, in one line naming the memory it needs.
     interface : str, optional
         Network interface for gloo and RPC across hosts (default: the route to ``MASTER_ADDR``).
     servers : str, optional
@@ -90,8 +100,12 @@ class Session:
                  storage_options: dict[str, Any] | None = None, cache_dir: str | None = None,
                  cache_max_bytes: str | None = None, verify_reads: bool = False, threads: int | None = None,
                  loader_threads: int | None = None, loader_workers: int | None = None, unmapped: bool = False,
-                 interface: str | None = None, servers: str | None = None, world: World | None = None) -> None:
+                 interface: str | None = None, servers: str | None = None, feature_cache: str | int | None = None,
+                 world: World | None = None) -> None:
         self.url = str(url)
+        if feature_cache is None:
+            feature_cache = os.environ.get(FEATURE_CACHE_ENV) or None
+        self.feature_cache = session_features.feature_cache_option(feature_cache, "Session(feature_cache=...)")
         if servers is None:
             servers = os.environ.get(SERVERS_ENV) or None
         if loader_workers is None:
@@ -104,6 +118,9 @@ class Session:
             if unmapped:
                 raise InvalidInputError("Session(unmapped=True) with servers: the servers read the partitions; give "
                                         "graphstore serve the option instead")
+            if self.feature_cache not in (None, "off"):
+                raise InvalidInputError(f"Session(feature_cache={feature_cache!r}) with servers: the sampler servers read "
+                                        "the features; leave it out")
         self.seed = _seed(seed)
         self.timeout = _timeout(timeout if timeout is not None else os.environ.get(TIMEOUT_ENV, 120.0))
         self._device_choice = device or os.environ.get(DEVICE_ENV) or "auto"
@@ -130,6 +147,7 @@ class Session:
         self.cpu_group: Any = None
         self.stats = RemoteStats()
         self.servers: Any = None  # the connections to the sampler servers (sampling.remote.client.SamplerServers)
+        self.features: featurecache.FeatureReader | None = None  # x read from disk (feature_cache, or beyond memory)
 
     # -- joining and leaving --
 
@@ -172,6 +190,9 @@ class Session:
                 self.dataset.topology(part, etype)
         self.threads = threads.choose(self._threads, self.world.local_world_size)
         threads.apply(self.threads)
+        if self.feature_cache != "off":
+            self.features = featurecache.FeatureReader.install(self.dataset, list(self.parts), self.feature_cache,
+                                                               self.world.local_world_size)
         self._started = True
         try:
             self._serve()
@@ -375,7 +396,7 @@ class Session:
             inner = self._build("loader", kwargs, lambda **kw: served_node_loader(self, num_neighbors, input_nodes, kw))
             return self._register(inner, even)
         seeds = node_seeds(self._joined(), input_nodes)
-        inner = self._build("loader", kwargs, lambda **kw: _node_loader(self, num_neighbors, seeds, kw))
+        inner = self._build("loader", kwargs, lambda **kw: _node_loader(self, num_neighbors, seeds, kw), num_neighbors)
         return self._register(inner, even)
 
     def link_loader(self, num_neighbors: Any, split: str | None = "train", *, edge_type: Any = None,
@@ -403,10 +424,11 @@ class Session:
                       "edge_label_index": index}
         index = kwargs.pop("edge_label_index", None)
         inner = self._build("link_loader", kwargs, lambda **kw: DistributedLinkNeighborLoader(
-            self.dataset, num_neighbors, self.transport, index, layout=self.layout, stats=self.stats, **kw))
+            self.dataset, num_neighbors, self.transport, index, layout=self.layout, stats=self.stats, **kw),
+            num_neighbors)
         return self._register(inner, even)
 
-    def _build(self, what: str, kwargs: dict[str, Any], make: Any) -> Any:
+    def _build(self, what: str, kwargs: dict[str, Any], make: Any, num_neighbors: Any = None) -> Any:
         unknown = sorted(set(kwargs) - LOADER_OPTIONS[what])
         if unknown:
             raise InvalidInputError(f"Session.{what}: {', '.join(unknown)} cannot be honoured here; the "
@@ -417,6 +439,9 @@ class Session:
             if self.loader_threads and "loader_threads" not in kwargs:
                 options["loader_threads"] = self.loader_threads
             return make(**options)
+        if self.features is not None and self.features.short:  # x beyond memory: batches ahead within the limit
+            options = session_features.short_rank_options(what, num_neighbors, options, kwargs, self.features,
+                                                          self.world.local_world_size)
         if not options["num_workers"]:  # sampler processes build the batches, or this rank's threads
             options.setdefault("loader_threads", threads.loader_threads(self.loader_threads,
                                                                         self.world.local_world_size))
@@ -476,6 +501,16 @@ class Session:
             raise GraphstoreError(f"{process_groups.describe(gone or missing)} did not create loader {index} {when}: "
                                   "every rank must create the same loaders in the same order")
         return max(int(store.get(k)) for k in keys)
+
+    def feature_stats(self) -> dict[str, Any]:
+        """The rows of ``x`` this job's loaders gathered from the disk tier since the last call (``rows``), the
+        RAM cache's ``hits``, ``disk_bytes`` read and ``read_seconds``, summed over the ranks, and this rank's
+        ``cache_bytes``; zeros where no rank reads ``x`` from disk (``feature_cache``). Every rank calls it, at
+        the same point (once an epoch, say): it is a collective."""
+        try:
+            return session_features.counts(self._joined().features, self.cpu_group)
+        except Exception as exc:
+            raise self.explain(exc) from exc
 
     # -- together --
 

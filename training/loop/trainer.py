@@ -53,12 +53,12 @@ class Trainer:
                                storage_options=config.storage_options, cache_dir=config.cache_dir,
                                cache_max_bytes=config.cache_max_bytes, verify_reads=config.verify_reads,
                                threads=config.threads, loader_threads=config.loader_threads,
-                               unmapped=config.unmapped, interface=config.interface, servers=config.servers)
+                               unmapped=config.unmapped, interface=config.interface, servers=config.servers,
+                               feature_cache=config.feature_cache)
         self.timers, self.bytes = Timers(), Timers()  # bytes: gradient all-reduce
         self.peak = PeakMeter()
         self.stopped: preempt.Stopped | None = None  # set when the ranks stopped on SIGTERM
         self.device_cache: Any = None  # --gpu-cache (sampling.loader.gpu_cache.DeviceRowCache)
-        self.features: featurecache.FeatureReader | None = None  # --feature-cache, or features beyond RAM
         self.board = EpochWriter(config.tensorboard, config.resume) if config.tensorboard and world.rank == 0 else None
 
     # what the tasks and inference read from the rank: the session's
@@ -71,15 +71,11 @@ class Trainer:
     watchdog = property(lambda self: self.session.watchdog)
     _cpu_group = property(lambda self: self.session.cpu_group)
     servers = property(lambda self: self.session.servers)  # sampler servers build the batches (--servers)
+    features = property(lambda self: self.session.features)  # --feature-cache, or features beyond RAM
 
     # -- set-up --
 
     def _loaders(self) -> dict[str, Any]:
-        size = self.config.feature_cache
-        if size != "off" and self.servers is None:
-            self.features = featurecache.FeatureReader.install(
-                self.dataset, list(self.parts), None if size is None else parse_size(size, "--feature-cache") or 0,
-                self.world.local_world_size)
         out = self.task.loaders()
         if "train" not in out:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
