@@ -231,7 +231,7 @@ def main() -> int:
     benchinfo.record("bench_beyond_ram", args, out, {"spec": args.spec, "limit": args.limit,
                                                      "feature_cache": args.feature_cache,
                                                      "batch_size": args.batch_size, "fanout": args.fanout,
-                                                     "epochs": args.epochs})
+                                                     "epochs": args.epochs, "cases": args.cases})
     return 0
 
 
