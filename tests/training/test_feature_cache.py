@@ -164,6 +164,10 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
                 rows += b.x.shape[0]
                 same = same and torch.equal(b.x, stored[b.n_id])
             said.update(rows=rows, same=same, stats=s.feature_stats(), again=s.feature_stats())
+            ends = torch.tensor([[0, 1, 2, 3] * 25, [4, 5, 6, 7] * 25])
+            links = s.link_loader([5, 5], split=None, edge_label_index=ends, neg_sampling="binary", batch_size=20)
+            said["links"] = [links.inner.loader_threads, links.inner.prefetch, links.inner.prefetch_rows,
+                             all(torch.equal(b.x, stored[b.n_id]) for b in links)]
             fc.cgroup_memory = lambda: (1_000_000_000, 999_900_000)  # a limit with 100 KB left
             try:
                 s.loader([5, 5], input_nodes="train_mask", batch_size=100)
@@ -184,5 +188,6 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
     stats = said["stats"]
     assert stats["rows"] == said["rows"] and stats["hits"] == 0 and stats["disk_bytes"] >= 16 * said["rows"] // 2
     assert said["again"]["rows"] == 0  # counted since the last call
+    assert said["links"][:2] == [1, 1] and said["links"][2] > 0 and said["links"][3]  # a link loader: the same
     assert "needs about 1.00 GB" in said["refused"] and "batch_size=100, num_neighbors=[5, 5]" in said["refused"]
     assert said["refused"].endswith("a smaller batch_size or num_neighbors")
