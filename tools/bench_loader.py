@@ -140,15 +140,9 @@ def _pass(loader: Any, step_ms: float = 0.0) -> tuple[float, float, list[str]]:
     sampler = loader.node_sampler
     sampler.set_epoch(0)  # every pass is the same pass (its streams): the batches must not depend on the way
     kept = []
-    waited = 0.0
     start = time.perf_counter()
-    batches = iter(loader)
-    while True:
-        asked = time.perf_counter()
-        batch = next(batches, None)
-        waited += time.perf_counter() - asked
-        if batch is None:
-            break
+    batches = benchinfo.Waited(loader)
+    for batch in batches:
         kept.append((batch.n_id, batch.edge_index))  # the features go: a pass keeps no 100 MB batches
         del batch
         if step_ms:
@@ -156,7 +150,7 @@ def _pass(loader: Any, step_ms: float = 0.0) -> tuple[float, float, list[str]]:
     seconds = time.perf_counter() - start
     digests = [hashlib.blake2b(n_id.numpy().tobytes() + edges.numpy().tobytes(), digest_size=8).hexdigest()
                for n_id, edges in kept]
-    return len(kept) / seconds, waited / seconds, digests
+    return len(kept) / seconds, batches.seconds / seconds, digests
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -164,6 +164,26 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path, **extra}
 
 
+class Waited:
+    """Iterates ``items``, adding up in ``seconds`` the time spent waiting for each next one (a loader's data
+    wait, as the loop that consumes it sees it)."""
+
+    def __init__(self, items: Any) -> None:
+        self.items, self.seconds = items, 0.0
+
+    def __iter__(self) -> Any:
+        import time
+
+        items = iter(self.items)
+        while True:
+            asked = time.perf_counter()
+            item = next(items, None)
+            self.seconds += time.perf_counter() - asked
+            if item is None:
+                return
+            yield item
+
+
 def add_record_arguments(parser: argparse.ArgumentParser) -> None:
     """``--record DIR`` / ``--no-record``: where the run's JSON record goes (default: the repo's benchmarks/)."""
     group = parser.add_mutually_exclusive_group()

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn.models import GraphSAGE
 
+from benchinfo import Waited  # tools/, this script's folder
 from training import Session
 
 
@@ -50,14 +51,9 @@ def main() -> None:
 def _epoch(s: Session, model: torch.nn.Module, opt: torch.optim.Optimizer, train: object) -> dict:
     model.train()
     start = time.perf_counter()
-    waited, losses, steps = 0.0, torch.zeros(2, dtype=torch.float64), 0
-    batches = iter(train)
-    while True:
-        asked = time.perf_counter()
-        batch = next(batches, None)
-        waited += time.perf_counter() - asked
-        if batch is None:
-            break
+    losses, steps = torch.zeros(2, dtype=torch.float64), 0
+    batches = Waited(train)
+    for batch in batches:
         batch = batch.to(s.device)
         opt.zero_grad()
         loss = F.cross_entropy(model(batch.x, batch.edge_index)[: batch.batch_size], batch.y[: batch.batch_size])
@@ -68,7 +64,7 @@ def _epoch(s: Session, model: torch.nn.Module, opt: torch.optim.Optimizer, train
     seconds = time.perf_counter() - start
     total, seen = s.all_reduce(losses).tolist()
     return {"train_seconds": round(seconds, 3), "steps": steps, "loss": round(total / max(seen, 1), 5),
-            "timing": {"data_wait": round(waited, 3)}, "features": s.feature_stats()}
+            "timing": {"data_wait": round(batches.seconds, 3)}, "features": s.feature_stats()}
 
 
 def _write(path: str, record: dict) -> None:
