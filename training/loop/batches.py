@@ -10,6 +10,10 @@ import torch
 from graphstore.errors import InvalidInputError
 from training.report.timing import Timers
 
+# batches the prefetch thread makes ahead of the loop: one hides sampling and fetching whenever they take
+# less than a step (data wait ~0 in the runs of docs/performance.md); each more holds another batch and fragments the heap
+PREFETCH = 1
+
 
 def restart_streams(loaders: dict[str, Any], epoch: int, seed: int = 0, rank: int = 0) -> None:
     """Each loader's order and sampling streams as a function of the seed, the epoch and the rank, so a

@@ -10,6 +10,7 @@ from typing import Any
 from graphstore.errors import ConfigError, InvalidInputError
 from graphstore.storage.cache import parse_size
 from training.loop import featurecache
+from training.loop.batches import PREFETCH
 
 
 def feature_cache_option(value: Any, where: str) -> int | str | None:
@@ -35,8 +36,6 @@ def short_rank_options(what: str, num_neighbors: Any, options: dict[str, Any], g
     the memory the limit leaves beside the batch in training holds them (``prefetch_rows``); with worker
     processes, no batch ahead (they gather as they sample). An option the script gave wins. A batch that
     cannot fit in the limit at all is refused here, in one line naming the memory it needs."""
-    from training.loop.tasks import PREFETCH
-
     out = dict(options)
     seeds = int(out.get("batch_size", 1)) * seeds_per_example(what, out)
     shape = f"batch_size={out.get('batch_size', 1)}, num_neighbors={num_neighbors!r}"

@@ -13,6 +13,7 @@ from graphstore.errors import InvalidInputError
 from graphstore.dataset.linksplit import SPLIT_NAMES, LinkSplit
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader, local_links, local_seeds
 from sampling.graph.edgemask import MessageEdges, dataset_split
+from training.loop.batches import PREFETCH
 
 if TYPE_CHECKING:
     from graphstore.dataset.opened import Dataset
@@ -64,11 +65,6 @@ def trim_arguments(model: str, batch: Any) -> dict[str, Any]:
     if model not in TRIMMED_MODELS or not isinstance(nodes, list) or not isinstance(edges, list):
         return {}
     return {"num_sampled_nodes_per_hop": nodes, "num_sampled_edges_per_hop": edges}
-
-
-# batches the prefetch thread makes ahead of the loop: one hides sampling and fetching whenever they take
-# less than a step (data wait ~0 in the runs of docs/performance.md); each more holds another batch and fragments the heap
-PREFETCH = 1
 
 
 def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
