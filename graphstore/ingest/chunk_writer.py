@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.storage import WrapperStore
+from zarr.core.sync import sync
+from zarr.storage import MemoryStore, StorePath, WrapperStore
 
 from graphstore.dataset import layout
 from graphstore.errors import GraphstoreError, InvalidInputError
@@ -59,7 +60,17 @@ class ArrayWriter:
     --------
     >>> w = ArrayWriter(LocalLocation("/tmp/ds"), compression="none", chunk_bytes=1 << 20)  # doctest: +SKIP
     >>> info = w.write("a", (10,), np.int64, lambda start, stop: np.arange(start, stop))  # doctest: +SKIP
+
+    An ingest's writers write into a location its root group has just cleared, where every array path is
+    new, or was begun by an earlier try of the same task (the same shape, every chunk rewritten): they
+    store an array's metadata and its parent groups' as their documents (one request each, the parents
+    once per writer) instead of zarr's checks for what is there and a delete of the path (20 requests an
+    array on S3, against 2). A writer into an existing dataset (:mod:`graphstore.outputs.writer`) is not
+    ``fresh``: zarr's checks and delete stay.
     """
+
+    _fresh = False  # see the class docstring; a subclass that skips __init__ keeps zarr's checks
+    _stored: set[str] = frozenset()  # type: ignore[assignment]  # metadata documents this writer stored
 
     def __init__(self, location: Location, compression: str = "none", chunk_bytes: int = 32 << 20,
                  create_root: bool = True) -> None:
@@ -73,6 +84,7 @@ class ArrayWriter:
         self.bytes_written = 0
         self.read_back = 0  # chunks whose checksum had to be read back from storage (normally none)
         self._store = ChecksumStore(location.zarr_store(read_only=False))
+        self._fresh, self._stored = True, set()
         if create_root:  # False on an engine's worker: the client created it, and recreating would clear it
             self._guard("creating the root group", lambda: zarr.create_group(self._store, overwrite=True))
 
@@ -104,13 +116,23 @@ class ArrayWriter:
         """Create array ``path`` of ``shape`` to be filled in row order by :meth:`StreamArray.append`."""
         dtype = np.dtype(dtype)
         rows = chunk_rows_for(shape[0], tuple(shape[1:]), dtype, self.chunk_bytes)
-        array = self._guard(f"creating {path}", lambda: zarr.create_array(
-            self._store, name=path, shape=shape, chunks=(rows, *shape[1:]), dtype=dtype,
-            compressors=None if self.compression == "none" else zarr.codecs.ZstdCodec(level=3),
-            fill_value=0, config={"write_empty_chunks": True},
-            overwrite=True,  # a task retried after its worker died rewrites the arrays it had begun
-        ))
+        options = dict(shape=shape, chunks=(rows, *shape[1:]), dtype=dtype, fill_value=0,
+                       compressors=None if self.compression == "none" else zarr.codecs.ZstdCodec(level=3),
+                       config={"write_empty_chunks": True})
+        array = self._guard(f"creating {path}", lambda: self._create(path, options))
         return StreamArray(self, path, array, tuple(int(s) for s in shape), dtype, rows, check)
+
+    def _create(self, path: str, options: dict[str, Any]) -> Any:
+        """The zarr array ``path``, its metadata stored (see the class docstring)."""
+        if not self._fresh or f"{path}/zarr.json" in self._stored:  # replaced: zarr deletes what is there
+            return zarr.create_array(self._store, name=path, overwrite=True, **options)
+        documents: dict[str, Any] = {}
+        made = zarr.create_array(MemoryStore(documents), name=path, **options)  # the documents, no request
+        for key, document in documents.items():
+            if key != "zarr.json" and key not in self._stored:  # the root group is the location's own
+                sync(self._store.set(key, document))
+                self._stored.add(key)
+        return zarr.Array(zarr.AsyncArray(made.metadata, StorePath(self._store, path), made.async_array.config))
 
     def _write_chunk(self, array: Any, path: str, index: int, start: int, block: np.ndarray) -> str:
         """Store one whole chunk; return its checksum."""
