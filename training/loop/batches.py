@@ -15,6 +15,14 @@ from training.report.timing import Timers
 PREFETCH = 1
 
 
+def short_rank_loader(workers: bool) -> dict[str, Any]:
+    """A loader's options on a rank whose own features exceed its memory (graphstore-train's and a session's):
+    worker processes gather rows as they sample, so no batch waits ahead; else one loader thread and one batch
+    ahead, whose rows the caller bounds (``prefetch_rows``: what the memory limit leaves beside the batch in
+    training)."""
+    return {"prefetch": 0} if workers else {"loader_threads": 1, "prefetch": PREFETCH}
+
+
 def restart_streams(loaders: dict[str, Any], epoch: int, seed: int = 0, rank: int = 0) -> None:
     """Each loader's order and sampling streams as a function of the seed, the epoch and the rank, so a
     resumed run draws what an uninterrupted one would: the seed order from a generator of its own (not

@@ -10,7 +10,7 @@ from typing import Any
 from graphstore.errors import ConfigError, InvalidInputError
 from graphstore.storage.cache import parse_size
 from training.loop import featurecache
-from training.loop.batches import PREFETCH
+from training.loop.batches import short_rank_loader
 
 
 def feature_cache_option(value: Any, where: str) -> int | str | None:
@@ -29,8 +29,8 @@ def feature_cache_option(value: Any, where: str) -> int | str | None:
     return size
 
 
-def short_rank_options(what: str, num_neighbors: Any, options: dict[str, Any], given: dict[str, Any],
-                       features: Any, local_ranks: int) -> dict[str, Any]:
+def short_rank_options(what: str, num_neighbors: Any, options: dict[str, Any], features: Any,
+                       local_ranks: int) -> dict[str, Any]:
     """A loader's options on a rank whose own features exceed its memory (``features.short``), as
     graphstore-train's loaders have them: one loader thread and one batch ahead, whose feature rows wait until
     the memory the limit leaves beside the batch in training holds them (``prefetch_rows``); with worker
@@ -41,12 +41,11 @@ def short_rank_options(what: str, num_neighbors: Any, options: dict[str, Any], g
     shape = f"batch_size={out.get('batch_size', 1)}, num_neighbors={num_neighbors!r}"
     ahead = featurecache.check_room(seeds, fanout_bound(num_neighbors), features.row_bytes, local_ranks, shape,
                                     smaller="batch_size or num_neighbors")
-    if out.get("num_workers"):
-        out.setdefault("prefetch", 0)
+    workers = bool(out.get("num_workers"))
+    for key, value in short_rank_loader(workers).items():  # prefetch and loader_threads come only from the script
+        out.setdefault(key, value)
+    if workers:
         return out
-    if "loader_threads" not in given:
-        out["loader_threads"] = 1
-    out.setdefault("prefetch", PREFETCH)
     waits = out["prefetch"] > 0 or out["loader_threads"] > 1  # a batch ahead, or a second thread: rows can wait
     if waits and not out.get("filter_per_worker"):
         out.setdefault("prefetch_rows", ahead)

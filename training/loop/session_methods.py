@@ -90,7 +90,7 @@ class SessionLoaders:
                 options["loader_threads"] = self.loader_threads
             return make(**options)
         if self.features is not None and self.features.short:  # x beyond memory: batches ahead within the limit
-            options = session_features.short_rank_options(what, num_neighbors, options, kwargs, self.features,
+            options = session_features.short_rank_options(what, num_neighbors, options, self.features,
                                                           self.world.local_world_size)
         if not options["num_workers"]:  # sampler processes build the batches, or this rank's threads
             options.setdefault("loader_threads", threads.loader_threads(self.loader_threads,

@@ -13,7 +13,7 @@ from graphstore.errors import InvalidInputError
 from graphstore.dataset.linksplit import SPLIT_NAMES, LinkSplit
 from sampling.distributed.dist_loader import DistributedLinkNeighborLoader, DistributedNeighborLoader, local_links, local_seeds
 from sampling.graph.edgemask import MessageEdges, dataset_split
-from training.loop.batches import PREFETCH
+from training.loop.batches import PREFETCH, short_rank_loader
 
 if TYPE_CHECKING:
     from graphstore.dataset.opened import Dataset
@@ -79,15 +79,14 @@ def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
     # only where the memory limit leaves room for them beside the batch in training (worker processes: none ahead)
     short = getattr(getattr(trainer, "features", None), "short", False)
     workers = c.loader_workers if split == "train" else 0
-    ahead: dict[str, Any] = dict(prefetch=PREFETCH)
-    if short:  # worker processes gather as they sample: nothing ahead; threads: rows ahead from 0 until counted
-        ahead = dict(prefetch=0) if workers else dict(prefetch=PREFETCH, prefetch_rows=0)
+    ahead: dict[str, Any] = dict(prefetch=PREFETCH, loader_threads=1 if workers else
+                                 loader_threads(c.loader_threads, trainer.world.local_world_size))
+    if short:  # threads: rows ahead from 0 until counted
+        ahead |= short_rank_loader(bool(workers)) | ({} if workers else dict(prefetch_rows=0))
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
                 edge_ids=False,  # no task reads e_id: remote sampling answers leave edge IDs out
                 **ahead, num_workers=workers,
-                loader_threads=1 if short or (c.loader_workers and split == "train") else
-                loader_threads(c.loader_threads, trainer.world.local_world_size),
                 pin_memory=trainer.world.use_cuda,  # pinned in the loader threads: the copy to the GPU is async
                 **({"time_attr": c.time_attr} if c.time_attr else {}))
 
