@@ -218,3 +218,45 @@ def test_a_rank_short_of_memory_hands_freed_memory_back_at_once():
     got = json.loads(subprocess.run([sys.executable, "-c", PROMPT_PROBE], capture_output=True, text=True, env=env,
                                     timeout=120, check=True).stdout)
     assert got["ok"] and got["kept"] > 32 * 2**20 and got["after"] < 8 * 2**20, got
+
+
+ROWS_PROBE = """
+import json, threading
+import numpy as np
+from graphstore import heap
+from graphstore.storage.directrows import _batch_buffer
+ok = heap.return_rows_promptly() and heap.return_rows_promptly()  # once per process; True again
+a = np.ones(64 << 17); del a  # 64 MB freed outside the rows' arena: kept for the next step
+kept = heap.heap_stats().free
+held = []
+
+def loader():  # as a loader thread: a batch's rows, then something of its own
+    with heap.rows_promptly():
+        held.append(np.ones(128 << 17))
+    rows = _batch_buffer(160 << 20, 4096)
+    rows[:] = 1
+    held.append(rows)
+    own = np.ones(96 << 17); del own  # back in the thread's own arena: kept
+
+thread = threading.Thread(target=loader)
+thread.start()
+thread.join()
+after_loader = heap.heap_stats().free
+held.clear()  # the batch's rows freed by the training thread
+print(json.dumps({"ok": ok, "kept": kept, "after_loader": after_loader, "after_rows": heap.heap_stats().free}))
+"""
+
+
+def test_a_rank_short_of_memory_hands_back_the_batch_rows_and_keeps_the_rest():
+    """Features larger than memory under jemalloc: the rows' buffers come from an arena that hands them back
+    when freed (by any thread); what the rest of the rank frees is kept for the next step."""
+    from training.launcher import allocator
+
+    _jemalloc()
+    env = allocator.preload_env({k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MALLOC_CONF")}
+                                | {"PYTHONPATH": str(ROOT)})
+    got = json.loads(subprocess.run([sys.executable, "-c", ROWS_PROBE], capture_output=True, text=True, env=env,
+                                    timeout=120, check=True).stdout)
+    assert got["ok"] and got["kept"] > 32 * 2**20, got
+    assert got["after_loader"] - got["kept"] > 32 * 2**20, got  # the loader's own 96 MB: kept
+    assert got["after_rows"] - got["after_loader"] < 8 * 2**20, got  # 288 MB of rows freed: none kept
