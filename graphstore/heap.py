@@ -14,13 +14,11 @@ choice; ``GRAPHSTORE_MALLOC`` names it:
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import functools
 import logging
 import os
 import sys
-from collections.abc import Iterator
 from typing import NamedTuple
 
 from graphstore.errors import InvalidInputError
@@ -34,7 +32,6 @@ TRIM_THRESHOLD = (1 << 31) - 1  # the heap's free top is kept: trimming is left 
 ARENAS = 1  # every thread allocates from the same heap: what one thread frees, another reuses
 MODES = ("auto", "jemalloc", "glibc", "default")
 _MALLCTL_ARENAS_ALL = 4096  # jemalloc's "every arena" index in mallctl names
-_PROMPT_ARENA: int | None = None  # jemalloc: the arena of batch rows, which hands freed memory back at once
 
 
 class HeapStats(NamedTuple):
@@ -175,56 +172,6 @@ def return_freed_promptly() -> bool:
                     and libc.mallopt(_M_TRIM_THRESHOLD, 64 << 20))
     except AttributeError:  # not glibc
         return False
-
-
-def return_rows_promptly() -> bool:
-    """For a process short of memory (features larger than RAM in a memory-limited rank), under jemalloc:
-    the buffers :func:`rows_promptly` allocates (a batch's feature rows, the largest and most variable thing
-    a rank holds) come from an arena of their own that hands freed memory back at once, while the rest of
-    the heap (a model's activations, sampler outputs) keeps what it frees for the next step as on any rank,
-    instead of every freed page going back and the next step faulting fresh, zeroed pages in (a sixth of
-    a memory-limited rank's time: docs/training.md). False where it cannot (not jemalloc): call
-    :func:`return_freed_promptly` then. Once per process; True again after that."""
-    global _PROMPT_ARENA
-    if _PROMPT_ARENA is not None:
-        return True
-    mallctl = _mallctl()
-    if mallctl is None:
-        return False
-    index, index_size = ctypes.c_uint(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint))
-    if mallctl(b"arenas.create", ctypes.byref(index), ctypes.byref(index_size), None, 0) != 0:  # type: ignore[operator]
-        return False
-    zero, size = ctypes.c_ssize_t(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_ssize_t))
-    keys = [f"arena.{index.value}.{k}_decay_ms".encode() for k in ("dirty", "muzzy")]
-    if not all(mallctl(k, None, None, ctypes.byref(zero), size) == 0 for k in keys):  # type: ignore[operator]
-        return False
-    _PROMPT_ARENA = index.value
-    return True
-
-
-@contextlib.contextmanager
-def rows_promptly() -> Iterator[None]:
-    """Allocations of the calling thread inside the block come from the arena of
-    :func:`return_rows_promptly` (when it was set up; else the block changes nothing), and go back to the
-    system as soon as they are freed, by whichever thread frees them."""
-    mallctl = _mallctl() if _PROMPT_ARENA is not None else None
-    if mallctl is None:
-        yield
-        return
-    size = ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint))
-    new, old, old_size = ctypes.c_uint(_PROMPT_ARENA), ctypes.c_uint(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint))
-    if mallctl(b"thread.arena", ctypes.byref(old), ctypes.byref(old_size), ctypes.byref(new), size) != 0:  # type: ignore[operator]
-        yield
-        return
-    try:
-        yield
-    finally:
-        mallctl(b"thread.arena", None, None, ctypes.byref(old), size)  # type: ignore[operator]
-
-
-def rows_arena() -> int | None:
-    """The arena of :func:`return_rows_promptly`, ``None`` until it is set up."""
-    return _PROMPT_ARENA
 
 
 def _jemalloc_stat(mallctl: object, key: str) -> int | None:

@@ -35,7 +35,6 @@ from numba import njit
 if TYPE_CHECKING:
     import torch
 
-from graphstore import heap
 from graphstore.errors import CorruptDatasetError
 from graphstore.storage.diskrows import GatherCounts, RowReader
 from graphstore.storage import uring
@@ -212,13 +211,10 @@ def _pieces(rows: np.ndarray, parts: int) -> list[int]:
 
 def _batch_buffer(nbytes: int, row_bytes: int) -> np.ndarray:
     """A gather's output bytes: page-aligned when rows are whole blocks, so that reads of rows next to each
-    other go straight into it (:func:`~graphstore.storage.uring.direct_run`); not zeroed. From the heap's
-    arena of batch rows on a rank short of memory (:func:`graphstore.heap.rows_promptly`)."""
+    other go straight into it (:func:`~graphstore.storage.uring.direct_run`); not zeroed."""
     if row_bytes % ALIGN or nbytes == 0:
-        with heap.rows_promptly():
-            return np.empty(nbytes, np.uint8)
-    with heap.rows_promptly():
-        spare = np.empty(nbytes + ALIGN, np.uint8)
+        return np.empty(nbytes, np.uint8)
+    spare = np.empty(nbytes + ALIGN, np.uint8)
     skip = -spare.ctypes.data % ALIGN
     return spare[skip:skip + nbytes]
 

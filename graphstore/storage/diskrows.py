@@ -33,7 +33,6 @@ from numba.extending import intrinsic
 if TYPE_CHECKING:  # imported where rows become tensors: opening a dataset needs no torch
     import torch
 
-from graphstore import heap
 from graphstore.storage.mapped import load_libc
 
 _MADV_RANDOM, _MADV_WILLNEED = 1, 3
@@ -213,8 +212,7 @@ class DiskRows(RowReader):
             hits = int(hit.sum())
             if hits < len(ids):
                 self._prefetch(ids[~hit])
-            with heap.rows_promptly():  # a rank short of memory: the rows' own arena (see graphstore.heap)
-                out = torch.empty((len(ids), *self.shape[1:]), dtype=self._rows_t.dtype)
+            out = torch.empty((len(ids), *self.shape[1:]), dtype=self._rows_t.dtype)
             _copy_rows(self._words, self._cache_words, slots, ids, _word_view(out.numpy()))
         self.counts.add(len(ids), hits, since)
         return out
@@ -224,8 +222,7 @@ class DiskRows(RowReader):
         import torch
 
         self._prefetch(ids)
-        with heap.rows_promptly():
-            return self._rows_t.index_select(0, torch.from_numpy(ids))
+        return self._rows_t.index_select(0, torch.from_numpy(ids))
 
     def _prefetch(self, ids: np.ndarray) -> None:
         """Ask the kernel for the pages of rows ``ids`` at once: sorted, neighbours coalesced."""

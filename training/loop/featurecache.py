@@ -185,9 +185,8 @@ class FeatureReader:
             return None
         reader = cls(readers, sum(r.cache_bytes for r in readers), automatic=size is None,
                      short=own_bytes > AUTO_SHARE * limit, row_bytes=max(_attr_bytes(n) for n in types))
-        if own_bytes > AUTO_SHARE * limit:  # short of memory: a batch's rows go back when freed (jemalloc: only they)
-            if not heap.return_rows_promptly():
-                heap.return_freed_promptly()
+        if own_bytes > AUTO_SHARE * limit:  # short of memory: what a batch frees goes back, not kept for the next
+            heap.return_freed_promptly()
         if size is None:
             logger.warning("features: this rank's own x (%.2f GB) exceeds half of its memory (%.2f GB): reading it "
                            "from disk by parallel reads; --feature-cache SIZE also keeps the hottest rows in RAM",
