@@ -63,14 +63,13 @@ class ArrayWriter:
 
     An ingest's writers write into a location its root group has just cleared, where every array path is
     new, or was begun by an earlier try of the same task (the same shape, every chunk rewritten): they
-    store an array's metadata and its parent groups' as their documents (one request each, the parents
-    once per writer) instead of zarr's checks for what is there and a delete of the path (20 requests an
-    array on S3, against 2). A writer into an existing dataset (:mod:`graphstore.outputs.writer`) is not
+    store an array's metadata and its parent groups' as their documents (one write each, the parents
+    once per writer) instead of zarr's reads of what is there and a delete of the path (on object storage,
+    each a request or more). A writer into an existing dataset (:mod:`graphstore.outputs.writer`) is not
     ``fresh``: zarr's checks and delete stay.
     """
 
     _fresh = False  # see the class docstring; a subclass that skips __init__ keeps zarr's checks
-    _stored: set[str] = frozenset()  # type: ignore[assignment]  # metadata documents this writer stored
 
     def __init__(self, location: Location, compression: str = "none", chunk_bytes: int = 32 << 20,
                  create_root: bool = True) -> None:
@@ -84,7 +83,7 @@ class ArrayWriter:
         self.bytes_written = 0
         self.read_back = 0  # chunks whose checksum had to be read back from storage (normally none)
         self._store = ChecksumStore(location.zarr_store(read_only=False))
-        self._fresh, self._stored = True, set()
+        self._fresh, self._stored = True, set[str]()  # _stored: the metadata documents this writer stored
         if create_root:  # False on an engine's worker: the client created it, and recreating would clear it
             self._guard("creating the root group", lambda: zarr.create_group(self._store, overwrite=True))
 

@@ -81,8 +81,10 @@ def _loader_options(trainer: TaskHost, split: str) -> dict[str, Any]:
     workers = c.loader_workers if split == "train" else 0
     ahead: dict[str, Any] = dict(prefetch=PREFETCH, loader_threads=1 if workers else
                                  loader_threads(c.loader_threads, trainer.world.local_world_size))
-    if short:  # threads: rows ahead from 0 until counted
-        ahead |= short_rank_loader(bool(workers)) | ({} if workers else dict(prefetch_rows=0))
+    if short:
+        ahead |= short_rank_loader(bool(workers))
+        if not workers:
+            ahead["prefetch_rows"] = 0  # until the trainer has counted the room (check_room)
     return dict(layout=trainer.layout, stats=trainer.stats, batch_size=c.batch_size, shuffle=split == "train",
                 seed=c.seed * 7919 + trainer.world.rank, cache_rows=c.cache_rows, filter_per_worker=False,
                 edge_ids=False,  # no task reads e_id: remote sampling answers leave edge IDs out
