@@ -1,10 +1,13 @@
-"""Per-step forward+backward time of the built-in models with and without trim_to_layer, on one process.
+"""Per-step forward+backward time of the built-in models: untrimmed, trimmed by PyG's trim_to_layer, and in
+blocks (graphstore's: each layer computes only the rows the next one reads), on one process.
 
-    .venv/bin/python tools/bench_trim.py                      # 20k-node synthetic graph, [15,10,5], batch 512
-    .venv/bin/python tools/bench_trim.py --nodes 5000 --steps 5
+    .venv/bin/python tools/bench_trim.py          # 20k-node skewed synthetic graph, batch 512, two shapes
+    .venv/bin/python tools/bench_trim.py --nodes 5000 --steps 5 --shapes 64:15,10,5
 
-Batches come from ``sampling.NeighborLoader`` over an in-memory graph and are drawn once; each model
-then runs the same batches untrimmed and trimmed, alternating, and the median step time is printed.
+Shapes are ``FEATURES:FANOUT`` (default ``64:15,10,5`` and ``1024:10,5``: narrow rows and deep hops, wide
+rows and two hops). Batches come from ``sampling.NeighborLoader`` over an in-memory graph and are drawn
+once per shape; each model then runs the same batches in the three ways, alternating, and the median
+step time is printed with each way's speed-up over the untrimmed model.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import platform
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -25,6 +29,8 @@ from torch_geometric.data import Data
 from graphstore.ingest.synthetic import parse_synthetic_spec
 from graphstore.ingest.synthetic_chunks import synthetic_graph
 from sampling import NeighborLoader
+from torch_geometric.nn.models.basic_gnn import BasicGNN
+
 from training.loop.tasks import TRIMMED_MODELS, build_model, trim_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,9 +47,14 @@ def graph(nodes: int, features: int) -> Data:
                 edge_index=torch.stack([torch.from_numpy(g.edges[None].src), torch.from_numpy(g.edges[None].dst)]))
 
 
-def step_seconds(model: torch.nn.Module, batch: Data, trim: dict) -> float:
+WAYS = ("untrimmed", "trimmed", "blocks")
+
+
+def step_seconds(model: torch.nn.Module, batch: Data, name: str, way: str) -> float:
+    trim = trim_arguments(name, batch) if way != "untrimmed" else {}
+    forward = model if way == "blocks" else partial(BasicGNN.forward, model)  # PyG's own forward
     start = time.perf_counter()
-    out = model(batch.x, batch.edge_index, **trim)[: batch.batch_size]
+    out = forward(batch.x, batch.edge_index, **trim)[: batch.batch_size]
     F.cross_entropy(out, batch.y[: batch.batch_size]).backward()
     return time.perf_counter() - start
 
@@ -54,36 +65,59 @@ def main() -> None:
     ap.add_argument("--steps", type=toolargs.count, default=8)
     ap.add_argument("--batch-size", type=toolargs.count, default=512)
     ap.add_argument("--hidden", type=toolargs.count, default=128)
+    ap.add_argument("--shapes", default="64:15,10,5;1024:10,5",
+                    help="FEATURES:FANOUT shapes, separated by ';' (default: 64:15,10,5;1024:10,5)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     benchinfo.add_seed_argument(ap)
     benchinfo.add_record_arguments(ap)
     args = ap.parse_args()
+    shapes = _shapes(ap, args.shapes)
     result = benchinfo.start(args, args.json)
-    torch.manual_seed(args.seed)  # fresh batches (shuffle, neighbours) and weights per run unless --seed
-    data = graph(args.nodes, 64)
-    loader = NeighborLoader(data, [15, 10, 5], batch_size=args.batch_size, shuffle=True, seed=args.seed)
-    batches = [b for _, b in zip(range(args.steps), loader)]
     rows = []
     header = (f"# {platform.node()}, {os.cpu_count()} cores, torch {torch.__version__}, "
-              f"{torch.get_num_threads()} threads; {args.nodes} nodes, fanout [15,10,5], batch {args.batch_size}, "
+              f"{torch.get_num_threads()} threads; {args.nodes} nodes, batch {args.batch_size}, "
               f"hidden {args.hidden}, {args.steps} steps")
     if not args.json:
-        print(header + "\n| model | untrimmed ms/step | trimmed ms/step | speed-up |\n|---|---|---|---|")
-    for name in TRIMMED_MODELS:
-        model = build_model(name, 64, args.hidden, 8, 3, 0.0)
-        times: dict[bool, list[float]] = {False: [], True: []}
-        step_seconds(model, batches[0], {})  # warm-up
-        for batch in batches:
-            for trimmed in (False, True):
-                times[trimmed].append(step_seconds(model, batch, trim_arguments(name, batch) if trimmed else {}))
-        full, trim = statistics.median(times[False]), statistics.median(times[True])
-        rows.append({"model": name, "untrimmed_ms": round(1e3 * full, 2), "trimmed_ms": round(1e3 * trim, 2)})
-        if not args.json:
-            print(f"| {name} | {1e3 * full:.1f} | {1e3 * trim:.1f} | {full / trim:.2f}x |", flush=True)
+        print(header + "\n| features | fanout | model | untrimmed ms/step | trimmed ms/step | blocks ms/step "
+              "| trimmed speed-up | blocks speed-up |\n|---|---|---|---|---|---|---|---|")
+    for features, fanout in shapes:
+        torch.manual_seed(args.seed)  # fresh batches (shuffle, neighbours) and weights per run unless --seed
+        data = graph(args.nodes, features)
+        loader = NeighborLoader(data, fanout, batch_size=args.batch_size, shuffle=True, seed=args.seed)
+        batches = [b for _, b in zip(range(args.steps), loader)]
+        for name in TRIMMED_MODELS:
+            model = build_model(name, features, args.hidden, 8, len(fanout), 0.0)
+            times: dict[str, list[float]] = {way: [] for way in WAYS}
+            for way in WAYS:
+                step_seconds(model, batches[0], name, way)  # warm-up
+            for i, batch in enumerate(batches):
+                for way in WAYS[i % 3:] + WAYS[: i % 3]:  # each way first as often as the others
+                    times[way].append(step_seconds(model, batch, name, way))
+            ms = {way: 1e3 * statistics.median(times[way]) for way in WAYS}
+            rows.append({"features": features, "fanout": fanout, "model": name,
+                         **{f"{way}_ms": round(ms[way], 2) for way in WAYS}})
+            if not args.json:
+                print(f"| {features} | {','.join(map(str, fanout))} | {name} | {ms['untrimmed']:.1f} | "
+                      f"{ms['trimmed']:.1f} | {ms['blocks']:.1f} | {ms['untrimmed'] / ms['trimmed']:.2f}x | "
+                      f"{ms['untrimmed'] / ms['blocks']:.2f}x |", flush=True)
     if args.json:
         print(json.dumps({**result, "setup": header[2:], "rows": rows}, indent=1))
     benchinfo.record("bench_trim", args, {**result, "setup": header[2:], "rows": rows},
-                     {"nodes": args.nodes, "batch_size": args.batch_size, "hidden": args.hidden})
+                     {"nodes": args.nodes, "batch_size": args.batch_size, "hidden": args.hidden,
+                      "shapes": args.shapes})
+
+
+def _shapes(ap: argparse.ArgumentParser, text: str) -> list[tuple[int, list[int]]]:
+    out = []
+    for part in filter(None, text.split(";")):
+        features, _, fanout = part.partition(":")
+        try:
+            out.append((toolargs.count(features), [int(h) for h in toolargs.fanout(fanout).split(",")]))
+        except (ValueError, argparse.ArgumentTypeError):
+            ap.error(f"--shapes: {part!r} is not FEATURES:FANOUT (for example 64:15,10,5)")
+    if not out:
+        ap.error("--shapes: give at least one FEATURES:FANOUT (for example 64:15,10,5)")
+    return out
 
 
 if __name__ == "__main__":

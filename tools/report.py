@@ -51,7 +51,7 @@ TITLES = {"bench_sampler": "Sampling throughput", "bench_variants": "Sampling va
           "bench_unmapped": "What unmapping a rank's dataset pages would cost the sampler",
           "bench_ingest": "Ingest: local and Dask engines",
           "graphstore_ingest": "Ingest of a products-shaped graph", "bench_partition": "METIS balance",
-          "bench_verify": "What checking costs", "bench_trim": "Trimming layers with trim_to_layer",
+          "bench_verify": "What checking costs", "bench_trim": "Trimming layers: trim_to_layer and blocks",
           "bench_launch": "Starting ranks: forked from one server or fresh interpreters",
           "graphstore_warmup": "Compiling the kernels ahead of time"}
 # Columns shown for row tables whose rows nest more than fits a page (dotted paths; the record keeps the rest).

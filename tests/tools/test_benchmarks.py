@@ -234,9 +234,11 @@ def test_bench_partition_reports_every_constraint_before_and_after(tmp_path):
 
 @pytest.mark.slow
 def test_bench_trim_times_every_trimmed_model(tmp_path):
-    out = _run("bench_trim", tmp_path, "--nodes", "2000", "--steps", "2", "--batch-size", "64", "--hidden", "16")
-    assert [r["model"] for r in out["rows"]] == ["sage", "gat", "gin"]
-    assert all(r["untrimmed_ms"] > 0 and r["trimmed_ms"] > 0 for r in out["rows"])
+    out = _run("bench_trim", tmp_path, "--nodes", "2000", "--steps", "2", "--batch-size", "64", "--hidden", "16",
+               "--shapes", "8:4,3;16:5")
+    assert [(r["features"], r["fanout"], r["model"]) for r in out["rows"]] == [
+        (f, fanout, m) for f, fanout in ((8, [4, 3]), (16, [5])) for m in ("sage", "gat", "gin")]
+    assert all(r["untrimmed_ms"] > 0 and r["trimmed_ms"] > 0 and r["blocks_ms"] > 0 for r in out["rows"])
 
 
 @pytest.mark.slow

@@ -29,6 +29,7 @@ TOOL_CASES = [
     ("bench_ingest", ["--memory-limit", "lots"], "--memory-limit: 'lots' is not a size"),
     ("bench_partition", ["--parts", "two"], "argument --parts: 'two' is not an integer"),
     ("bench_trim", ["--steps", "-1"], "argument --steps: -1 is out of range"),
+    ("bench_trim", ["--shapes", "64"], "--shapes: '64' is not FEATURES:FANOUT"),
     ("bench_variants", ["--batches", "x"], "argument --batches: 'x' is not an integer"),
     ("demo", ["--nproc", "0"], "argument --nproc: 0 is out of range"),
     ("kernel_cache", ["{t}/missing"], "{t}/missing: no such checkout"),

@@ -57,3 +57,65 @@ def test_gcn_and_unsampled_batches_are_not_trimmed():
     naive = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
                   num_sampled_edges_per_hop=batch.num_sampled_edges)[: batch.batch_size]
     assert not torch.allclose(full, naive, atol=1e-4)  # why GCN is left out
+
+
+def _rows_per_layer(model, batch, trim):
+    rows = []
+    hooks = [conv.register_forward_hook(lambda _m, _i, out: rows.append(out.size(0))) for conv in model.convs]
+    try:
+        out = model(batch.x, batch.edge_index, **trim)
+    finally:
+        for h in hooks:
+            h.remove()
+    return out, rows
+
+
+@pytest.mark.parametrize("name", ["sage", "gin"])  # GAT transforms every source row anyway, and keeps the first
+def test_each_layer_computes_only_the_rows_the_next_layer_reads(name):
+    batch = _batch()
+    model = build_model(name, 8, 16, 3, 3, 0.0).eval()
+    nodes = batch.num_sampled_nodes
+    out, rows = _rows_per_layer(model, batch, trim_arguments(name, batch))
+    # layer i of 3 writes the nodes of hops 0..2-i: PyG's trim_to_layer writes one hop more in each layer
+    assert rows == [sum(nodes[:3]), sum(nodes[:2]), nodes[0]]
+    assert out.size(0) == batch.batch_size
+
+
+@pytest.mark.parametrize("name", TRIMMED_MODELS)
+def test_sage_and_gin_aggregate_by_a_sparse_product_on_cpu(name):
+    batch = _batch()
+    model = build_model(name, 8, 16, 3, 3, 0.0).eval()
+    calls = []
+    for conv in model.convs:
+        conv.message = lambda *a, _m=conv.message, **k: calls.append(1) or _m(*a, **k)
+    out = model(batch.x, batch.edge_index, **trim_arguments(name, batch))
+    assert len(calls) == (3 if name == "gat" else 0)  # no per-edge message: no edges-by-features tensor
+    assert out.size(0) == batch.batch_size
+    calls.clear()
+    full = model(batch.x, batch.edge_index)  # untrimmed: PyG's own forward, one message per layer
+    assert len(calls) == 3
+    torch.testing.assert_close(out, full[: batch.batch_size], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", TRIMMED_MODELS)
+def test_edges_out_of_destination_order_give_the_same_outputs(name):
+    torch.manual_seed(2)
+    batch = _batch(seed=2)
+    model = build_model(name, 8, 16, 3, 3, 0.0).eval()
+    trim = trim_arguments(name, batch)
+    ordered = model(batch.x, batch.edge_index, **trim)
+    bounds = [0, *torch.tensor(trim["num_sampled_edges_per_hop"]).cumsum(0).tolist()]
+    order = torch.cat([lo + torch.randperm(hi - lo) for lo, hi in zip(bounds, bounds[1:])])  # shuffled in each hop
+    edge_index = batch.edge_index[:, order]
+    assert not bool((edge_index[1][1:] >= edge_index[1][:-1]).all())
+    shuffled = model(batch.x, edge_index, **trim)
+    torch.testing.assert_close(shuffled, ordered, rtol=1e-5, atol=1e-5)
+
+
+def test_the_built_in_models_keep_pygs_parameters():
+    from torch_geometric.nn.models import GAT, GIN, GraphSAGE
+
+    for name, cls in (("sage", GraphSAGE), ("gin", GIN), ("gat", GAT)):
+        ours = build_model(name, 8, 16, 3, 2, 0.0)
+        assert isinstance(ours, cls)
+        assert ours.state_dict().keys() == cls(8, 16, num_layers=2, out_channels=3).state_dict().keys()

@@ -48,9 +48,11 @@ def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, 
         from training.loop.usercode import build_model as build_yours
 
         return build_yours(name, in_dim, out_dim, config)
-    from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
+    from torch_geometric.nn.models import GCN
 
-    cls = {"sage": GraphSAGE, "gcn": GCN, "gat": GAT, "gin": GIN}[name]
+    from training.loop.blocks import MODELS
+
+    cls = {"gcn": GCN, **MODELS}[name]  # SAGE, GAT and GIN run layer by layer over the nodes the next layer reads
     return cls(in_dim, hidden, num_layers=layers, out_channels=out_dim, dropout=dropout)
 
 

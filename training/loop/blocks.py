@@ -1,0 +1,125 @@
+"""Built-in models that run each layer over the block of nodes the next layer reads.
+
+A sampled batch lists its nodes hop by hop (the seeds first) and its edges hop by hop, each edge pointing
+at a node of the hop before. Layer ``i`` of ``L`` needs outputs only for the nodes of the first ``L - i``
+hops: they are a prefix of the batch's nodes, their incoming edges a prefix of its edges, and those edges'
+sources the nodes of one hop more. PyG's ``trim_to_layer`` drops the outer hops layer by layer, but each
+layer still computes an output row, with its dense transforms, for every node it keeps; the outermost
+kept hop's rows are thrown away by the next layer. On a batch of fanout 10,5 that is five rows in six of
+the first layer. Here each layer computes only its destination rows, as a bipartite block.
+
+On CPU, GraphSAGE and GIN layers also aggregate by a sparse-dense product over the block's adjacency in
+CSR form (``torch.sparse.mm``), instead of PyG's gather of one feature row per edge and scatter: the
+first layer of a batch with wide features no longer allocates an edges-by-features tensor.
+
+The seeds' outputs and every gradient are those of the untrimmed model (``tests/training/test_trim.py``);
+only the dropout masks fall on fewer rows.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.nn.conv import GINConv, SAGEConv
+from torch_geometric.nn.models import GAT, GIN, GraphSAGE
+
+# layers whose aggregation is a plain mean or sum over the neighbours' rows, so a sparse product computes it
+_SPARSE_AGGREGATIONS = {SAGEConv: ("mean", "sum", "add"), GINConv: ("sum", "add")}
+
+
+class _Blocks:
+    """``forward`` of a built-in :class:`~torch_geometric.nn.models.BasicGNN` that, given the batch's
+    per-hop counts, runs layer by layer over bipartite blocks (see the module's docstring). Without the
+    counts, or with inputs the blocks do not cover (edge weights or attributes, jumping knowledge, a
+    normalisation that reads ``batch``), it is PyG's own ``forward``."""
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None,
+                edge_attr: Tensor | None = None, batch: Tensor | None = None, batch_size: int | None = None,
+                num_sampled_nodes_per_hop: list[int] | None = None,
+                num_sampled_edges_per_hop: list[int] | None = None) -> Tensor:
+        plain = (num_sampled_nodes_per_hop is None or num_sampled_edges_per_hop is None
+                 or edge_weight is not None or edge_attr is not None or self.jk_mode is not None
+                 or self.supports_norm_batch or not isinstance(edge_index, Tensor) or edge_index.is_sparse
+                 or len(num_sampled_nodes_per_hop) != self.num_layers + 1
+                 or len(num_sampled_edges_per_hop) != self.num_layers)
+        if plain:
+            return super().forward(x, edge_index, edge_weight, edge_attr, batch, batch_size,  # type: ignore[misc]
+                                   num_sampled_nodes_per_hop, num_sampled_edges_per_hop)
+        layers = self.num_layers
+        nodes = _prefix_sums(num_sampled_nodes_per_hop)  # nodes[h]: the nodes of hops 0..h-1
+        edges = _prefix_sums(num_sampled_edges_per_hop)
+        csr = _Adjacency(edge_index, nodes[layers], x.dtype) if x.device.type == "cpu" else None
+        for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
+            dst, src, n_edges = nodes[layers - i], nodes[layers - i + 1], edges[layers - i]
+            x = x[:src]
+            if csr is not None and _sparse_ok(conv):
+                x = conv((x, x[:dst]), csr.block(dst, src))
+            elif isinstance(conv, (SAGEConv, GINConv)):
+                x = conv((x, x[:dst]), edge_index[:, :n_edges], size=(src, dst))
+            else:  # GAT: one transform of every source row serves the destinations too; keep their rows only
+                x = conv(x, edge_index[:, :n_edges])[:dst]
+            if i < layers - 1:
+                if self.act is not None and self.act_first:
+                    x = self.act(x)
+                x = norm(x)
+                if self.act is not None and not self.act_first:
+                    x = self.act(x)
+                x = self.dropout(x)
+        return self.lin(x) if hasattr(self, "lin") else x
+
+
+def _prefix_sums(counts: list[int]) -> list[int]:
+    out = [0]
+    for c in counts:
+        out.append(out[-1] + int(c))
+    return out
+
+
+def _sparse_ok(conv: Any) -> bool:
+    """Whether ``conv`` computes the same by a sparse product: PyG's own SAGE and GIN layers (not a subclass,
+    whose ``message`` may differ) aggregating by a mean or a sum, outside PyG's explain mode."""
+    aggregations = _SPARSE_AGGREGATIONS.get(type(conv))
+    return (aggregations is not None and isinstance(conv.aggr, str) and conv.aggr in aggregations
+            and getattr(conv, "fuse", False) and not getattr(conv, "explain", False)
+            and getattr(conv, "decomposed_layers", 1) == 1)
+
+
+class _Adjacency:
+    """A batch's edges as CSR rows of destinations (the batch's ``[2, E]`` ``edge_index``, source row first),
+    built once; :meth:`block` is the ``dst x src`` adjacency of a layer as views of it."""
+
+    def __init__(self, edge_index: Tensor, rows: int, dtype: torch.dtype) -> None:
+        src, dst = edge_index[0], edge_index[1]
+        if dst.numel() > 1 and not bool((dst[1:] >= dst[:-1]).all()):  # samplers list edges by destination
+            order = torch.argsort(dst, stable=True)
+            src, dst = src[order], dst[order]
+        self.ptr = torch._convert_indices_from_coo_to_csr(dst, rows, out_int32=False)
+        self.src, self.dtype = src, dtype
+        self.ones: Tensor | None = None
+
+    def block(self, dst: int, src: int) -> Tensor:
+        ptr = self.ptr[: dst + 1]
+        n = int(ptr[-1])
+        if self.ones is None:
+            self.ones = torch.ones(self.src.numel(), dtype=self.dtype)
+        with warnings.catch_warnings():  # torch warns once per process that sparse CSR is a beta feature
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(ptr, self.src[:n], self.ones[:n], (dst, src), check_invariants=False)
+
+
+class SAGEBlocks(_Blocks, GraphSAGE):
+    """PyG's :class:`~torch_geometric.nn.models.GraphSAGE` (same parameters and state), run in blocks."""
+
+
+class GINBlocks(_Blocks, GIN):
+    """PyG's :class:`~torch_geometric.nn.models.GIN` (same parameters and state), run in blocks."""
+
+
+class GATBlocks(_Blocks, GAT):
+    """PyG's :class:`~torch_geometric.nn.models.GAT` (same parameters and state), run in blocks."""
+
+
+MODELS = {"sage": SAGEBlocks, "gin": GINBlocks, "gat": GATBlocks}
