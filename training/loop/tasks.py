@@ -50,7 +50,7 @@ def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, 
         return build_yours(name, in_dim, out_dim, config)
     from torch_geometric.nn.models import GCN
 
-    from training.loop.blocks import MODELS
+    from training.loop.models import MODELS
 
     cls = {"gcn": GCN, **MODELS}[name]  # SAGE, GAT and GIN run layer by layer over the nodes the next layer reads
     return cls(in_dim, hidden, num_layers=layers, out_channels=out_dim, dropout=dropout)

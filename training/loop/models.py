@@ -1,4 +1,13 @@
-"""Built-in models that run each layer over the block of nodes the next layer reads.
+"""GraphSAGE, GIN and GAT as PyG builds them, run layer by layer over the nodes the next layer reads.
+
+``graphstore-train``'s built-in models, and drop-ins for PyG's in a loop of your own: same constructor,
+parameters and ``state_dict``; give ``forward`` the batch's per-hop counts to run in blocks::
+
+    from training.loop.models import GraphSAGE
+
+    model = GraphSAGE(in_channels, 128, num_layers=2, out_channels=classes)
+    out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                num_sampled_edges_per_hop=batch.num_sampled_edges)[: batch.batch_size]
 
 A sampled batch lists its nodes hop by hop (the seeds first) and its edges hop by hop, each edge pointing
 at a node of the hop before. Layer ``i`` of ``L`` needs outputs only for the nodes of the first ``L - i``
@@ -23,8 +32,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch_geometric.nn import models as pyg
 from torch_geometric.nn.conv import GINConv, SAGEConv
-from torch_geometric.nn.models import GAT, GIN, GraphSAGE
 
 # layers whose aggregation is a plain mean or sum over the neighbours' rows, so a sparse product computes it
 _SPARSE_AGGREGATIONS = {SAGEConv: ("mean", "sum", "add"), GINConv: ("sum", "add")}
@@ -40,7 +49,8 @@ class _Blocks:
                 edge_attr: Tensor | None = None, batch: Tensor | None = None, batch_size: int | None = None,
                 num_sampled_nodes_per_hop: list[int] | None = None,
                 num_sampled_edges_per_hop: list[int] | None = None) -> Tensor:
-        plain = (num_sampled_nodes_per_hop is None or num_sampled_edges_per_hop is None
+        plain = (not isinstance(num_sampled_nodes_per_hop, (list, tuple))
+                 or not isinstance(num_sampled_edges_per_hop, (list, tuple))
                  or edge_weight is not None or edge_attr is not None or self.jk_mode is not None
                  or self.supports_norm_batch or not isinstance(edge_index, Tensor) or edge_index.is_sparse
                  or len(num_sampled_nodes_per_hop) != self.num_layers + 1
@@ -110,16 +120,16 @@ class _Adjacency:
             return torch.sparse_csr_tensor(ptr, self.src[:n], self.ones[:n], (dst, src), check_invariants=False)
 
 
-class SAGEBlocks(_Blocks, GraphSAGE):
+class GraphSAGE(_Blocks, pyg.GraphSAGE):
     """PyG's :class:`~torch_geometric.nn.models.GraphSAGE` (same parameters and state), run in blocks."""
 
 
-class GINBlocks(_Blocks, GIN):
+class GIN(_Blocks, pyg.GIN):
     """PyG's :class:`~torch_geometric.nn.models.GIN` (same parameters and state), run in blocks."""
 
 
-class GATBlocks(_Blocks, GAT):
+class GAT(_Blocks, pyg.GAT):
     """PyG's :class:`~torch_geometric.nn.models.GAT` (same parameters and state), run in blocks."""
 
 
-MODELS = {"sage": SAGEBlocks, "gin": GINBlocks, "gat": GATBlocks}
+MODELS = {"sage": GraphSAGE, "gin": GIN, "gat": GAT}  # graphstore-train's --model names
