@@ -48,6 +48,7 @@ def graph(nodes: int, features: int) -> Data:
 
 
 WAYS = ("untrimmed", "trimmed", "blocks")
+SHAPES = "64:15,10,5;1024:10,5"  # narrow rows and deep hops, wide rows and two hops
 
 
 def step_seconds(model: torch.nn.Module, batch: Data, name: str, way: str) -> float:
@@ -65,8 +66,7 @@ def main() -> None:
     ap.add_argument("--steps", type=toolargs.count, default=8)
     ap.add_argument("--batch-size", type=toolargs.count, default=512)
     ap.add_argument("--hidden", type=toolargs.count, default=128)
-    ap.add_argument("--shapes", default="64:15,10,5;1024:10,5",
-                    help="FEATURES:FANOUT shapes, separated by ';' (default: 64:15,10,5;1024:10,5)")
+    ap.add_argument("--shapes", default=SHAPES, help=f"FEATURES:FANOUT shapes, separated by ';' (default: {SHAPES})")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     benchinfo.add_seed_argument(ap)
     benchinfo.add_record_arguments(ap)
@@ -104,7 +104,7 @@ def main() -> None:
         print(json.dumps({**result, "setup": header[2:], "rows": rows}, indent=1))
     benchinfo.record("bench_trim", args, {**result, "setup": header[2:], "rows": rows},
                      {"nodes": args.nodes, "batch_size": args.batch_size, "hidden": args.hidden,
-                      "shapes": args.shapes})
+                      **({"shapes": args.shapes} if args.shapes != SHAPES else {})})
 
 
 def _shapes(ap: argparse.ArgumentParser, text: str) -> list[tuple[int, list[int]]]:
