@@ -93,7 +93,8 @@ def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk
     with memcgroup.MemoryCgroup(1_100_000_000) as group:
         done = subprocess.run(train_cmd(data, *FLAGS, "--metrics-out", tmp_path / "limited.json"), env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=600, preexec_fn=group.join)
-        # batches of up to 905,216 rows (3.7 GB) cannot fit: refused before training, in one line, not killed
+        # batches of up to 499,712 rows (2.9 GB with the model's share; GraphSAGE in blocks: a row per node and one
+        # per aggregate) cannot fit: refused before training, in one line, not killed
         wide = subprocess.run(train_cmd(data, "--nproc", 1, "--epochs", 1, "--fanout", "10,10", "--batch-size", 4096),
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, preexec_fn=group.join)
         kills = group.oom_kills()
@@ -101,7 +102,7 @@ def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk
     assert wide.returncode == 2 and "epoch 1/1" not in wide.stdout, wide.stderr
     refusal = [line for line in wide.stderr.splitlines() if "needs about" in line]
     assert len(refusal) == 1 and refusal[0].startswith("graphstore-train: error: rank 0: memory: "), wide.stderr
-    assert "--batch-size 4096 --fanout 10,10: up to 905,216 feature rows of 4,096 bytes" in refusal[0]
+    assert "--batch-size 4096 --fanout 10,10: up to 499,712 feature rows of 4,096 bytes" in refusal[0]
     assert "exceeds half of its memory" in done.stderr
     a, b = _epoch(tmp_path / "free.json"), _epoch(tmp_path / "limited.json")
     assert (a["loss"], a["train_acc"], a["val_acc"]) == (b["loss"], b["train_acc"], b["val_acc"])
@@ -114,6 +115,33 @@ def test_a_batch_holds_a_row_per_sampled_node_and_edge_at_most():
     assert batch_rows_bound(1, (2,)) == 1 + 2 + 2  # the seed, its two neighbours, the two edges
     assert batch_rows_bound(1024, (10, 5)) == 1024 * (1 + 10 + 50) + 1024 * (10 + 50)
     assert batch_rows_bound(8, (10, -1)) is None  # every neighbour: no bound
+    # a model in blocks (sparse aggregation): the first layer's aggregate per destination, every hop but the last
+    assert batch_rows_bound(1024, (10, 5), edge_rows=False) == 1024 * (1 + 10 + 50) + 1024 * (1 + 10)
+
+
+def test_a_1gb_limit_refuses_pygs_gather_but_fits_the_block_models(monkeypatch):
+    """The job of issue 47 (batch 1024, fanout 10,5, rows of 4 KiB, 0.4 GB in use) in a 1.0 GB limit: refused
+    with a model that gathers a row per edge, trained with the built-in GraphSAGE or GIN on CPU; which one the
+    trainer counts follows the task and the model."""
+    from types import SimpleNamespace
+
+    from training.loop import featurecache as fc
+    from training.loop.tasks import LinkTask, NodeTask
+
+    monkeypatch.setattr(fc, "cgroup_memory", lambda: (1_000_000_000, 400_000_000))
+    with pytest.raises(Exception, match="needs about 1.11 GB.*a row per sampled node and edge"):
+        fc.check_room(1024, (10, 5), 4096, 1, "flags")
+    ahead = fc.check_room(1024, (10, 5), 4096, 1, "flags", edge_rows=False)
+    assert ahead == (1_000_000_000 - 400_000_000 - int(73_728 * 4096 * fc.PEAK_SHARE)) // 4096 > 0
+
+    def task(model, hetero=False, cuda=False):
+        t = NodeTask.__new__(NodeTask)
+        t.t, t.hetero = SimpleNamespace(config=SimpleNamespace(model=model), world=SimpleNamespace(use_cuda=cuda)), hetero
+        return t.edge_rows
+
+    assert (task("sage"), task("gin")) == (False, False)
+    assert task("gat") and task("gcn") and task("mine:build") and task("sage", hetero=True) and task("sage", cuda=True)
+    assert LinkTask.edge_rows
 
 
 

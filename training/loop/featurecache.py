@@ -69,32 +69,36 @@ def cgroup_memory() -> tuple[int, int] | None:
     return None
 
 
-def batch_rows_bound(seeds: int, fanout: tuple[int, ...]) -> int | None:
+def batch_rows_bound(seeds: int, fanout: tuple[int, ...], edge_rows: bool = True) -> int | None:
     """The most feature rows one batch holds at its peak (``None`` when a hop takes every neighbour): a row
-    per sampled node (the ``seeds``, then each hop's draws) and one per sampled edge, which message passing
-    gathers from the edge's source before it aggregates."""
+    per sampled node (the ``seeds``, then each hop's draws) and, with ``edge_rows``, one per sampled edge,
+    which PyG's message passing gathers from the edge's source before it aggregates; without (a model that
+    aggregates by a sparse product, :mod:`training.loop.models`), a row per node of the first layer's
+    destinations (every hop but the last), its aggregate."""
     if any(k < 0 for k in fanout):
         return None
     nodes, frontier = seeds, seeds
     for k in fanout:
         frontier *= k
         nodes += frontier
+    if not edge_rows:
+        return nodes + (nodes - frontier)
     return nodes + (nodes - seeds)  # a tree: an edge per node below the seeds
 
 
 def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks: int, flags: str,
-               smaller: str = "--batch-size or --fanout") -> int:
+               smaller: str = "--batch-size or --fanout", edge_rows: bool = True) -> int:
     """Refuse, in one line naming the memory it needs, a job whose memory cgroup cannot hold what it holds
     now and the batches its ranks build (:func:`batch_rows_bound` rows each, ``PEAK_SHARE`` more for the
     model's own tensors and the allocator): the OOM killer would end it mid-epoch. Nothing is refused without
     a cgroup limit or with a fanout of -1 (no bound). ``flags`` names the batch's shape, ``smaller`` what
-    to make smaller.
+    to make smaller, ``edge_rows`` whether the model gathers a feature row per edge (:func:`batch_rows_bound`).
 
     Returns the feature rows each rank may gather ahead of its training step (its loaders'
     ``prefetch_rows``): what the limit leaves beside that (without a cgroup limit: the host's available
     memory beside the batches); 0 with a fanout of -1."""
     group = cgroup_memory()
-    rows = batch_rows_bound(seeds, fanout)
+    rows = batch_rows_bound(seeds, fanout, edge_rows)
     if rows is None:
         return 0
     ranks = max(local_ranks, 1)
@@ -117,7 +121,8 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
             f"memory: this job needs about {(in_use + batch) / 1e9:.2f} GB and its memory limit (cgroup) is "
             f"{limit / 1e9:.2f} GB: {in_use / 1e9:.2f} GB in use before training and {batch / 1e9:.2f} GB for the "
             f"batches of {ranks} rank(s) ({flags}: up to {rows:,} feature rows of {row_bytes:,} bytes "
-            f"each, a row per sampled node and edge); give it more memory, or a smaller {smaller}")
+            f"each, a row per sampled node{' and edge' if edge_rows else ' and per aggregate'}); give it more "
+            f"memory, or a smaller {smaller}")
     return ahead
 
 

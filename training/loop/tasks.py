@@ -39,6 +39,7 @@ class TaskHost(Protocol):
 # models whose layers are trimmed to the nodes and edges the next layer still uses (PyG's trim_to_layer);
 # not GCN: its normalisation reads the degree of every source node, which trimming changes
 TRIMMED_MODELS = ("sage", "gat", "gin")
+SPARSE_MODELS = ("sage", "gin")  # on CPU, aggregate in blocks by a sparse product: no feature row per edge
 
 
 def build_model(name: str, in_dim: int, hidden: int, out_dim: int, layers: int, dropout: float,
@@ -100,6 +101,13 @@ class NodeTask:
 
     metric = "acc"
     seeds_per_example = 1  # sampled seed nodes per batch example
+
+    @property
+    def edge_rows(self) -> bool:
+        """Whether the model gathers a feature row per sampled edge (featurecache.check_room): not the
+        built-in GraphSAGE and GIN on CPU, which aggregate in blocks by a sparse product."""
+        c = self.t.config
+        return self.hetero or c.model not in SPARSE_MODELS or self.t.world.use_cuda
 
     def __init__(self, trainer: TaskHost) -> None:
         self.t = trainer
@@ -192,6 +200,8 @@ class LinkTask:
     edges only. Heterogeneous graphs use ``to_hetero`` encoders; node types without features get a
     learned embedding per node.
     """
+
+    edge_rows = True  # the encoder runs PyG's forward (no per-hop counts): a row per edge, if hidden-wide
 
     MESSAGES = {"train": (0,), "val": (0,), "test": (0, 1)}  # split values messages pass over
 

@@ -83,7 +83,8 @@ class Trainer:
             c = self.config
             ahead = featurecache.check_room(c.batch_size * self.task.seeds_per_example, tuple(c.fanout),
                                             self.features.row_bytes, self.world.local_world_size,
-                                            f"--batch-size {c.batch_size} --fanout {','.join(map(str, c.fanout))}")
+                                            f"--batch-size {c.batch_size} --fanout {','.join(map(str, c.fanout))}",
+                                            edge_rows=self.task.edge_rows)
             for loader in out.values():  # rows gathered ahead of the step: what the limit leaves beside the batches
                 if getattr(loader, "prefetch_rows", None) is not None:
                     loader.prefetch_rows = ahead
