@@ -139,7 +139,8 @@ def ingested(root: Any, spec: str, parts: int) -> Any:
 
 
 def rank_processes(launcher_pid: int) -> list:
-    """The ranks a ``graphstore-train`` launcher started (its children, less the fork server they came from), as
+    """The ranks a ``graphstore-train`` launcher started (its children running ``--rank-from-env``: not the fork
+    server they came from, nor a rank's lifetime guard, a shell the launcher adopts when its rank has ended), as
     ``psutil.Process``; empty once the launcher is gone."""
     import psutil
 
@@ -150,7 +151,7 @@ def rank_processes(launcher_pid: int) -> list:
         return []
     for child in children:
         try:
-            if "training.launcher.forkserver" not in child.cmdline():
+            if "--rank-from-env" in child.cmdline():
                 ranks.append(child)
         except psutil.Error:
             continue

@@ -372,3 +372,33 @@ def test_bench_variants_worst_keeps_each_lowest_ratio_whichever_row_it_came_from
             dict(variant="plain", shape="a", edges_per_s=4.0, ratio_to_plain=1.0)]
     assert worst(rows) == {"masked": {"shape": "b", "ratio_to_plain": 0.7, "edges_per_s": 2.0,
                                       "ratio_to_eligible_plain": 0.6, "ratio_to_eligible_plain_shape": "a"}}
+
+
+def test_the_ranks_of_a_launcher_are_its_children_running_a_rank(monkeypatch):
+    """Not the fork server, nor a rank's lifetime guard (a shell the launcher adopts once its rank has ended,
+    which bench_train's polling once counted as a third rank)."""
+    import psutil
+
+    from tests.tools.conftest import load_tool
+
+    benchinfo = load_tool("benchinfo")
+    py = ["/venv/bin/python", "-m"]
+    cmdlines = [py + ["training.launcher.forkserver", "--"], py + ["training.launch", "--rank-from-env"],
+                ["sh", "-c", "trap '' PIPE ...", "guard", "12", "34"], py + ["training.launch", "--rank-from-env"]]
+
+    class Child:
+        def __init__(self, cmd):
+            self.cmd = cmd
+
+        def cmdline(self):
+            return self.cmd
+
+    class Launcher:
+        def __init__(self, pid):
+            pass
+
+        def children(self):
+            return [Child(c) for c in cmdlines]
+
+    monkeypatch.setattr(psutil, "Process", Launcher)
+    assert [c.cmdline() for c in benchinfo.rank_processes(1)] == [cmdlines[1], cmdlines[3]]

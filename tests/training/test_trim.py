@@ -119,3 +119,35 @@ def test_the_built_in_models_keep_pygs_parameters():
         ours = build_model(name, 8, 16, 3, 2, 0.0)
         assert isinstance(ours, cls)
         assert ours.state_dict().keys() == cls(8, 16, num_layers=2, out_channels=3).state_dict().keys()
+
+
+@pytest.mark.parametrize("name", ["sage", "gat", "gcn"])
+def test_a_link_model_encodes_once_and_in_blocks_down_to_its_seeds(name):
+    """graphstore-train's link model: positives and negatives scored from one pass of the encoder, which runs
+    in blocks down to the links' ends (hop 0) for the built-in SAGE/GAT/GIN; the same scores as PyG's forward."""
+    from sampling import LinkNeighborLoader
+    from training.loop.tasks import LinkModel
+
+    torch.manual_seed(3)
+    gen = torch.Generator().manual_seed(3)
+    n = 600
+    edge_index = torch.randint(0, n, (2, 5000), generator=gen)
+    data = Data(x=torch.randn(n, 8, generator=gen), edge_index=edge_index)
+    loader = LinkNeighborLoader(data, [5, 4], edge_label_index=edge_index[:, :64], batch_size=32,
+                                neg_sampling=dict(mode="triplet", amount=3))
+    batch = next(iter(loader))
+    model = LinkModel(build_model(name, 16, 16, 16, 2, 0.0), {None: n}, {None: 8}, 16, None, name).eval()
+    src, pos, neg = batch.src_index, batch.dst_pos_index, batch.dst_neg_index.reshape(-1)
+    pairs = ((src, pos), (src.repeat_interleave(3), neg))
+    rows = []
+    hook = model.encoder.convs[-1].register_forward_hook(lambda _m, _i, out: rows.append(out.size(0)))
+    got = model(batch, *pairs)
+    hook.remove()
+    assert len(rows) == 1  # one pass for both
+    seeds = batch.num_sampled_nodes[0]
+    assert rows[0] == (batch.num_nodes if name == "gcn" else seeds if name == "sage" else seeds + batch.num_sampled_nodes[1])
+    h = model.encoder(model._input(None, batch), batch.edge_index)  # no counts: PyG's forward, untrimmed
+    for (a, b), scores in zip(pairs, got):
+        torch.testing.assert_close(scores, (h[a] * h[b]).sum(-1), rtol=1e-5, atol=1e-5)
+    beyond = torch.tensor([seeds])  # a scored node past the seeds: PyG's forward, every node's row
+    torch.testing.assert_close(model(batch, (beyond, beyond)), (h[beyond] * h[beyond]).sum(-1), rtol=1e-5, atol=1e-5)

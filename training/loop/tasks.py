@@ -201,7 +201,8 @@ class LinkTask:
     learned embedding per node.
     """
 
-    edge_rows = True  # the encoder runs PyG's forward (no per-hop counts): a row per edge, if hidden-wide
+    # counted as a row per edge: an encoder that cannot run in blocks gathers one (hidden-wide) per edge
+    edge_rows = True
 
     MESSAGES = {"train": (0,), "val": (0,), "test": (0, 1)}  # split values messages pass over
 
@@ -279,10 +280,7 @@ class LinkTask:
             encoder = to_hetero(encoder, (ds.node_types, ds.edge_types), aggr="sum")
         dims = {n.name: int(np.prod(n.attrs["x"].shape)) if "x" in n.attrs else 0 for n in ds.manifest.node_types}
         return LinkModel(encoder, {n.name: n.num_nodes for n in ds.manifest.node_types}, dims, c.hidden,
-                         self.edge_type if self.hetero else None)
-
-    def _encode(self, model: torch.nn.Module, batch: Any, pairs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return model(batch, pairs)
+                         self.edge_type if self.hetero else None, c.model)
 
     def _store(self, batch: Any) -> Any:
         return batch[self.edge_type] if self.hetero else batch
@@ -302,9 +300,8 @@ class LinkTask:
         dst_store = batch[self.edge_type[2]] if self.hetero else batch
         src, pos = src_store.src_index, dst_store.dst_pos_index
         neg = dst_store.dst_neg_index.view(len(src), -1)
-        pos_scores = model(batch, (src, pos))
-        neg_scores = model(batch, (src.repeat_interleave(neg.size(1)), neg.reshape(-1))).view(len(src), -1)
-        return pos_scores, neg_scores
+        pos_scores, neg_scores = model(batch, (src, pos), (src.repeat_interleave(neg.size(1)), neg.reshape(-1)))
+        return pos_scores, neg_scores.view(len(src), -1)
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module, loader: Any) -> float:
@@ -331,11 +328,15 @@ class LinkTask:
 class LinkModel(torch.nn.Module):
     """Inputs per node type (features projected to ``hidden``, or a learned embedding per node when a
     type has none), a GNN encoder (``to_hetero`` for heterogeneous graphs), and a dot-product decoder
-    of labelled pairs (source rows of the edge type's source type, destination rows of its target)."""
+    of labelled pairs (source rows of the edge type's source type, destination rows of its target).
 
-    def __init__(self, encoder: torch.nn.Module, num_nodes: dict, dims: dict, hidden: int, edge_type: Any) -> None:
+    A built-in homogeneous encoder runs in blocks down to the batch's seeds (the links' ends and their
+    negatives: hop 0) when every scored node is one, so only their rows come out of its last layer."""
+
+    def __init__(self, encoder: torch.nn.Module, num_nodes: dict, dims: dict, hidden: int, edge_type: Any,
+                 model: str = "") -> None:
         super().__init__()
-        self.encoder, self.edge_type = encoder, edge_type
+        self.encoder, self.edge_type, self.model = encoder, edge_type, model
         keys = {nt: str(i) for i, nt in enumerate(num_nodes)}
         self.keys = keys
         self.inputs = torch.nn.ModuleDict({
@@ -346,14 +347,25 @@ class LinkModel(torch.nn.Module):
         layer = self.inputs[self.keys[ntype]]
         return layer(store.x.float()) if isinstance(layer, torch.nn.Linear) else layer(store.n_id)
 
-    def forward(self, batch: Any, pairs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    def forward(self, batch: Any, *pairs: tuple[torch.Tensor, torch.Tensor]) -> Any:
+        """The scores of each of ``pairs`` (source rows, destination rows), from one pass of the encoder: a
+        tensor for one pair of index tensors, a tuple for several."""
         if self.edge_type is None:
-            h = self.encoder(self._input(None, batch), batch.edge_index)
-            return (h[pairs[0]] * h[pairs[1]]).sum(-1)
-        x = {nt: self._input(nt, batch[nt]) for nt in batch.node_types}
-        h = self.encoder(x, batch.edge_index_dict)
-        src, _, dst = self.edge_type
-        return (h[src][pairs[0]] * h[dst][pairs[1]]).sum(-1)
+            h = self.encoder(self._input(None, batch), batch.edge_index, **self._hops(batch, pairs))
+            scores = tuple((h[a] * h[b]).sum(-1) for a, b in pairs)
+        else:
+            x = {nt: self._input(nt, batch[nt]) for nt in batch.node_types}
+            h = self.encoder(x, batch.edge_index_dict)
+            src, _, dst = self.edge_type
+            scores = tuple((h[src][a] * h[dst][b]).sum(-1) for a, b in pairs)
+        return scores[0] if len(scores) == 1 else scores
+
+    def _hops(self, batch: Any, pairs: tuple[tuple[torch.Tensor, torch.Tensor], ...]) -> dict[str, Any]:
+        """The per-hop counts that run a built-in encoder in blocks, where every scored node is a seed."""
+        hops = trim_arguments(self.model, batch)
+        seeds = hops.get("num_sampled_nodes_per_hop", [0])[0]
+        ends = [int(t.max()) for pair in pairs for t in pair if t.numel()]
+        return hops if hops and max(ends, default=-1) < seeds else {}
 
 
 def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
