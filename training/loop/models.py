@@ -61,11 +61,12 @@ class _Blocks:
         layers = self.num_layers
         nodes = _prefix_sums(num_sampled_nodes_per_hop)  # nodes[h]: the nodes of hops 0..h-1
         edges = _prefix_sums(num_sampled_edges_per_hop)
-        csr = _Adjacency(edge_index, nodes[layers], x.dtype) if x.device.type == "cpu" else None
+        csr: _Adjacency | None = None  # built once, by the first layer that aggregates by a sparse product
         for i, (conv, norm) in enumerate(zip(self.convs, self.norms)):
             dst, src, n_edges = nodes[layers - i], nodes[layers - i + 1], edges[layers - i]
             x = x[:src]
-            if csr is not None and _sparse_ok(conv):
+            if x.device.type == "cpu" and _sparse_ok(conv):
+                csr = csr or _Adjacency(edge_index, nodes[layers], x.dtype)
                 x = conv((x, x[:dst]), csr.block(dst, src))
             elif isinstance(conv, (SAGEConv, GINConv)):
                 x = conv((x, x[:dst]), edge_index[:, :n_edges], size=(src, dst))
