@@ -25,12 +25,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
+from torch_geometric.nn.models.basic_gnn import BasicGNN
 
 from graphstore.ingest.synthetic import parse_synthetic_spec
 from graphstore.ingest.synthetic_chunks import synthetic_graph
 from sampling import NeighborLoader
-from torch_geometric.nn.models.basic_gnn import BasicGNN
-
 from training.loop.tasks import TRIMMED_MODELS, build_model, trim_arguments
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -35,8 +35,6 @@ from torch import Tensor
 from torch_geometric.nn import models as pyg
 from torch_geometric.nn.conv import GINConv, SAGEConv
 
-# layers whose aggregation is a plain mean or sum over the neighbours' rows, so a sparse product computes it
-_SPARSE_AGGREGATIONS = {SAGEConv: ("mean", "sum", "add"), GINConv: ("sum", "add")}
 
 
 class _Blocks:
@@ -91,11 +89,10 @@ def _prefix_sums(counts: list[int]) -> list[int]:
 
 def _sparse_ok(conv: Any) -> bool:
     """Whether ``conv`` computes the same by a sparse product: PyG's own SAGE and GIN layers (not a subclass,
-    whose ``message`` may differ) aggregating by a mean or a sum, outside PyG's explain mode."""
-    aggregations = _SPARSE_AGGREGATIONS.get(type(conv))
-    return (aggregations is not None and isinstance(conv.aggr, str) and conv.aggr in aggregations
-            and getattr(conv, "fuse", False) and not getattr(conv, "explain", False)
-            and getattr(conv, "decomposed_layers", 1) == 1)
+    whose ``message`` may differ) aggregating by a mean or a sum where PyG itself would fuse them (``fuse``: no
+    explain mode, one decomposed layer)."""
+    return (type(conv) in (SAGEConv, GINConv) and conv.fuse and conv.aggr in ("mean", "sum", "add")
+            and not conv.explain and conv.decomposed_layers == 1)
 
 
 class _Adjacency:
