@@ -16,7 +16,8 @@ metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`
   evicts pages idle for a minute, DAMON ``pageout``);
 - ``auto``: the launcher and the rank in a cgroup v1 limit of ``--limit`` (it charges page cache, so rows
   really come from disk), the dataset evicted from the page cache first, the flags users give (none: the rank
-  finds its features exceed its memory and reads them from disk by itself);
+  finds its features exceed its memory and reads them from disk by itself, its hottest rows in RAM in what
+  the limit leaves beside its batches);
 - ``cache``: the same limit and eviction, ``--feature-cache SIZE``: a RAM cache of the hottest rows too;
 - ``plain``: the same limit and eviction, ``--feature-cache off``: page faults through the mapping;
 - ``cold``: no limit, the dataset evicted from the page cache first: the first epoch reads its rows from disk
@@ -136,6 +137,7 @@ def _row(case: str, epochs: Any, group: memcgroup.MemoryCgroup | None) -> dict:
                    steps_per_s=round(sum(e["steps"] for e in steady) / len(steady) / steady_seconds, 3),
                    data_wait=round(epoch["timing"].get("data_wait", 0.0), 1),
                    disk_gb=round(feats["disk_bytes"] / 1e9, 2) if feats else None,
+                   cache_gb=round(feats["cache_bytes"] / 1e9, 3) if feats else None,
                    cache_hits=round(feats["hits"] / max(feats["rows"], 1), 3) if feats.get("cache_bytes") else None,
                    loss=epoch["loss"])
     if group is not None:
@@ -221,7 +223,7 @@ def main() -> int:
         print(json.dumps(out, indent=1))
     else:
         cols = ["case", "repeat", "train_seconds", "steady_seconds", "first_over_steady", "steps_per_s", "ratio_to_page_cache", "ratio_to_mapped",
-                "data_wait", "disk_gb", "cache_hits", "cgroup_peak_gb", "anon_peak_gb", "major_faults", "oom_kills"]
+                "data_wait", "disk_gb", "cache_gb", "cache_hits", "cgroup_peak_gb", "anon_peak_gb", "major_faults", "oom_kills"]
         print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
         for r in rows:
             cells = [str(r.get(c, "")) for c in cols]

@@ -44,8 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--feature-cache", type=feature_cache, metavar="SIZE",
                    help="read this rank's own node features x through a RAM cache of its hottest rows, up to SIZE "
                         "(e.g. 512MB; 0: no cache), and parallel disk reads: for features larger than memory "
-                        "(default: so, without a cache, when they exceed half of the rank's memory or cgroup limit; "
-                        "off: never)")
+                        "(default: so when they exceed half of the rank's memory or cgroup limit, the cache sized "
+                        "to what the memory leaves beside the batches; off: never)")
     p.add_argument("--unmapped", action="store_true",
                    help="read this rank's partitions (topology, features, labels) with pread instead of mapping "
                         "them, so its resident memory does not grow with the graph; a system call per read "

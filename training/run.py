@@ -36,8 +36,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="what Session's loader_workers defaults to: sampler processes beside each rank (default 0)")
     p.add_argument("--feature-cache", type=feature_cache, metavar="SIZE",
                    help="what Session's feature_cache defaults to: each rank's own x read from disk with direct I/O, "
-                        "its hottest rows in RAM up to SIZE (0: no cache); default: so, without a cache, when x "
-                        "exceeds half of the rank's memory or cgroup limit; off: never")
+                        "its hottest rows in RAM up to SIZE (0: no cache); default: so when x exceeds half of the "
+                        "rank's memory or cgroup limit, the cache sized to what the memory leaves beside the batches; "
+                        "off: never")
     p.add_argument("script", help="the training script (a Python file)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
     return p

@@ -110,14 +110,14 @@ class DirectRows(RowReader):
         if self._pool is not None:
             weakref.finalize(self, self._pool.shutdown, wait=False)
         self.counts = GatherCounts()
-        hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
-        self.slot_of = None
-        self.cache = None
-        if len(hot):
-            self.cache = self.gather(hot)  # read like any batch's rows, then kept
-            self.slot_of = np.full(self.shape[0], -1, np.int32)
-            self.slot_of[hot] = np.arange(len(hot), dtype=np.int32)
-        self.snapshot(reset=True)  # filling the cache is no batch's
+        self.slot_of = self.cache = None
+        self.keep_hot(hot)
+
+    def _keep(self, hot: np.ndarray) -> None:
+        cache = self.gather(hot)  # read like any batch's rows, then kept
+        slot_of = np.full(self.shape[0], -1, np.int32)
+        slot_of[hot] = np.arange(len(hot), dtype=np.int32)
+        self.cache, self.slot_of = cache, slot_of
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.mapped, dtype)

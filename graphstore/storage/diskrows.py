@@ -165,6 +165,22 @@ class RowReader:
         ``read_seconds`` spent gathering, since the last reset."""
         return self.counts.snapshot(reset)
 
+    def keep_hot(self, hot: np.ndarray | None) -> None:
+        """Serve rows ``hot`` (row numbers) from RAM from now on, in place of the rows kept before (none:
+        no RAM cache): read like a batch's rows, not counted as one. Call it while no gather runs."""
+        hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
+        counts, self.counts = self.counts, GatherCounts()
+        self.cache = self.slot_of = None
+        try:
+            if len(hot):
+                self._keep(hot)
+        finally:
+            self.counts = counts
+
+    def _keep(self, hot: np.ndarray) -> None:
+        """Read rows ``hot`` (sorted, unique) into ``cache`` and set ``slot_of``."""
+        raise NotImplementedError
+
 
 class DiskRows(RowReader):
     """``rows`` (a mapped 2-D+ array) read as a batch needs them: ``hot`` rows (local row numbers)
@@ -188,13 +204,15 @@ class DiskRows(RowReader):
         self.counts = GatherCounts()
         if self._madvise is not None and rows.nbytes:
             self._madvise(rows.ctypes.data, rows.nbytes, _MADV_RANDOM)  # a fault reads its page, no neighbours
-        hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
-        self.slot_of = np.full(len(rows), -1, np.int32) if len(hot) else None
-        self.cache = self._read(hot) if len(hot) else None
-        if self.slot_of is not None:
-            self.slot_of[hot] = np.arange(len(hot), dtype=np.int32)
-            self._words, self._cache_words = _word_view(np.asarray(rows)), _word_view(self.cache.numpy())
-        self.snapshot(reset=True)  # filling the cache is no batch's
+        self.cache = self.slot_of = None
+        self.keep_hot(hot)
+
+    def _keep(self, hot: np.ndarray) -> None:
+        cache = self._read(hot)
+        slot_of = np.full(len(self.rows), -1, np.int32)
+        slot_of[hot] = np.arange(len(hot), dtype=np.int32)
+        self._words, self._cache_words = _word_view(np.asarray(self.rows)), _word_view(cache.numpy())
+        self.cache, self.slot_of = cache, slot_of
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.rows, dtype)

@@ -165,3 +165,24 @@ def test_rows_of_whole_blocks_next_to_each_other_are_read_into_the_batch_not_thr
         assert got >= len(ids) * row_bytes
         assert np.array_equal(out.view(np.float32).reshape(len(ids), -1)[order], rows[ids])
         assert bool((scratch != 0xAB).any()) == through_buffer
+
+
+@pytest.mark.parametrize("direct", [True, False])  # DirectRows, and the page-cache DiskRows
+def test_hot_rows_kept_later_replace_the_cache_and_count_as_no_batch(tmp_path, direct):
+    from graphstore.storage.diskrows import DiskRows
+
+    rows = np.random.default_rng(4).standard_normal((3000, 256)).astype(np.float32)
+    reader = direct_rows(_chunked(tmp_path, rows, 1000), rows, threads=1, ring=0) if direct else DiskRows(rows)
+    ids = np.random.default_rng(5).integers(0, len(rows), 900)
+    assert np.array_equal(reader[ids], rows[ids]) and reader.cached_rows == 0
+    reader.keep_hot(np.array([7, 7, 2999, 12]))  # a repeat: kept once
+    assert reader.cached_rows == 3 and reader.cache_bytes == 3 * 1024
+    assert reader.snapshot()["rows"] == 900  # the fill is not a batch's gather: the counts go on
+    assert np.array_equal(reader[ids], rows[ids])
+    snap = reader.snapshot(reset=True)
+    assert snap["rows"] == 1800 and snap["hits"] == int(np.isin(ids, [7, 12, 2999]).sum())
+    reader.keep_hot(np.arange(100, 400))  # another set in its place
+    assert reader.cached_rows == 300 and np.array_equal(reader[ids], rows[ids])
+    assert reader.snapshot(reset=True)["hits"] == int(((ids >= 100) & (ids < 400)).sum())
+    reader.keep_hot(None)  # none
+    assert reader.cached_rows == 0 and np.array_equal(reader[ids], rows[ids]) and reader.snapshot()["hits"] == 0

@@ -79,8 +79,8 @@ def _big_source(folder: Path, n: int = 150_000, width: int = 1024):
 @pytest.mark.skipif(memcgroup.available() is not None, reason=str(memcgroup.available()))
 def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk(tmp_path):
     """600 MB of features, the job (launcher and rank) limited to 1.1 GB, page cache included (torch
-    alone takes ~0.3 GB a process): the rank reads rows from disk by itself (automatic), is not killed,
-    and trains the same model as without the limit."""
+    alone takes ~0.3 GB a process): the rank reads rows from disk by itself (automatic), keeps its hottest rows
+    in RAM in what the limit leaves, is not killed, and trains the same model as without the limit."""
     import graphstore
 
     data = tmp_path / "big"
@@ -106,7 +106,9 @@ def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk
     assert "exceeds half of its memory" in done.stderr
     a, b = _epoch(tmp_path / "free.json"), _epoch(tmp_path / "limited.json")
     assert (a["loss"], a["train_acc"], a["val_acc"]) == (b["loss"], b["train_acc"], b["val_acc"])
-    assert b["features"]["disk_bytes"] > 0 and b["features"]["cache_bytes"] == 0
+    # its hottest rows in RAM in what the limit leaves beside its batches: more than none, less than half the limit
+    assert b["features"]["disk_bytes"] > 0 and 0 < b["features"]["cache_bytes"] <= 550_000_000
+    assert b["features"]["hits"] > 0 and "the hottest rows of x in RAM" in done.stderr
 
 
 def test_a_batch_holds_a_row_per_sampled_node_and_edge_at_most():
@@ -164,6 +166,60 @@ def test_the_rows_a_short_rank_gathers_ahead_are_what_its_limit_leaves_beside_it
     assert fc.check_room(1024, (10, 5), 4096, 2, "flags") == (2_000_000_000 - 2 * batch) // 2 // 4096
     monkeypatch.setattr("sampling.warmup.runner.available_memory", lambda: 1_000_000_000)
     assert fc.check_room(1024, (10, 5), 4096, 2, "flags") == 0  # no refusal without a limit, and nothing ahead
+
+
+class _Rows:
+    """A row reader's size and kept rows, without the rows (fill_what_is_left sizes, it does not read)."""
+
+    def __init__(self, n: int, row_bytes: int) -> None:
+        self.n, self.row_bytes, self.kept = n, row_bytes, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def keep_hot(self, hot) -> None:
+        self.kept = len(hot)
+
+    @property
+    def cache_bytes(self) -> int:
+        return self.kept * self.row_bytes
+
+
+def test_an_automatic_cache_takes_what_the_limit_leaves_beside_the_batches_and_their_margin(monkeypatch):
+    """feature_cache left out: once the batches' room is known, the hottest rows fill what the 1.5 GB limit
+    leaves beside what is in use, the batch in training, one batch gathered ahead and 10% of the limit; the
+    rows gathered ahead shrink by the cache's; once only; a size given (or a tight limit) keeps none."""
+    import numpy as np
+
+    from training.loop import featurecache as fc
+
+    def reader(automatic=True, parts=(600_000, 400_000)):
+        readers = [_Rows(n, 4096) for n in parts]
+        return fc.FeatureReader(readers, 0, automatic=automatic, short=True, row_bytes=4096,
+                                hot_sets=[lambda budget: np.arange(budget // 4096)] * len(readers))
+
+    monkeypatch.setattr(fc, "cgroup_memory", lambda: (1_500_000_000, 400_000_000))
+    monkeypatch.setattr(fc, "memory_limit", lambda ranks: 1_500_000_000)
+    ahead = fc.check_room(1024, (10, 5), 4096, 1, "flags", edge_rows=False)
+    features = reader()
+    left = fc.fill_what_is_left(features, ahead, 1024, (10, 5), 1, batches_ahead=1)
+    batch, nodes = int(73_728 * 4096 * fc.PEAK_SHARE), 62_464 * 4096  # in training; gathered ahead
+    cache = features.cache_bytes
+    assert 0.2e9 < cache and 400_000_000 + batch + nodes + cache + 150_000_000 <= 1_500_000_000
+    assert 1_500_000_000 - (400_000_000 + batch + nodes + cache + 150_000_000) < 4 * 4096  # all of what is left (rounded down to rows)
+    assert [round(r.cache_bytes / cache, 4) for r in features.readers] == [0.6, 0.4]  # split by the readers' rows
+    assert left == ahead - cache // 4096 - 150_000_000 // 4096 and 62_464 <= left < 62_464 + 4  # one batch ahead
+    assert fc.fill_what_is_left(features, left, 1024, (10, 5), 1, 1) == left and features.cache_bytes == cache
+    given = reader(automatic=False)  # --feature-cache SIZE (or 0): kept as given
+    assert fc.fill_what_is_left(given, ahead, 1024, (10, 5), 1, 1) == ahead and given.cache_bytes == 0
+    small = reader(parts=(10_000,))  # own x smaller than what is left: all of it
+    fc.fill_what_is_left(small, ahead, 1024, (10, 5), 1, 1)
+    assert small.cache_bytes == 10_000 * 4096
+    monkeypatch.setattr(fc, "cgroup_memory", lambda: (1_500_000_000, 800_000_000))  # 0.8 GB in use: too little
+    tight = reader()
+    ahead = fc.check_room(1024, (10, 5), 4096, 1, "flags", edge_rows=False)
+    assert fc.fill_what_is_left(tight, ahead, 1024, (10, 5), 1, 1) == ahead and tight.cache_bytes == 0
+    assert fc.fill_what_is_left(reader(), ahead, 8, (10, -1), 1, 1) == ahead  # no bound on a batch: none
 
 
 def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_limit_and_counts_it(synthetic1, tmp_path):

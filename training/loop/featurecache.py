@@ -13,8 +13,9 @@ the bytes read from disk and the seconds spent, summed over ranks.
 from __future__ import annotations
 
 import logging
+import math
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -30,6 +31,10 @@ AUTO_SHARE = 0.5  # read through the disk path by itself when own features excee
 # (a GraphSAGE layer keeps each edge's gathered row, the aggregates and its outputs for the backward pass),
 # taken from the bench_beyond_ram job with a margin; a model whose activations outgrow its inputs needs more
 PEAK_SHARE = 1.4
+# the automatic RAM cache (fill_what_is_left) leaves this share of the memory limit unused: the heap's slack
+# and the page cache through which the topology and the model's files are read
+LEFT_SHARE = 0.1
+MIN_CACHE = 16 << 20  # a smaller automatic cache is not kept
 
 
 def memory_limit(local_ranks: int) -> int:
@@ -75,15 +80,24 @@ def batch_rows_bound(seeds: int, fanout: tuple[int, ...], edge_rows: bool = True
     which PyG's message passing gathers from the edge's source before it aggregates; without (a model that
     aggregates by a sparse product, :mod:`training.loop.models`), a row per node of the first layer's
     destinations (every hop but the last), its aggregate."""
+    nodes = batch_nodes_bound(seeds, fanout)
+    if nodes is None:
+        return None
+    if not edge_rows:
+        frontier = seeds * math.prod(fanout)
+        return nodes + (nodes - frontier)
+    return nodes + (nodes - seeds)  # a tree: an edge per node below the seeds
+
+
+def batch_nodes_bound(seeds: int, fanout: tuple[int, ...]) -> int | None:
+    """The most sampled nodes of one batch (a feature row each; ``None`` when a hop takes every neighbour)."""
     if any(k < 0 for k in fanout):
         return None
     nodes, frontier = seeds, seeds
     for k in fanout:
         frontier *= k
         nodes += frontier
-    if not edge_rows:
-        return nodes + (nodes - frontier)
-    return nodes + (nodes - seeds)  # a tree: an edge per node below the seeds
+    return nodes
 
 
 def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks: int, flags: str,
@@ -126,6 +140,37 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
     return ahead
 
 
+def fill_what_is_left(features: FeatureReader, ahead: int, seeds: int, fanout: tuple[int, ...], local_ranks: int,
+                      batches_ahead: int) -> int:
+    """Size an automatic reader's RAM cache (``feature_cache`` left out) once the batches' room is known: the
+    hottest rows in what the memory leaves beside the batches in training (``ahead``: the rows each rank
+    may gather ahead, from :func:`check_room`), ``batches_ahead`` batches gathered ahead of the step (up to
+    :func:`batch_nodes_bound` rows each) and ``LEFT_SHARE`` of the memory unused; at most ``AUTO_SHARE`` of
+    the rank's memory, and none under ``MIN_CACHE``. Returns the rows left to gather ahead (``ahead`` less the
+    cache and the margin, where a cache was filled). Once per reader; a reader given its size
+    (``--feature-cache``) keeps it."""
+    nodes = batch_nodes_bound(seeds, fanout)
+    if not features.automatic or features.filled or nodes is None or not features.readers:
+        return ahead
+    features.filled = True
+    ranks = max(local_ranks, 1)
+    group = cgroup_memory()
+    whole = group[0] if group is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    row = max(features.row_bytes, 1)
+    margin = int(LEFT_SHARE * whole / ranks)
+    spare = (ahead - batches_ahead * nodes) * row - margin
+    size = min(spare, int(AUTO_SHARE * memory_limit(local_ranks)), features.own_bytes)
+    if size < MIN_CACHE:
+        logger.info("features: no RAM cache: the memory left beside the batches (%.3f GB) is under %d MB",
+                    max(spare, 0) / 1e9, MIN_CACHE >> 20)
+        return ahead
+    features.fill(size)
+    logger.warning("features: the hottest rows of x in RAM, %.2f GB: what the memory leaves beside the batch in "
+                   "training and %d gathered ahead (--feature-cache SIZE sets it, 0 keeps none)",
+                   features.cache_bytes / 1e9, batches_ahead)
+    return max(0, ahead - features.cache_bytes // row - margin // row)  # the margin is no batch's either
+
+
 def _cgroup_limit_files() -> list[str]:
     out = []
     try:
@@ -159,10 +204,25 @@ class FeatureReader:
     """The rank's :class:`DiskRows`, one per own partition (and node type with ``x``), and their counts."""
 
     def __init__(self, readers: list[Any], cache_bytes: int, automatic: bool, short: bool = False,
-                 row_bytes: int = 0) -> None:
+                 row_bytes: int = 0, hot_sets: list[Callable[[int], np.ndarray]] | None = None) -> None:
         self.readers, self.cache_bytes, self.automatic = readers, cache_bytes, automatic
         self.short = short  # own features exceed AUTO_SHARE of memory: batches ahead bounded by the memory left
         self.row_bytes = row_bytes  # the widest row of x
+        self.hot_sets = hot_sets or []  # per reader: its hottest rows up to a byte budget (fill)
+        self.filled = False  # an automatic reader's cache, sized once the batches' room is known (fill_what_is_left)
+
+    @property
+    def own_bytes(self) -> int:
+        """The bytes of the rows these readers serve."""
+        return sum(len(r) * r.row_bytes for r in self.readers)
+
+    def fill(self, size: int) -> None:
+        """Keep the hottest rows in RAM up to ``size`` bytes, split over the readers by their rows (each
+        partition's own hottest), in place of the cache kept before. Call it before the loaders gather."""
+        total = max(sum(len(r) for r in self.readers), 1)
+        for reader, hot_set in zip(self.readers, self.hot_sets):
+            reader.keep_hot(hot_set(size * len(reader) // total))
+        self.cache_bytes = sum(r.cache_bytes for r in self.readers)
 
     @classmethod
     def install(cls, dataset: Any, parts: list[int], size: int | None, local_ranks: int) -> FeatureReader | None:
@@ -176,26 +236,32 @@ class FeatureReader:
         if size is None and own_bytes <= AUTO_SHARE * limit:
             return None
         total_rows = max(sum(int(n.offsets[p + 1] - n.offsets[p]) for n, p in own), 1)
-        readers = []
+        readers, hot_sets = [], []
         for n, p in own:
             rows = int(n.offsets[p + 1] - n.offsets[p])
-            capacity = (size or 0) * rows // total_rows // max(_attr_bytes(n), 1)
-            hot = hottest(dataset, p, n.name if dataset.is_hetero else None, capacity)
+            name = n.name if dataset.is_hetero else None
+
+            def hot_set(budget: int, p: int = p, name: Any = name, row_bytes: int = _attr_bytes(n)) -> np.ndarray:
+                return hottest(dataset, p, name, budget // max(row_bytes, 1))
+
+            hot = hot_set((size or 0) * rows // total_rows)
             where = f"{dataset.url} partition {p} {n.name}.{ATTR}"
             path = layout.node_array(p, n.key, ATTR)
             got = dataset.read_through(path, lambda r, h=hot, w=where, a=path: _reader(dataset, a, r, h, w))
             if got is not None:
                 readers.append(got)
+                hot_sets.append(hot_set)
         if not readers:
             return None
         reader = cls(readers, sum(r.cache_bytes for r in readers), automatic=size is None,
-                     short=own_bytes > AUTO_SHARE * limit, row_bytes=max(_attr_bytes(n) for n in types))
+                     short=own_bytes > AUTO_SHARE * limit, row_bytes=max(_attr_bytes(n) for n in types),
+                     hot_sets=hot_sets)
         if own_bytes > AUTO_SHARE * limit:  # short of memory: what a batch frees goes back, not kept for the next
             heap.return_freed_promptly()
         if size is None:
             logger.warning("features: this rank's own x (%.2f GB) exceeds half of its memory (%.2f GB): reading it "
-                           "from disk by parallel reads; --feature-cache SIZE also keeps the hottest rows in RAM",
-                           own_bytes / 1e9, limit / 1e9)
+                           "from disk by parallel reads, its hottest rows in RAM in what the memory leaves beside the "
+                           "batches (--feature-cache SIZE sets their RAM)", own_bytes / 1e9, limit / 1e9)
         return reader
 
     def snapshot(self, reset: bool = True) -> dict[str, Any]:

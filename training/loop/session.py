@@ -71,11 +71,13 @@ class Session(SessionJoin, SessionLoaders):
         Features larger than memory, as ``graphstore-train --feature-cache``: this rank's own rows of ``x``
         read from disk with direct I/O (no page cache), the hottest up to this size kept in RAM (``"512MB"``,
         bytes; 0: no RAM cache), and :meth:`feature_stats` counting them. Default: ``$GRAPHSTORE_FEATURE_CACHE``
-        (``graphstore-run --feature-cache``), else by itself, without a RAM cache, when the rank's own ``x``
-        exceeds half of its memory (its cgroup limit, else the host's over its local ranks); ``"off"``: never.
-        Such a rank's loaders default to one thread and one batch ahead, whose rows wait for the memory the
-        limit leaves (``prefetch_rows``), and a batch that cannot fit in the limit is refused when the loader
-        is made, in one line naming the memory it needs.
+        (``graphstore-run --feature-cache``), else by itself when the rank's own ``x`` exceeds half of its
+        memory (its cgroup limit, else the host's over its local ranks); ``"off"``: never. Such a rank's loaders
+        default to one thread and one batch ahead, whose rows wait for the memory the limit leaves
+        (``prefetch_rows``), and a batch that cannot fit in the limit is refused when the loader is made, in one
+        line naming the memory it needs. Left to itself, the rank sizes its RAM cache when its first such loader
+        is made: what the memory leaves beside that loader's batch in training, the batches ahead and a tenth of
+        the limit (none under 16 MB, at most half of the rank's memory).
     interface : str, optional
         Network interface for gloo and RPC across hosts (default: the route to ``MASTER_ADDR``).
     servers : str, optional

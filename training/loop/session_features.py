@@ -48,6 +48,9 @@ def short_rank_options(what: str, num_neighbors: Any, options: dict[str, Any], f
         return out
     waits = out["prefetch"] > 0 or out["loader_threads"] > 1  # a batch ahead, or a second thread: rows can wait
     if waits and not out.get("filter_per_worker"):
+        if "prefetch_rows" not in out:  # the hottest rows in RAM in what is left (feature_cache left out)
+            ahead = featurecache.fill_what_is_left(features, ahead, seeds, fanout_bound(num_neighbors), local_ranks,
+                                                   max(int(out["prefetch"]), 1))
         out.setdefault("prefetch_rows", ahead)
     return out
 

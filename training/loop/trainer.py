@@ -21,7 +21,7 @@ from sampling.loader.device_feed import DeviceFeeder
 from training.launcher import allocator
 from training.loop import checkpoint, evaluation, featurecache, resume
 from training.cluster import preempt, process_groups
-from training.loop.batches import cycle, first_batch, mix, restart_streams, time_loader
+from training.loop.batches import PREFETCH, cycle, first_batch, mix, restart_streams, time_loader
 from training.config import TrainConfig
 from training.loop.inference import write_outputs
 from training.report.memory import PeakMeter, compiled_per_rank, memory_per_rank
@@ -85,6 +85,9 @@ class Trainer:
                                             self.features.row_bytes, self.world.local_world_size,
                                             f"--batch-size {c.batch_size} --fanout {','.join(map(str, c.fanout))}",
                                             edge_rows=self.task.edge_rows)
+            if getattr(out["train"], "prefetch_rows", None) is not None:  # batches ahead in threads: fill what the room leaves
+                ahead = featurecache.fill_what_is_left(self.features, ahead, c.batch_size * self.task.seeds_per_example,
+                                                       tuple(c.fanout), self.world.local_world_size, PREFETCH)
             for loader in out.values():  # rows gathered ahead of the step: what the limit leaves beside the batches
                 if getattr(loader, "prefetch_rows", None) is not None:
                     loader.prefetch_rows = ahead
