@@ -79,6 +79,8 @@ class Trainer:
         out = self.task.loaders()
         if "train" not in out:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
+        if self.world.local_world_size > 1 and dist.is_initialized():  # every rank of the host has started, so
+            dist.barrier(group=self._cpu_group)  # what they hold is counted before one sizes its cache (below)
         if self.features is not None and self.features.short:  # a memory limit binds: will a batch fit?
             c = self.config
             ahead = featurecache.check_room(c.batch_size * self.task.seeds_per_example, tuple(c.fanout),
