@@ -275,3 +275,18 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
     assert said["links"][:2] == [1, 1] and said["links"][2] > 0 and said["links"][3]  # a link loader: the same
     assert "needs about 1.00 GB" in said["refused"] and "batch_size=100, num_neighbors=[5, 5]" in said["refused"]
     assert said["refused"].endswith("a smaller batch_size or num_neighbors")
+
+
+def test_a_ranks_memory_is_its_share_of_the_limit_its_local_ranks_share(monkeypatch):
+    """The launcher's ranks (a SLURM step's, a container's) share its cgroup: each may use its share of the
+    limit, as of the host's memory without one; the automatic switch to disk reads follows that share."""
+    import os as _os
+
+    from training.loop import featurecache as fc
+
+    host = _os.sysconf("SC_PAGE_SIZE") * _os.sysconf("SC_PHYS_PAGES")
+    monkeypatch.setattr(fc, "_cgroup_limits", lambda: [])
+    assert fc.memory_limit(1) == host and fc.memory_limit(4) == host // 4
+    monkeypatch.setattr(fc, "_cgroup_limits", lambda: [("/sys/fs/cgroup/memory/job", 2_500_000_000)])
+    assert fc.memory_limit(1) == min(host, 2_500_000_000)
+    assert fc.memory_limit(2) == min(host, 2_500_000_000) // 2  # 1 GB of own x each: past half of 1.25 GB

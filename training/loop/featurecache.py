@@ -1,7 +1,7 @@
 """Features larger than memory: a rank's own feature rows read through a RAM cache and parallel disk reads.
 
 With ``--feature-cache SIZE`` (or by itself when a rank's own feature rows are larger than half the
-memory it may use: its cgroup's limit, else the host's memory over its local ranks), each own
+memory it may use: its cgroup's limit, else the host's memory, over its local ranks), each own
 partition's node features ``x`` are served by :class:`~graphstore.storage.directrows.DirectRows` (direct
 I/O: no page cache, so a memory limit holds the rank's working set and its cache, not the dataset; the
 page-cache :class:`~graphstore.storage.diskrows.DiskRows` where the file system refuses direct I/O): the
@@ -38,10 +38,11 @@ MIN_CACHE = 16 << 20  # a smaller automatic cache is not kept
 
 
 def memory_limit(local_ranks: int) -> int:
-    """Bytes this rank may use: its cgroup's memory limit (v1 or v2) when set, else the host's memory
-    shared by its local ranks."""
+    """Bytes this rank may use: its share of its cgroup's memory limit (v1 or v2) when one is set, else of
+    the host's memory, shared by its local ranks (a launcher's ranks are in its cgroup, and so are the
+    processes of a SLURM job step or a container)."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return min([total // max(local_ranks, 1), *(limit for _, limit in _cgroup_limits())])
+    return min([total, *(limit for _, limit in _cgroup_limits())]) // max(local_ranks, 1)
 
 
 def _cgroup_limits() -> list[tuple[str, int]]:

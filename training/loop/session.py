@@ -72,7 +72,7 @@ class Session(SessionJoin, SessionLoaders):
         read from disk with direct I/O (no page cache), the hottest up to this size kept in RAM (``"512MB"``,
         bytes; 0: no RAM cache), and :meth:`feature_stats` counting them. Default: ``$GRAPHSTORE_FEATURE_CACHE``
         (``graphstore-run --feature-cache``), else by itself when the rank's own ``x`` exceeds half of its
-        memory (its cgroup limit, else the host's over its local ranks); ``"off"``: never. Such a rank's loaders
+        memory (its cgroup limit, else the host's, shared by its local ranks); ``"off"``: never. Such a rank's loaders
         default to one thread and one batch ahead, whose rows wait for the memory the limit leaves
         (``prefetch_rows``), and a batch that cannot fit in the limit is refused when the loader is made, in one
         line naming the memory it needs. Left to itself, the rank sizes its RAM cache when its first such loader
