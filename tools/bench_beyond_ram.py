@@ -3,12 +3,13 @@
 Usage::
 
     python tools/bench_beyond_ram.py [--dataset DIR] [--spec SPEC] [--limit 1.5GB] [--feature-cache 256MB]
-                                     [--fanout 10,5] [--batch-size 1024] [--epochs 2] [--repeats 1]
+                                     [--fanout 10,5] [--batch-size 1024] [--epochs 2] [--repeats 1] [--nproc 1]
                                      [--cases page,auto,cache,unmapped,unmapped-cache,session,session-page]
                                      [--json]
 
-``graphstore-train --nproc 1`` (the launcher and its rank, as users run it) trains on ``--dataset`` (ingested
-from ``--spec`` on first use: 1M nodes, 1024 float32 features = 4 GB, power-law degrees, 5% train) for
+``graphstore-train --nproc N`` (the launcher and its ranks, as users run it, all in one limit; ``--nproc``, 1 by
+default) trains on ``--dataset`` (ingested from ``--spec`` on first use, in N partitions: 1M nodes, 1024 float32
+features = 4 GB, power-law degrees, 5% train) for
 ``--epochs`` + 1 epochs, evaluating only after the last, and the tool stops it once ``--epochs`` epochs'
 metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`` times, each on the same seed (the same batches):
 
@@ -25,7 +26,7 @@ metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`
 - ``unmapped``, ``unmapped-cache``: ``auto`` and ``cache`` with ``--unmapped`` (the partition read with ``pread``,
   none of it mapped), with their rate as a ratio to the mapped case's too (``ratio_to_mapped``);
 - ``session``, ``session-page``: a loop of one's own instead (``tools/session_epochs.py``: ``training.Session``,
-  the same model, launched by ``graphstore-run --nproc 1``), as ``auto`` and as ``page`` (``--feature-cache off``);
+  the same model, launched by ``graphstore-run --nproc N``), as ``auto`` and as ``page`` (``--feature-cache off``);
   a session case's ``ratio_to_page_cache`` is to ``session-page``.
 
 Per case: training seconds of the first epoch and of the steady ones after it (their mean), the first over
@@ -63,7 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: memcgroup.MemoryCgroup | None,
            out: Path) -> dict:
-    """The records of the first ``args.epochs`` epochs of ``graphstore-train --nproc 1`` (launcher and rank in
+    """The records of the first ``args.epochs`` epochs of ``graphstore-train --nproc N`` (launcher and ranks in
     ``group``) with the case's ``flags`` added, or of ``tools/session_epochs.py`` under ``graphstore-run`` where
     ``flags`` start with ``session``; or ``{"failed": why}``."""
     metrics = out / "metrics.json"
@@ -71,10 +72,10 @@ def _train(dataset: Path, args: argparse.Namespace, flags: list[str], group: mem
     shape = ["--epochs", str(args.epochs + 1), "--fanout", args.fanout, "--batch-size", str(args.batch_size),
              "--seed", str(args.seed)]
     if flags[:1] == ["session"]:  # the run's own flags, then the script and its arguments
-        cmd = [sys.executable, "-m", "training.run", "--nproc", "1", "--timeout", "600", *flags[1:],
+        cmd = [sys.executable, "-m", "training.run", "--nproc", str(args.nproc), "--timeout", "600", *flags[1:],
                str(ROOT / "tools" / "session_epochs.py"), str(dataset), "--out", str(metrics), *shape]
     else:
-        cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", "1", *shape,
+        cmd = [sys.executable, "-m", "training.launch", str(dataset), "--nproc", str(args.nproc), *shape,
                "--eval-every", str(args.epochs + 1), "--no-progress", "--metrics-out", str(metrics), "--timeout", "600",
                *flags]
 
@@ -160,6 +161,8 @@ def main() -> int:
     parser.add_argument("--epochs", type=toolargs.count, default=2,
                         help="epochs measured per run: the first, and the steady ones after it")
     parser.add_argument("--repeats", type=toolargs.count, default=1)
+    parser.add_argument("--nproc", type=toolargs.count, default=1,
+                        help="ranks on this host, all in the one limit; the dataset is ingested in this many partitions")
     parser.add_argument("--cases", default="page,auto,cache",
                         help="comma-separated: page, auto, cache, plain, cold, unmapped, unmapped-cache, session, "
                              "session-page")
@@ -176,7 +179,7 @@ def main() -> int:
     from graphstore.storage.cache import parse_size
 
     out = benchinfo.start(args, args.json)
-    dataset = benchinfo.ingested(args.dataset, args.spec, 1)
+    dataset = benchinfo.ingested(args.dataset, args.spec, args.nproc)
     limit = parse_size(args.limit, "--limit")
     cache = ["--feature-cache", args.feature_cache]
     flags = {"page": ["--feature-cache", "off"], "auto": [], "plain": ["--feature-cache", "off"], "cache": cache,
@@ -233,7 +236,8 @@ def main() -> int:
     benchinfo.record("bench_beyond_ram", args, out, {"spec": args.spec, "limit": args.limit,
                                                      "feature_cache": args.feature_cache,
                                                      "batch_size": args.batch_size, "fanout": args.fanout,
-                                                     "epochs": args.epochs, "cases": args.cases})
+                                                     "epochs": args.epochs, "cases": args.cases,
+                                                     **({"nproc": args.nproc} if args.nproc != 1 else {})})
     return 0
 
 

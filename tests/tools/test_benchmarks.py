@@ -349,12 +349,13 @@ def test_bench_beyond_ram_times_the_first_and_steady_epochs_of_a_job_in_the_cgro
         pytest.skip(str(memcgroup.available()))
     out = _run("bench_beyond_ram", tmp_path, "--spec", TINY, "--dataset", str(tmp_path / "b"), "--limit", "3GB",
                "--cases", "unmapped-cache,session", "--feature-cache", "64KB", "--fanout", "5,3", "--batch-size", "256",
-               "--epochs", "2", "--seed", "1")
-    unmapped, session = out["rows"]  # two jobs, each the launcher and its rank in the cgroup, two epochs timed
+               "--epochs", "2", "--seed", "1", "--nproc", "2")
+    assert (tmp_path / "b" / "parts2").is_dir()  # ingested in a partition per rank
+    unmapped, session = out["rows"]  # two jobs, each the launcher and its 2 ranks in the cgroup, two epochs timed
     assert unmapped["case"] == "cgroup, --unmapped --feature-cache 64KB"
     assert unmapped["first_over_steady"] == round(unmapped["train_seconds"] / unmapped["steady_seconds"], 3) > 0
     assert unmapped["oom_kills"] == 0 and unmapped["cache_hits"] > 0 and unmapped["loss"] > 0
-    assert 0.1 < unmapped["anon_peak_gb"] <= 3  # torch in two processes, within the limit; page cache aside
+    assert 0.1 < unmapped["anon_peak_gb"] <= 3  # torch in three processes, within the limit; page cache aside
     assert isinstance(unmapped["major_faults"], int) and unmapped["major_faults"] >= 0
     assert "ratio_to_mapped" not in unmapped and "ratio_to_page_cache" not in unmapped  # nothing to compare with
     # a loop of one's own (training.Session under graphstore-run), the same batches: as many steps, its own figures
