@@ -261,8 +261,9 @@ class FeatureReader:
             heap.return_freed_promptly()
         if size is None:
             logger.warning("features: this rank's own x (%.2f GB) exceeds half of its memory (%.2f GB): reading it "
-                           "from disk by parallel reads, its hottest rows in RAM in what the memory leaves beside the "
-                           "batches (--feature-cache SIZE sets their RAM)", own_bytes / 1e9, limit / 1e9)
+                           "from disk by parallel reads; --feature-cache SIZE keeps its hottest rows in RAM (left "
+                           "out: once the batches are counted, in what the memory leaves)", own_bytes / 1e9,
+                           limit / 1e9)
         return reader
 
     def snapshot(self, reset: bool = True) -> dict[str, Any]:
