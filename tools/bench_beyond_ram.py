@@ -31,8 +31,9 @@ metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`
 
 Per case: training seconds of the first epoch and of the steady ones after it (their mean), the first over
 the steady, steps/s of the steady epochs (of the first with ``--epochs 1``), the rate as a ratio to the
-page-cache case, and the first epoch's data wait, GB read from disk and RAM cache hits (its own counts; none
-for ``plain``), the cgroup's peak (page cache included), the peak of what the job's processes held themselves
+page-cache case, and the first epoch's data wait, GB read from disk, the RAM cache's size (``cache_gb``, rank
+0's: the one ``--feature-cache`` gave, or the one the rank sized from what its limit leaves) and its hits (its own
+counts; none for ``plain``), the cgroup's peak (page cache included), the peak of what the job's processes held themselves
 (``anon_peak_gb``: the cgroup's ``total_rss``, page cache aside, sampled every 0.5 s), the major page faults
 of a steady epoch (``major_faults``: mapped pages the limit pushed out, read again) and OOM kills. Needs root
 and the cgroup v1 memory controller.

@@ -43,7 +43,7 @@ def test_the_ram_and_device_caches_train_the_same_model_and_count_their_hits(syn
     assert "features" not in plain and "features" not in runs["device"]
     got = runs["ram"]["features"]
     assert got["cache_bytes"] > 0 and 0 < got["hits"] < got["rows"]
-    assert "features: " in outs["ram"].stdout and "RAM cache hits" in outs["ram"].stdout
+    assert "features: " in outs["ram"].stdout and "B, hits " in outs["ram"].stdout
     device = runs["device"]
     assert device["gpu_cache"]["hits"] > 0 and 0 < device["gpu_cache"]["rows"] <= 1024  # 16 KB: 1,024 rows of 4 float32s
     assert device["wire"]["bytes"]["rows"] < plain["wire"]["bytes"]["rows"]

@@ -313,9 +313,13 @@ def _attr_bytes(node_type: Any) -> int:
 
 
 def text(record: dict[str, Any]) -> str:
-    """``  features: 1.23 GB from disk in 4.5 s, RAM cache hits 41.0%`` (training batches, all ranks), or nothing."""
+    """``  features: 1.23 GB from disk in 4.5 s, RAM cache 0.27 GB, hits 41.0%`` (training batches, all ranks;
+    the cache is this rank's), or nothing."""
     got = record.get("features")
     if not got:
         return ""
-    hits = f", RAM cache hits {100 * got['hits'] / max(got['rows'], 1):.1f}%" if got.get("cache_bytes") else ""
+    size = got.get("cache_bytes") or 0
+    kept = (f"{size / 1e9:.2f} GB" if size >= 100_000_000 else f"{size / 1e6:.1f} MB" if size >= 100_000 else
+            f"{size / 1e3:.0f} KB")
+    hits = f", RAM cache {kept}, hits {100 * got['hits'] / max(got['rows'], 1):.1f}%" if size else ""
     return f"  features: {got['disk_bytes'] / 1e9:.2f} GB from disk in {got['read_seconds']:.1f} s{hits}"
