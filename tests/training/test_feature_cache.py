@@ -224,9 +224,10 @@ def test_an_automatic_cache_takes_what_the_limit_leaves_beside_the_batches_and_t
 
 def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_limit_and_counts_it(synthetic1, tmp_path):
     """training.Session, as graphstore-train: a rank whose own x exceeds half of its memory (the memory made
-    small in the script) reads x from disk by itself; its loader defaults to one thread and a batch ahead bounded
-    by what the limit leaves, yields the stored rows, and feature_stats() counts them; a batch that cannot fit
-    in the limit is refused in one line when the loader is made."""
+    small in the script) reads x from disk by itself, its hottest rows in RAM in what is left once its first
+    loader is made; its loader defaults to one thread and a batch ahead bounded by what the limit leaves,
+    yields the stored rows, and feature_stats() counts them; a batch that cannot fit in the limit is refused in
+    one line when the loader is made."""
     script = tmp_path / "short.py"
     script.write_text(textwrap.dedent("""
         import json, sys
@@ -237,6 +238,7 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
         from training.loop import featurecache as fc
 
         fc.memory_limit = lambda ranks: 40_000  # own x: 2,000 rows of 16 bytes, more than half of it
+        fc.MIN_CACHE = 0  # so the cache it sizes at its first loader is kept: half of that memory, 20 KB at most
         stored = graphstore.open_dataset(sys.argv[1]).partition(0)[0][None, "x", None]  # one partition: global IDs
         said = {}
         with Session(sys.argv[1], seed=3) as s:
@@ -265,12 +267,13 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
     assert out.returncode == 0, out.stderr[-3000:]
     said = json.loads(out.stdout.strip().splitlines()[-1])
     assert "exceeds half of its memory" in out.stderr
-    assert said["short"] == [True, 0]
+    assert said["short"][0] and 0 < said["short"][1] <= 20_000  # the hottest rows, in what is left (capped)
     threads, prefetch, ahead = said["options"]
     assert (threads, prefetch) == (1, 1) and ahead > 0  # no cgroup here: what MemAvailable leaves beside a batch
     assert said["same"] and said["rows"] > 0
     stats = said["stats"]
-    assert stats["rows"] == said["rows"] and stats["hits"] == 0 and stats["disk_bytes"] >= 16 * said["rows"] // 2
+    assert stats["rows"] == said["rows"] and 0 < stats["hits"] < said["rows"] and stats["disk_bytes"] > 0
+    assert stats["cache_bytes"] == said["short"][1]
     assert said["again"]["rows"] == 0  # counted since the last call
     assert said["links"][:2] == [1, 1] and said["links"][2] > 0 and said["links"][3]  # a link loader: the same
     assert "needs about 1.00 GB" in said["refused"] and "batch_size=100, num_neighbors=[5, 5]" in said["refused"]
