@@ -259,6 +259,10 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
                 s.loader([5, 5], input_nodes="train_mask", batch_size=100)
             except GraphstoreError as exc:
                 said["refused"] = str(exc)
+            try:  # sampler processes would read x through the page cache, which that limit charges
+                s.loader([5, 5], input_nodes="train_mask", batch_size=100, num_workers=1)
+            except GraphstoreError as exc:
+                said["workers"] = str(exc)
         print(json.dumps(said))
     """))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -278,6 +282,7 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
     assert said["links"][:2] == [1, 1] and said["links"][2] > 0 and said["links"][3]  # a link loader: the same
     assert "needs about 1.00 GB" in said["refused"] and "batch_size=100, num_neighbors=[5, 5]" in said["refused"]
     assert said["refused"].endswith("a smaller batch_size or num_neighbors")
+    assert said["workers"].startswith("num_workers 1: this rank's own x") and "page cache" in said["workers"]
 
 
 def test_a_ranks_memory_is_its_share_of_the_limit_its_local_ranks_share(monkeypatch):
@@ -293,3 +298,24 @@ def test_a_ranks_memory_is_its_share_of_the_limit_its_local_ranks_share(monkeypa
     monkeypatch.setattr(fc, "_cgroup_limits", lambda: [("/sys/fs/cgroup/memory/job", 2_500_000_000)])
     assert fc.memory_limit(1) == min(host, 2_500_000_000)
     assert fc.memory_limit(2) == min(host, 2_500_000_000) // 2  # 1 GB of own x each: past half of 1.25 GB
+
+
+def test_sampler_processes_beside_a_disk_tier_are_refused_where_they_would_read_around_it(monkeypatch, caplog):
+    """Sampler processes open the dataset themselves and read x through its mapping: refused in one line
+    beside a cache size given (it would serve none of their batches) and, left to the rank, under a memory
+    limit (the page cache they fill is charged to it); without a limit, said in one line; none: nothing."""
+    from graphstore.errors import InvalidInputError
+    from training.loop import featurecache as fc
+
+    given = fc.FeatureReader([_Rows(1000, 4096)], 0, automatic=False, row_bytes=4096)
+    left = fc.FeatureReader([_Rows(1000, 4096)], 0, automatic=True, short=True, row_bytes=4096)
+    fc.check_workers(given, 0, "--loader-workers")
+    with pytest.raises(InvalidInputError, match="^--loader-workers 2 beside a feature cache size given: .*drop one of them$"):
+        fc.check_workers(given, 2, "--loader-workers")
+    monkeypatch.setattr(fc, "cgroup_memory", lambda: (1_500_000_000, 400_000_000))
+    with pytest.raises(InvalidInputError, match=r"^num_workers 1: this rank's own x \(0.00 GB\) .*page cache"):
+        fc.check_workers(left, 1, "num_workers")
+    monkeypatch.setattr(fc, "cgroup_memory", lambda: None)
+    with caplog.at_level("WARNING", logger="graphstore"):
+        fc.check_workers(left, 1, "num_workers")
+    assert "read this rank's own x (0.00 GB) through the page cache" in caplog.text

@@ -141,6 +141,28 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
     return ahead
 
 
+def check_workers(features: FeatureReader, workers: int, flag: str) -> None:
+    """Refuse, in one line, sampler processes (``workers``, given as ``flag``) beside a rank whose ``x`` this
+    reader serves: they open the dataset themselves and read ``x`` through its mapping, so the page cache
+    holds what they read. Given a cache size, its cache would serve none of their batches; left to the
+    rank, only where a memory limit (cgroup) charges that page cache, since the kernel may then kill the job
+    instead of reclaiming it. Nothing without workers."""
+    if not workers:
+        return
+    own = features.own_bytes / 1e9
+    if not features.automatic:
+        raise InvalidInputError(f"{flag} {workers} beside a feature cache size given: the sampler processes open the "
+                                "dataset themselves and read x through its mapping, not through this rank's disk tier "
+                                "and its cache; drop one of them")
+    if cgroup_memory() is not None:
+        raise InvalidInputError(f"{flag} {workers}: this rank's own x ({own:.2f} GB) exceeds half of its memory, and "
+                                "sampler processes read it through the page cache, which its memory limit (cgroup) "
+                                f"charges; drop {flag} (the rank's loader thread reads x from disk past the page "
+                                "cache) or give the job more memory")
+    logger.warning("features: %s %d: the sampler processes read this rank's own x (%.2f GB) through the page cache, "
+                   "not from disk past it; without %s the rank's loader thread would", flag, workers, own, flag)
+
+
 def fill_what_is_left(features: FeatureReader, ahead: int, seeds: int, fanout: tuple[int, ...], local_ranks: int,
                       batches_ahead: int) -> int:
     """Size an automatic reader's RAM cache (``feature_cache`` left out) once the batches' room is known: the

@@ -81,6 +81,8 @@ class Trainer:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
         if self.world.local_world_size > 1 and dist.is_initialized():  # every rank of the host has started, so
             dist.barrier(group=self._cpu_group)  # what they hold is counted before one sizes its cache (below)
+        if self.features is not None:  # x read from disk in this process, which sampler processes would not do
+            featurecache.check_workers(self.features, self.config.loader_workers, "--loader-workers")
         if self.features is not None and self.features.short:  # a memory limit binds: will a batch fit?
             c = self.config
             ahead = featurecache.check_room(c.batch_size * self.task.seeds_per_example, tuple(c.fanout),
