@@ -163,7 +163,8 @@ def main() -> int:
                         help="epochs measured per run: the first, and the steady ones after it")
     parser.add_argument("--repeats", type=toolargs.count, default=1)
     parser.add_argument("--nproc", type=toolargs.count, default=1,
-                        help="ranks on this host, all in the one limit; the dataset is ingested in this many partitions")
+                        help="ranks on this host, all in the one limit; the dataset is ingested in this many "
+                             "partitions")
     parser.add_argument("--cases", default="page,auto,cache",
                         help="comma-separated: page, auto, cache, plain, cold, unmapped, unmapped-cache, session, "
                              "session-page")

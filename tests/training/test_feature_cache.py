@@ -206,7 +206,8 @@ def test_an_automatic_cache_takes_what_the_limit_leaves_beside_the_batches_and_t
     batch, nodes = int(73_728 * 4096 * fc.PEAK_SHARE), 62_464 * 4096  # in training; gathered ahead
     cache = features.cache_bytes
     assert 0.2e9 < cache and 400_000_000 + batch + nodes + cache + 150_000_000 <= 1_500_000_000
-    assert 1_500_000_000 - (400_000_000 + batch + nodes + cache + 150_000_000) < 4 * 4096  # all of what is left (rounded down to rows)
+    left_over = 1_500_000_000 - (400_000_000 + batch + nodes + cache + 150_000_000)
+    assert left_over < 4 * 4096  # all of what is left, rounded down to rows
     assert [round(r.cache_bytes / cache, 4) for r in features.readers] == [0.6, 0.4]  # split by the readers' rows
     assert left == ahead - cache // 4096 - 150_000_000 // 4096 and 62_464 <= left < 62_464 + 4  # one batch ahead
     assert fc.fill_what_is_left(features, left, 1024, (10, 5), 1, 1) == left and features.cache_bytes == cache
@@ -310,7 +311,8 @@ def test_sampler_processes_beside_a_disk_tier_are_refused_where_they_would_read_
     given = fc.FeatureReader([_Rows(1000, 4096)], 0, automatic=False, row_bytes=4096)
     left = fc.FeatureReader([_Rows(1000, 4096)], 0, automatic=True, short=True, row_bytes=4096)
     fc.check_workers(given, 0, "--loader-workers")
-    with pytest.raises(InvalidInputError, match="^--loader-workers 2 beside a feature cache size given: .*drop one of them$"):
+    refused = "^--loader-workers 2 beside a feature cache size given: .*drop one of them$"
+    with pytest.raises(InvalidInputError, match=refused):
         fc.check_workers(given, 2, "--loader-workers")
     monkeypatch.setattr(fc, "cgroup_memory", lambda: (1_500_000_000, 400_000_000))
     with pytest.raises(InvalidInputError, match=r"^num_workers 1: this rank's own x \(0.00 GB\) .*page cache"):

@@ -31,7 +31,7 @@ AUTO_SHARE = 0.5  # read through the disk path by itself when own features excee
 # (a GraphSAGE layer keeps each edge's gathered row, the aggregates and its outputs for the backward pass),
 # taken from the bench_beyond_ram job with a margin; a model whose activations outgrow its inputs needs more
 PEAK_SHARE = 1.4
-# the automatic RAM cache (fill_what_is_left) leaves this share of the memory limit unused: the heap's slack
+# the automatic RAM cache (fill_what_is_left) leaves this share of the rank's memory unused: the heap's slack
 # and the page cache through which the topology and the model's files are read
 LEFT_SHARE = 0.1
 MIN_CACHE = 16 << 20  # a smaller automatic cache is not kept
@@ -176,13 +176,11 @@ def fill_what_is_left(features: FeatureReader, ahead: int, seeds: int, fanout: t
     if not features.automatic or features.filled or nodes is None or not features.readers:
         return ahead
     features.filled = True
-    ranks = max(local_ranks, 1)
-    group = cgroup_memory()
-    whole = group[0] if group is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    share = memory_limit(local_ranks)  # this rank's share of the limit (or of the host's memory)
     row = max(features.row_bytes, 1)
-    margin = int(LEFT_SHARE * whole / ranks)
+    margin = int(LEFT_SHARE * share)
     spare = (ahead - batches_ahead * nodes) * row - margin
-    size = min(spare, int(AUTO_SHARE * memory_limit(local_ranks)), features.own_bytes)
+    size = min(spare, int(AUTO_SHARE * share), features.own_bytes)
     if size < MIN_CACHE:
         logger.info("features: no RAM cache: the memory left beside the batches (%.3f GB) is under %d MB",
                     max(spare, 0) / 1e9, MIN_CACHE >> 20)

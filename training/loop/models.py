@@ -36,7 +36,6 @@ from torch_geometric.nn import models as pyg
 from torch_geometric.nn.conv import GINConv, SAGEConv
 
 
-
 class _Blocks:
     """``forward`` of a built-in :class:`~torch_geometric.nn.models.BasicGNN` that, given the batch's
     per-hop counts, runs layer by layer over bipartite blocks (see the module's docstring). Without the

@@ -85,13 +85,13 @@ class Trainer:
             featurecache.check_workers(self.features, self.config.loader_workers, "--loader-workers")
         if self.features is not None and self.features.short:  # a memory limit binds: will a batch fit?
             c = self.config
-            ahead = featurecache.check_room(c.batch_size * self.task.seeds_per_example, tuple(c.fanout),
-                                            self.features.row_bytes, self.world.local_world_size,
+            seeds, fanout = c.batch_size * self.task.seeds_per_example, tuple(c.fanout)
+            ranks = self.world.local_world_size
+            ahead = featurecache.check_room(seeds, fanout, self.features.row_bytes, ranks,
                                             f"--batch-size {c.batch_size} --fanout {','.join(map(str, c.fanout))}",
                                             edge_rows=self.task.edge_rows)
-            if getattr(out["train"], "prefetch_rows", None) is not None:  # batches ahead in threads: fill what the room leaves
-                ahead = featurecache.fill_what_is_left(self.features, ahead, c.batch_size * self.task.seeds_per_example,
-                                                       tuple(c.fanout), self.world.local_world_size, PREFETCH)
+            if getattr(out["train"], "prefetch_rows", None) is not None:  # batches ahead in threads: a cache beside
+                ahead = featurecache.fill_what_is_left(self.features, ahead, seeds, fanout, ranks, PREFETCH)
             for loader in out.values():  # rows gathered ahead of the step: what the limit leaves beside the batches
                 if getattr(loader, "prefetch_rows", None) is not None:
                     loader.prefetch_rows = ahead
