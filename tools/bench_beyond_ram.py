@@ -4,7 +4,8 @@ Usage::
 
     python tools/bench_beyond_ram.py [--dataset DIR] [--spec SPEC] [--limit 1.5GB] [--feature-cache 256MB]
                                      [--fanout 10,5] [--batch-size 1024] [--epochs 2] [--repeats 1] [--nproc 1]
-                                     [--cases page,auto,cache,unmapped,unmapped-cache,session,session-page]
+                                     [--cases page,auto,cache,unmapped,unmapped-cache,workers,workers-page,
+                                     session,session-page]
                                      [--json]
 
 ``graphstore-train --nproc N`` (the launcher and its ranks, as users run it, all in one limit; ``--nproc``, 1 by
@@ -25,6 +26,10 @@ metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`
   through the mapping, as after the page cache turned over or on a fresh machine (``first_over_steady``);
 - ``unmapped``, ``unmapped-cache``: ``auto`` and ``cache`` with ``--unmapped`` (the partition read with ``pread``,
   none of it mapped), with their rate as a ratio to the mapped case's too (``ratio_to_mapped``);
+- ``workers``: ``auto`` with a sampler process beside the rank (``--loader-workers 1``): it reads x as the rank
+  does, its hot rows from the rank's cache in shared memory, and the room check counts its batches;
+  ``workers-page``: ``page`` with that sampler process (``workers``' ratio to the page cache is to this case
+  where it ran);
 - ``session``, ``session-page``: a loop of one's own instead (``tools/session_epochs.py``: ``training.Session``,
   the same model, launched by ``graphstore-run --nproc N``), as ``auto`` and as ``page`` (``--feature-cache off``);
   a session case's ``ratio_to_page_cache`` is to ``session-page``.
@@ -166,8 +171,8 @@ def main() -> int:
                         help="ranks on this host, all in the one limit; the dataset is ingested in this many "
                              "partitions")
     parser.add_argument("--cases", default="page,auto,cache",
-                        help="comma-separated: page, auto, cache, plain, cold, unmapped, unmapped-cache, session, "
-                             "session-page")
+                        help="comma-separated: page, auto, cache, plain, cold, unmapped, unmapped-cache, workers, "
+                             "workers-page, session, session-page")
     parser.add_argument("--max-seconds", type=toolargs.positive, default=900,
                         help="give up on a run after this long (reported as not finishing an epoch in it)")
     parser.add_argument("--json", action="store_true")
@@ -186,13 +191,14 @@ def main() -> int:
     cache = ["--feature-cache", args.feature_cache]
     flags = {"page": ["--feature-cache", "off"], "auto": [], "plain": ["--feature-cache", "off"], "cache": cache,
              "unmapped": ["--unmapped"], "unmapped-cache": ["--unmapped", *cache], "cold": [],
+             "workers": ["--loader-workers", "1"], "workers-page": ["--loader-workers", "1", "--feature-cache", "off"],
              "session": ["session"], "session-page": ["session", "--feature-cache", "off"]}
     names = {case: "page cache" if case == "page" else "cgroup, " + (" ".join(f) or "no flag")
              for case, f in flags.items()}
     names.update({"cold": "cold page cache, no limit", "session": "session, cgroup, no flag",
-                  "session-page": "session, page cache"})
+                  "session-page": "session, page cache", "workers-page": "page cache, --loader-workers 1"})
     mapped_of = {names["unmapped"]: names["auto"], names["unmapped-cache"]: names["cache"]}
-    pinned = ("page", "session-page")  # no limit, the dataset locked in the page cache
+    pinned = ("page", "session-page", "workers-page")  # no limit, the dataset locked in the page cache
     unknown = [c for c in args.cases.split(",") if c not in names]
     if unknown:
         parser.error(f"--cases {unknown}: choose among {','.join(names)}")
@@ -215,8 +221,11 @@ def main() -> int:
                 rows[-1]["repeat"] = repeat + 1
                 if not args.json:
                     print(rows[-1], flush=True)
+    ran = {r["case"] for r in rows}
     for r in rows:  # a session case against the session's page-cache case, the others against graphstore-train's
         page = names["session-page"] if r["case"].startswith("session") else names["page"]
+        if r["case"] == names["workers"] and names["workers-page"] in ran:  # sampler processes against theirs
+            page = names["workers-page"]
         base = [b["steps_per_s"] for b in rows if b["case"] == page and "steps_per_s" in b]
         if base and "steps_per_s" in r:
             r["ratio_to_page_cache"] = round(r["steps_per_s"] / (sum(base) / len(base)), 3)

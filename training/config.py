@@ -120,12 +120,10 @@ def check_config(c: TrainConfig) -> None:
     if workers and c.loader_threads is not None and c.loader_threads > 1:
         raise InvalidInputError(f"--loader-workers {workers} and --loader-threads {c.loader_threads} both build batches "
                                 "in parallel (sampler processes, or threads in the rank); give one of them")
-    cache = c.feature_cache not in (None, "off")
-    if workers and (c.gpu_cache is not None or c.unmapped or cache):
-        flag = "--gpu-cache" if c.gpu_cache is not None else "--unmapped" if c.unmapped else "--feature-cache"
+    if workers and (c.gpu_cache is not None or c.unmapped):
+        flag = "--gpu-cache" if c.gpu_cache is not None else "--unmapped"
         raise InvalidInputError(f"--loader-workers does not work with {flag} yet (the sampler processes open the "
-                                f"dataset themselves{' and read x through its mapping' if cache else ''}); drop one "
-                                "of them")
+                                "dataset themselves); drop one of them")
     if c.servers is not None:
         _check_served(c)
     every = c.checkpoint_every

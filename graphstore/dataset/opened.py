@@ -199,6 +199,43 @@ class Dataset:
         found = self._arrays[path] = wrap(rows)
         return found
 
+    def shared_readers(self) -> dict[str, Any]:
+        """The arrays this process reads through a row reader (:meth:`read_through`), as a sampler process of
+        this rank rebuilds them (:meth:`read_shared`): ``{path: SharedReader}``, their RAM caches in shared
+        memory (:meth:`~graphstore.storage.diskrows.RowReader.shared`)."""
+        from graphstore.storage.diskrows import RowReader
+
+        return {path: found.shared() for path, found in self._arrays.items() if isinstance(found, RowReader)}
+
+    def read_shared(self, shared: dict[str, Any]) -> None:
+        """Read the arrays of ``shared`` (:meth:`shared_readers` of another process) as that process does, in
+        this one: the same kind of reads, the hot rows from the same cache."""
+        from graphstore.storage.directrows import reopen
+
+        for path, recipe in shared.items():
+            self.read_through(path, lambda rows, r=recipe, p=path: reopen(r, self.chunk_files(p), rows))
+
+    def reader_counts(self, reset: bool = True) -> dict[str, dict[str, Any]]:
+        """``{path: counts}`` of the row readers of this process (rows, hits, disk bytes, seconds) since the
+        last reset, the ones that gathered anything."""
+        from graphstore.storage.diskrows import RowReader
+
+        out = {}
+        for path, found in self._arrays.items():
+            if isinstance(found, RowReader):
+                counts = found.snapshot(reset)
+                if counts["rows"]:
+                    out[path] = counts
+        return out
+
+    def add_reader_counts(self, counts: dict[str, dict[str, Any]]) -> None:
+        """Count what another process's readers of these arrays gathered (:meth:`reader_counts`) as this
+        process's readers' own."""
+        for path, got in counts.items():
+            found = self._arrays.get(path)
+            if found is not None and hasattr(found, "counts"):
+                found.counts.add_counted(got["rows"], got["hits"], got["disk_bytes"], got["read_seconds"])
+
     def topology(self, part: int, edge_type: EdgeType = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                        np.ndarray | None]:
         """``(indptr, indices, eid, packed or None)`` of one partition and edge type, checked once per process.

@@ -43,6 +43,11 @@ def _this_thread(name: str, value: Any) -> Iterator[None]:
         setattr(_local, name, before)
 
 
+def placed() -> bool:
+    """Whether this thread's rows go somewhere of their own (an arena, or pinned memory)."""
+    return getattr(_local, "arena", None) is not None or pinned()
+
+
 def pinned() -> bool:
     """Whether this thread asked for pinned rows."""
     return bool(getattr(_local, "pinned", False))

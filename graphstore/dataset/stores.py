@@ -14,7 +14,7 @@ from torch_geometric.data.graph_store import EdgeLayout
 from graphstore.dataset import layout, rowmemory
 from graphstore.dataset.manifest import Manifest
 from graphstore.errors import GraphstoreError, NotOwnedError, UnknownAttributeError
-from graphstore.storage.diskrows import ColdStart
+from graphstore.storage.diskrows import ColdStart, RowReader
 from graphstore.heap import keep_freed_memory
 
 
@@ -141,6 +141,10 @@ class ZarrFeatureStore(FeatureStore):
             except (IndexError, RuntimeError):
                 pass  # some IDs are not own rows: halo replicas or an error naming the owner, below
         ids = asked_ids(index, r.lo, r.hi)
+        if isinstance(r.rows, RowReader) and rowmemory.placed() and len(ids) and ids.min() >= r.lo \
+                and ids.max() < r.hi:  # own rows read from disk straight into a sampler process's block, or pinned
+            dtype = torch.from_numpy(np.zeros(0, r.rows.dtype)).dtype
+            return r.rows.gather(ids - r.lo, rowmemory.empty((len(ids), *r.rows.shape[1:]), dtype))
         return _tensor(self._gather(r.info, r.name, r.rows, ids, r.lo, r.hi))
 
     def _gather(self, info: Any, name: str, rows: Any, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:

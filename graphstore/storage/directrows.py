@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import torch
 
 from graphstore.errors import CorruptDatasetError
-from graphstore.storage.diskrows import GatherCounts, RowReader
+from graphstore.storage.diskrows import DiskRows, GatherCounts, RowReader, SharedReader
 from graphstore.storage import uring
 from graphstore.storage.fileio import ChunkFiles, close_files, pread_into
 
@@ -53,7 +53,26 @@ def direct_rows(files: ChunkFiles, mapped: Any = None, hot: np.ndarray | None = 
     false: the same reads and cache through the page cache (for a file system that refuses direct I/O when
     there is no mapping to read through instead)."""
     fds = open_direct(files, direct)
-    return None if fds is None else DirectRows(files, fds, mapped, hot, where, threads, ring)
+    if fds is None:
+        return None
+    reader = DirectRows(files, fds, mapped, hot, where, threads, ring)
+    reader.kind = "direct" if direct else "pread"
+    return reader
+
+
+def reopen(shared: SharedReader, files: ChunkFiles, rows: Any) -> RowReader:
+    """The reader ``shared`` describes (:meth:`~graphstore.storage.diskrows.RowReader.shared`: another
+    process's), rebuilt in this one over ``files`` and ``rows`` (the array mapped, or read unmapped), its
+    hot rows served from the same cache; through the page cache (:class:`DiskRows`) where this file
+    system refuses the direct reads the other process made."""
+    reader = None
+    if shared.kind in ("direct", "pread"):
+        reader = direct_rows(files, rows, None, shared.where, direct=shared.kind == "direct")
+    if reader is None:
+        reader = DiskRows(rows, None, shared.where) if isinstance(rows, np.ndarray) else \
+            direct_rows(files, rows, None, shared.where, direct=False)
+    reader.adopt(shared)
+    return reader
 
 
 def open_direct(files: ChunkFiles, direct: bool = True) -> list[int] | None:
@@ -94,6 +113,8 @@ class DirectRows(RowReader):
     ``mapped[ids]`` holds.
     """
 
+    kind = "direct"  # as SharedReader names it ("pread": files opened without O_DIRECT)
+
     def __init__(self, files: ChunkFiles, fds: list[int], mapped: Any = None, hot: np.ndarray | None = None,
                  where: str = "", threads: int = THREADS, ring: int = RING) -> None:
         self.files, self.mapped, self.where = files, mapped, where or files.where
@@ -113,22 +134,23 @@ class DirectRows(RowReader):
         self.slot_of = self.cache = None
         self.keep_hot(hot)
 
-    def _keep(self, hot: np.ndarray) -> None:
-        cache = self.gather(hot)  # read like any batch's rows, then kept
-        slot_of = np.full(self.shape[0], -1, np.int32)
-        slot_of[hot] = np.arange(len(hot), dtype=np.int32)
-        self.cache, self.slot_of = cache, slot_of
+    def _read_hot(self, hot: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
+        return self.gather(hot, out)  # read like any batch's rows, then kept
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.mapped, dtype)
 
-    def gather(self, ids: np.ndarray) -> torch.Tensor:
-        """Rows ``ids`` (row numbers, in range) as a tensor, in order."""
+    def gather(self, ids: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``ids`` (row numbers, in range) as a tensor, in order (into ``out`` when given: a contiguous
+        tensor of their shape)."""
         import torch
 
         started = time.perf_counter()
-        flat = _batch_buffer(len(ids) * self.row_bytes, self.row_bytes)
-        out = torch.from_numpy(flat.view(self.dtype).reshape(len(ids), *self.shape[1:]))
+        if out is None:
+            flat = _batch_buffer(len(ids) * self.row_bytes, self.row_bytes)
+            out = torch.from_numpy(flat.view(self.dtype).reshape(len(ids), *self.shape[1:]))
+        else:
+            flat = out.numpy().reshape(-1).view(np.uint8)
         hits = 0
         if self.slot_of is not None and len(ids):
             slots = self.slot_of[ids]

@@ -22,7 +22,7 @@ import mmap
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from llvmlite import ir
@@ -128,6 +128,18 @@ def page_ranges(rows: np.ndarray, row_bytes: int, gap: int = GAP_PAGES) -> tuple
     return first[starts], last[ends]
 
 
+class SharedReader(NamedTuple):
+    """A row reader as another process of the rank rebuilds it (:meth:`RowReader.shared`): its kind
+    (``"direct"``: :class:`~graphstore.storage.directrows.DirectRows` with ``O_DIRECT``; ``"pread"``: the same
+    without; ``"mapped"``: :class:`DiskRows`), its hot rows (row numbers, sorted) and their cache (a tensor in
+    shared memory, or ``None``), and where it reads (for messages)."""
+
+    kind: str
+    hot: np.ndarray
+    cache: Any
+    where: str
+
+
 class RowReader:
     """What a feature store reads of a row reader (:class:`DiskRows`, :class:`~graphstore.storage.directrows.
     DirectRows`): ``len``, ``reader[ids]`` (integer IDs through ``gather``, anything else from
@@ -139,8 +151,10 @@ class RowReader:
     row_bytes: int
     cache: Any
     counts: GatherCounts
+    kind = ""  # as SharedReader names it
+    where = ""
 
-    def gather(self, ids: np.ndarray) -> torch.Tensor:
+    def gather(self, ids: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -165,21 +179,47 @@ class RowReader:
         ``read_seconds`` spent gathering, since the last reset."""
         return self.counts.snapshot(reset)
 
-    def keep_hot(self, hot: np.ndarray | None) -> None:
+    def keep_hot(self, hot: np.ndarray | None, shared: bool = False) -> None:
         """Serve rows ``hot`` (row numbers) from RAM from now on, in place of the rows kept before (none:
-        no RAM cache): read like a batch's rows, not counted as one. Call it while no gather runs."""
+        no RAM cache): read like a batch's rows, not counted as one; with ``shared``, into shared memory (the
+        rank's sampler processes then read the same cache: :meth:`shared`). Call it while no gather runs."""
         hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
         counts, self.counts = self.counts, GatherCounts()
-        self.cache = self.slot_of = None
+        self._set_cache(np.zeros(0, np.int64), None)
         try:
             if len(hot):
-                self._keep(hot)
+                self._set_cache(hot, self._read_hot(hot, _shared_empty((len(hot), *self.shape[1:]), self.dtype)
+                                                    if shared else None))
         finally:
             self.counts = counts
 
-    def _keep(self, hot: np.ndarray) -> None:
-        """Read rows ``hot`` (sorted, unique) into ``cache`` and set ``slot_of``."""
+    def _read_hot(self, hot: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
+        """Rows ``hot`` (sorted, unique) read into ``out`` (a tensor of their shape; ``None``: a new one)."""
         raise NotImplementedError
+
+    def _set_cache(self, hot: np.ndarray, cache: torch.Tensor | None) -> None:
+        """Serve rows ``hot`` from ``cache`` (their rows, in order; ``None``: no cache)."""
+        self.hot = hot
+        self.cache = cache
+        if cache is None:
+            self.slot_of = None
+            return
+        slot_of = np.full(self.shape[0], -1, np.int32)
+        slot_of[hot] = np.arange(len(hot), dtype=np.int32)
+        self.slot_of = slot_of
+
+    def shared(self) -> SharedReader:
+        """What another process of this rank (its sampler processes) needs to read this array as this reader
+        does, with the same RAM cache: the cache is moved into shared memory first where it is not there yet
+        (one copy, once; :meth:`keep_hot` with ``shared`` puts it there at once). Pickled through
+        ``torch.multiprocessing``, the cache travels as a handle to that memory, not as its rows."""
+        if self.cache is not None and not self.cache.is_shared():
+            self._set_cache(self.hot, self.cache.share_memory_())  # the storage moves; views are made anew
+        return SharedReader(self.kind, self.hot, self.cache, self.where)
+
+    def adopt(self, shared: SharedReader) -> None:
+        """Serve the hot rows of ``shared`` (another process's reader of the same array) from its cache."""
+        self._set_cache(np.asarray(shared.hot, np.int64), shared.cache)
 
 
 class DiskRows(RowReader):
@@ -195,6 +235,8 @@ class DiskRows(RowReader):
     (True, 2)
     """
 
+    kind = "mapped"
+
     def __init__(self, rows: np.ndarray, hot: np.ndarray | None = None, where: str = "") -> None:
         self.rows, self.where = rows, where
         self.shape, self.dtype = rows.shape, rows.dtype
@@ -204,43 +246,47 @@ class DiskRows(RowReader):
         self.counts = GatherCounts()
         if self._madvise is not None and rows.nbytes:
             self._madvise(rows.ctypes.data, rows.nbytes, _MADV_RANDOM)  # a fault reads its page, no neighbours
-        self.cache = self.slot_of = None
         self.keep_hot(hot)
 
-    def _keep(self, hot: np.ndarray) -> None:
-        cache = self._read(hot)
-        slot_of = np.full(len(self.rows), -1, np.int32)
-        slot_of[hot] = np.arange(len(hot), dtype=np.int32)
-        self._words, self._cache_words = _word_view(np.asarray(self.rows)), _word_view(cache.numpy())
-        self.cache, self.slot_of = cache, slot_of
+    def _read_hot(self, hot: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
+        return self._read(hot, out)
+
+    def _set_cache(self, hot: np.ndarray, cache: torch.Tensor | None) -> None:
+        super()._set_cache(hot, cache)
+        if cache is not None:
+            self._words, self._cache_words = _word_view(np.asarray(self.rows)), _word_view(cache.numpy())
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.rows, dtype)
 
-    def gather(self, ids: np.ndarray) -> torch.Tensor:
-        """Rows ``ids`` (local row numbers, in range) as a tensor, in order."""
+    def gather(self, ids: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``ids`` (local row numbers, in range) as a tensor, in order (into ``out`` when given: a
+        contiguous tensor of their shape)."""
         import torch
 
         since = self.counts.start()
         if self.slot_of is None or not len(ids):
-            out, hits = self._read(ids), 0
+            out, hits = self._read(ids, out), 0
         else:
             slots = self.slot_of[ids]
             hit = slots >= 0
             hits = int(hit.sum())
             if hits < len(ids):
                 self._prefetch(ids[~hit])
-            out = torch.empty((len(ids), *self.shape[1:]), dtype=self._rows_t.dtype)
+            if out is None:
+                out = torch.empty((len(ids), *self.shape[1:]), dtype=self._rows_t.dtype)
             _copy_rows(self._words, self._cache_words, slots, ids, _word_view(out.numpy()))
         self.counts.add(len(ids), hits, since)
         return out
 
-    def _read(self, ids: np.ndarray) -> torch.Tensor:
-        """Rows ``ids`` from the mapping: their pages asked for together, then copied."""
+    def _read(self, ids: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Rows ``ids`` from the mapping (into ``out`` when given): their pages asked for together, then copied."""
         import torch
 
         self._prefetch(ids)
-        return self._rows_t.index_select(0, torch.from_numpy(ids))
+        if out is None:
+            return self._rows_t.index_select(0, torch.from_numpy(ids))
+        return torch.index_select(self._rows_t, 0, torch.from_numpy(ids), out=out)
 
     def _prefetch(self, ids: np.ndarray) -> None:
         """Ask the kernel for the pages of rows ``ids`` at once: sorted, neighbours coalesced."""
@@ -268,6 +314,13 @@ def _copy_rows(rows, cache, slots, ids, out):  # pragma: no cover - compiled
             out[i, :] = cache[slots[i], :]
         else:
             out[i, :] = rows[ids[i], :]
+
+
+def _shared_empty(shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
+    """An uninitialised tensor in shared memory (its pages are touched as it is filled)."""
+    import torch
+
+    return torch.empty(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype).share_memory_()
 
 
 def _as_tensor(rows: np.ndarray) -> torch.Tensor:

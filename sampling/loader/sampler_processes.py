@@ -192,7 +192,9 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
     for name in ("graphstore", "sampling", "training"):  # rebuilding the loader repeats the rank's warnings
         logging.getLogger(name).setLevel(logging.ERROR)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="graphstore-parent-watch").start()
-    cls, dataset, num_neighbors, seeds, kwargs = recipe
+    cls, dataset, num_neighbors, seeds, kwargs, readers = recipe
+    if readers:  # the rank reads these arrays from disk past the page cache, its hot rows in shared memory: so here
+        dataset.read_shared(readers)
     transport = RelayTransport(rank, world_size, timeout, relay)
     loader = cls(dataset, num_neighbors, transport, seeds, **kwargs)
     sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
@@ -220,11 +222,12 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
                     bigger = handoff.Slab(handoff.wanted_block(slab.wanted if slab else handoff.tensor_bytes(batch)))
                 except RuntimeError:  # no shared memory left for it: the batches travel as they are
                     bigger = None
+            reads = dataset.reader_counts(reset=True) if readers else None  # counted as the rank's readers'
             tasks.send((number, True, batch, loader.stats.snapshot(reset=True),
-                        None if bigger is None else bigger.block))
+                        None if bigger is None else bigger.block, reads))
             slabs[slot] = bigger or slab
         except Exception as exc:  # delivered to the rank at this batch
-            tasks.send((number, False, _picklable(exc), None, None))
+            tasks.send((number, False, _picklable(exc), None, None, None))
 
 
 def _picklable(exc: Exception) -> Exception:
@@ -277,6 +280,9 @@ class SamplerProcesses:
         import torch.multiprocessing  # noqa: F401  (tensors sent over a pipe travel in shared memory)
 
         self.rank, self.pinned = transport.rank, pinned
+        self.dataset = recipe[1]
+        shared = getattr(self.dataset, "shared_readers", None)  # the rank's disk tier, its RAM cache shared
+        recipe = (*recipe, shared() if shared is not None else {})
         ctx = late_context()
         self._workers = [_Worker(ctx, i, recipe, transport) for i in range(count)]
         self._idle: list[tuple[_Worker, int]] = [(w, slot) for slot in range(SLOTS) for w in self._workers][::-1]
@@ -292,7 +298,7 @@ class SamplerProcesses:
             with worker.sending:
                 number = next(worker.numbers)
                 worker.tasks.send((number, slot, stream, index))
-            ok, value, stats, block = self._answer(worker, number)
+            ok, value, stats, block, reads = self._answer(worker, number)
             if ok:  # copied out of the slot's block before the worker may fill it again
                 value = handoff.unpack(value, worker.blocks[slot], self.pinned)
             if block is not None:  # the slot's next batches come in this one
@@ -307,6 +313,8 @@ class SamplerProcesses:
             value = pin(value)
         if stats and self.stats is not None:
             self.stats.add(requests=int(stats["requests"]), wait=stats["wait_seconds"], rows=int(stats["rows"]))
+        if reads:
+            self.dataset.add_reader_counts(reads)
         return value
 
     def _answer(self, worker: _Worker, number: int) -> tuple:

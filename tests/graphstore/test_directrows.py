@@ -8,6 +8,7 @@ import errno
 import logging
 import mmap
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -186,3 +187,35 @@ def test_hot_rows_kept_later_replace_the_cache_and_count_as_no_batch(tmp_path, d
     assert reader.snapshot(reset=True)["hits"] == int(((ids >= 100) & (ids < 400)).sum())
     reader.keep_hot(None)  # none
     assert reader.cached_rows == 0 and np.array_equal(reader[ids], rows[ids]) and reader.snapshot()["hits"] == 0
+
+
+@pytest.mark.parametrize("direct", [True, False])  # DirectRows, and the page-cache DiskRows
+def test_a_reader_rebuilt_from_its_shared_form_serves_its_hot_rows_from_the_same_memory(tmp_path, direct):
+    """What a rank hands its sampler processes: the reader's kind, hot rows and cache, the cache pickled as a
+    handle to shared memory (not its rows); rebuilt, it reads what the array holds and its hits come from the
+    rank's cache itself (a row changed there is what the rebuilt reader returns)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    import torch.multiprocessing  # noqa: F401  (its reductions: tensors pickle as handles to shared memory)
+
+    from graphstore.storage.diskrows import DiskRows
+    from graphstore.storage.directrows import reopen
+
+    rows = np.random.default_rng(6).standard_normal((3000, 256)).astype(np.float32)
+    files = _chunked(tmp_path, rows, 1000)
+    reader = direct_rows(files, rows, threads=1, ring=0) if direct else DiskRows(rows)
+    reader.keep_hot(np.arange(0, 3000, 10), shared=True)
+    assert reader.cache.is_shared() and reader.cached_rows == 300
+    blob = ForkingPickler.dumps(reader.shared())
+    assert len(blob) < 10_000 < reader.cache_bytes  # a handle, not 300 rows of 1 KB
+    again = reopen(pickle.loads(blob), files, rows)
+    assert type(again) is type(reader) and again.kind == ("direct" if direct else "mapped")
+    ids = np.random.default_rng(7).integers(0, len(rows), 900)
+    assert np.array_equal(again[ids], rows[ids])
+    assert again.snapshot()["hits"] == int((ids % 10 == 0).sum()) and reader.snapshot()["rows"] == 0
+    reader.cache[0] = -1.0  # row 0, in the rank's cache: the rebuilt reader serves that memory
+    assert bool((again[np.array([0])] == -1.0).all()) and np.array_equal(again[np.array([1])], rows[[1]])
+    private = direct_rows(files, rows, threads=1, ring=0) if direct else DiskRows(rows)
+    private.keep_hot(np.array([5, 9]))  # kept in private memory: moved to shared memory when shared
+    assert not private.cache.is_shared() and private.shared().cache.is_shared()
+    assert np.array_equal(private[np.array([9, 5, 4])], rows[[9, 5, 4]])

@@ -323,6 +323,40 @@ def test_the_stores_gather_rows_into_pinned_memory_when_the_thread_asks(graphs, 
         "the request is the thread's, for the block it opens"
 
 
+@pytest.mark.parametrize("direct", [True, False])  # DirectRows, and the page-cache DiskRows
+def test_rows_a_disk_reader_serves_are_gathered_into_pinned_memory_and_a_sampler_process_block(graphs, allocations,
+                                                                                               direct):
+    """x read through the disk tier (a row reader, its hot rows in RAM): asked for pinned rows (a GPU's loader
+    thread) the reader writes the rows into the pinned tensor, and in a sampler process into the block the batch
+    is handed over in; no gather into a buffer of its own copied after."""
+    import graphstore
+    from graphstore.dataset import layout, rowmemory
+    from graphstore.storage.directrows import direct_rows
+    from graphstore.storage.diskrows import DiskRows
+    from sampling.loader import handoff
+
+    g = graphs["dataset1"]
+    ds = graphstore.open_dataset(g.data.url)  # its own object: the reader is this test's
+    path = layout.node_array(0, ds.manifest.node_types[0].key, "x")
+    hot = np.array([0, 5, 17])
+    reader = ds.read_through(path, lambda rows: (direct and direct_rows(ds.chunk_files(path), rows, hot, ring=0))
+                             or DiskRows(rows, hot))
+    store = ds.partition(0)[0]
+    ids = torch.tensor([5, 0, 399, 17, 200, 5])
+    plain = store[None, "x", ids]
+    assert np.allclose(plain.numpy(), g.x[ids.numpy()]) and not allocations
+    with rowmemory.pinned_rows():
+        rows = store[None, "x", ids]
+    assert len(allocations) == 1 and rows.data_ptr() == allocations[0][2].data_ptr() and allocations[0][1]
+    slab = handoff.Slab(1 << 20)
+    with rowmemory.rows_into(slab):
+        inblock = store[None, "x", ids]
+    start = slab.block.data_ptr()
+    assert start <= inblock.data_ptr() < start + slab.capacity and len(allocations) == 1
+    assert torch.equal(rows, plain) and torch.equal(inblock, plain)
+    assert reader.snapshot()["hits"] == 3 * 4  # 5, 0, 17 and 5 again, in each of the three gathers
+
+
 @pytest.mark.parametrize("store", ["pair", "dataset3", "distributed"])
 def test_the_stores_check_a_batchs_attributes_without_comparing_its_index(graphs, monkeypatch, store):
     """PyG's ``TensorAttr.is_set`` compares the whole index tensor with a marker (tens of microseconds a

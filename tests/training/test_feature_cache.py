@@ -28,22 +28,26 @@ def _epoch(path: Path) -> dict:
 def test_the_ram_and_device_caches_train_the_same_model_and_count_their_hits(synthetic2, tmp_path):
     """Two ranks, two partitions: --feature-cache (hot rows in RAM) and --gpu-cache (on the CPU the device
     cache lives in RAM) draw the same batches as a plain run, so the same loss; each counts its hits, and
-    the device cache sends fewer rows over the wire."""
+    the device cache sends fewer rows over the wire. Sampler processes beside the RAM cache read through it
+    (shared with them) and count the same rows, hits and bytes as the rank's own loader thread."""
     runs, outs = {}, {}
     for name, extra in (("plain", ("--feature-cache", "off")), ("ram", ("--feature-cache", "8KB")),
-                        ("device", ("--gpu-cache", "16KB"))):
+                        ("device", ("--gpu-cache", "16KB")),
+                        ("workers", ("--feature-cache", "8KB", "--loader-workers", "1"))):
         out = run_train(synthetic2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64, "--seed", 2, *extra,
                         "--metrics-out", tmp_path / f"{name}.json")
         assert out.returncode == 0, out.stderr
         runs[name], outs[name] = _epoch(tmp_path / f"{name}.json"), out
     plain = runs["plain"]
-    for name in ("ram", "device"):
+    for name in ("ram", "device", "workers"):
         assert {k: runs[name][k] for k in ("loss", "train_acc", "val_acc", "test_acc")} == {
             k: plain[k] for k in ("loss", "train_acc", "val_acc", "test_acc")}, name
     assert "features" not in plain and "features" not in runs["device"]
     got = runs["ram"]["features"]
     assert got["cache_bytes"] > 0 and 0 < got["hits"] < got["rows"]
     assert "features: " in outs["ram"].stdout and "B, hits " in outs["ram"].stdout
+    counted = ("rows", "hits", "disk_bytes", "cache_bytes")
+    assert {k: runs["workers"]["features"][k] for k in counted} == {k: got[k] for k in counted}
     device = runs["device"]
     assert device["gpu_cache"]["hits"] > 0 and 0 < device["gpu_cache"]["rows"] <= 1024  # 16 KB: 1,024 rows of 4 float32s
     assert device["wire"]["bytes"]["rows"] < plain["wire"]["bytes"]["rows"]
@@ -80,7 +84,8 @@ def _big_source(folder: Path, n: int = 150_000, width: int = 1024):
 def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk(tmp_path):
     """600 MB of features, the job (launcher and rank) limited to 1.1 GB, page cache included (torch
     alone takes ~0.3 GB a process): the rank reads rows from disk by itself (automatic), keeps its hottest rows
-    in RAM in what the limit leaves, is not killed, and trains the same model as without the limit."""
+    in RAM in what the limit leaves, is not killed, and trains the same model as without the limit; so does
+    the job with a sampler process beside the rank."""
     import graphstore
 
     data = tmp_path / "big"
@@ -93,12 +98,15 @@ def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk
     with memcgroup.MemoryCgroup(1_100_000_000) as group:
         done = subprocess.run(train_cmd(data, *FLAGS, "--metrics-out", tmp_path / "limited.json"), env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=600, preexec_fn=group.join)
+        memcgroup.drop_from_page_cache(data)
+        workers = subprocess.run(train_cmd(data, *FLAGS, "--loader-workers", 1, "--metrics-out", tmp_path / "w.json"),
+                                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, preexec_fn=group.join)
         # batches of up to 499,712 rows (2.9 GB with the model's share; GraphSAGE in blocks: a row per node and one
         # per aggregate) cannot fit: refused before training, in one line, not killed
         wide = subprocess.run(train_cmd(data, "--nproc", 1, "--epochs", 1, "--fanout", "10,10", "--batch-size", 4096),
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, preexec_fn=group.join)
         kills = group.oom_kills()
-    assert done.returncode == 0 and kills == 0, done.stderr
+    assert done.returncode == 0 and workers.returncode == 0 and kills == 0, done.stderr + workers.stderr
     assert wide.returncode == 2 and "epoch 1/1" not in wide.stdout, wide.stderr
     refusal = [line for line in wide.stderr.splitlines() if "needs about" in line]
     assert len(refusal) == 1 and refusal[0].startswith("graphstore-train: error: rank 0: memory: "), wide.stderr
@@ -109,6 +117,11 @@ def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk
     # its hottest rows in RAM in what the limit leaves beside its batches: more than none, less than half the limit
     assert b["features"]["disk_bytes"] > 0 and 0 < b["features"]["cache_bytes"] <= 550_000_000
     assert b["features"]["hits"] > 0 and "the hottest rows of x in RAM" in done.stderr
+    # a sampler process beside the rank: its batches counted in the room, the cache shared with it, the same model
+    w = _epoch(tmp_path / "w.json")
+    assert (w["loss"], w["train_acc"], w["val_acc"]) == (a["loss"], a["train_acc"], a["val_acc"])
+    assert w["features"]["rows"] == b["features"]["rows"] and w["features"]["hits"] > 0
+    assert "the sampler processes' batches, in shared memory" in workers.stderr
 
 
 def test_a_batch_holds_a_row_per_sampled_node_and_edge_at_most():
@@ -177,8 +190,8 @@ class _Rows:
     def __len__(self) -> int:
         return self.n
 
-    def keep_hot(self, hot) -> None:
-        self.kept = len(hot)
+    def keep_hot(self, hot, shared=False) -> None:
+        self.kept, self.shared = len(hot), shared
 
     @property
     def cache_bytes(self) -> int:
@@ -227,8 +240,9 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
     """training.Session, as graphstore-train: a rank whose own x exceeds half of its memory (the memory made
     small in the script) reads x from disk by itself, its hottest rows in RAM in what is left once its first
     loader is made; its loader defaults to one thread and a batch ahead bounded by what the limit leaves,
-    yields the stored rows, and feature_stats() counts them; a batch that cannot fit in the limit is refused in
-    one line when the loader is made."""
+    yields the stored rows, and feature_stats() counts them; so does a loader of sampler processes, which read x
+    as the rank does (the rank's cache moved to shared memory); a batch that cannot fit in the limit, with or
+    without them, is refused in one line when the loader is made."""
     script = tmp_path / "short.py"
     script.write_text(textwrap.dedent("""
         import json, sys
@@ -242,8 +256,8 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
         fc.MIN_CACHE = 0  # so the cache it sizes at its first loader is kept: half of that memory, 20 KB at most
         stored = graphstore.open_dataset(sys.argv[1]).partition(0)[0][None, "x", None]  # one partition: global IDs
         said = {}
-        with Session(sys.argv[1], seed=3) as s:
-            loader = s.loader([5, 5], input_nodes="train_mask", batch_size=100, shuffle=True)
+        with Session(sys.argv[1], seed=3, loader_workers=1) as s:  # forked now; loaders without them say 0
+            loader = s.loader([5, 5], input_nodes="train_mask", batch_size=100, shuffle=True, num_workers=0)
             said["short"] = [s.features.short, s.features.cache_bytes]
             said["options"] = [loader.inner.loader_threads, loader.inner.prefetch, loader.inner.prefetch_rows]
             rows, same = 0, True
@@ -252,18 +266,25 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
                 same = same and torch.equal(b.x, stored[b.n_id])
             said.update(rows=rows, same=same, stats=s.feature_stats(), again=s.feature_stats())
             ends = torch.tensor([[0, 1, 2, 3] * 25, [4, 5, 6, 7] * 25])
-            links = s.link_loader([5, 5], split=None, edge_label_index=ends, neg_sampling="binary", batch_size=20)
+            links = s.link_loader([5, 5], split=None, edge_label_index=ends, neg_sampling="binary", batch_size=20,
+                                  num_workers=0)
             said["links"] = [links.inner.loader_threads, links.inner.prefetch, links.inner.prefetch_rows,
                              all(torch.equal(b.x, stored[b.n_id]) for b in links)]
+            s.feature_stats()
+            # a sampler process reads x as the rank does (from disk, the rank's cache moved to shared memory)
+            workers = s.loader([5, 5], input_nodes="train_mask", batch_size=100)
+            got = [(b.x.shape[0], torch.equal(b.x, stored[b.n_id])) for b in workers]
+            said["workers"] = [sum(n for n, _ in got), all(ok for _, ok in got), s.feature_stats(),
+                               s.features.readers[0].cache.is_shared()]
             fc.cgroup_memory = lambda: (1_000_000_000, 999_900_000)  # a limit with 100 KB left
             try:
                 s.loader([5, 5], input_nodes="train_mask", batch_size=100)
             except GraphstoreError as exc:
-                said["refused"] = str(exc)
-            try:  # sampler processes would read x through the page cache, which that limit charges
-                s.loader([5, 5], input_nodes="train_mask", batch_size=100, num_workers=1)
+                said["refused_workers"] = str(exc)
+            try:
+                s.loader([5, 5], input_nodes="train_mask", batch_size=100, num_workers=0)
             except GraphstoreError as exc:
-                said["workers"] = str(exc)
+                said["refused"] = str(exc)
         print(json.dumps(said))
     """))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -283,7 +304,10 @@ def test_a_session_short_of_memory_reads_x_from_disk_gathers_ahead_within_its_li
     assert said["links"][:2] == [1, 1] and said["links"][2] > 0 and said["links"][3]  # a link loader: the same
     assert "needs about 1.00 GB" in said["refused"] and "batch_size=100, num_neighbors=[5, 5]" in said["refused"]
     assert said["refused"].endswith("a smaller batch_size or num_neighbors")
-    assert said["workers"].startswith("num_workers 1: this rank's own x") and "page cache" in said["workers"]
+    rows, same, stats, shared = said["workers"]
+    assert same and rows > 0 and shared  # the worker's batches hold the stored rows; the cache is in shared memory
+    assert stats["rows"] == rows and 0 < stats["hits"] < rows  # counted by the worker, as the rank's readers'
+    assert "for 1 sampler process(es) and their batches" in said["refused_workers"]
 
 
 def test_a_ranks_memory_is_its_share_of_the_limit_its_local_ranks_share(monkeypatch):
@@ -301,23 +325,29 @@ def test_a_ranks_memory_is_its_share_of_the_limit_its_local_ranks_share(monkeypa
     assert fc.memory_limit(2) == min(host, 2_500_000_000) // 2  # 1 GB of own x each: past half of 1.25 GB
 
 
-def test_sampler_processes_beside_a_disk_tier_are_refused_where_they_would_read_around_it(monkeypatch, caplog):
-    """Sampler processes open the dataset themselves and read x through its mapping: refused in one line
-    beside a cache size given (it would serve none of their batches) and, left to the rank, under a memory
-    limit (the page cache they fill is charged to it); without a limit, said in one line; none: nothing."""
+def test_sampler_processes_count_their_batches_in_the_room_and_share_the_cache_the_rank_sizes(monkeypatch):
+    """With sampler processes a rank holds their batches in flight (two each, in blocks a quarter larger, and
+    the rank's copies) and their own memory: check_room counts them (refused, naming them, where they do not
+    fit), and the cache the rank sizes in what is left goes to shared memory, where they read it too."""
+    import numpy as np
+
     from graphstore.errors import InvalidInputError
     from training.loop import featurecache as fc
 
-    given = fc.FeatureReader([_Rows(1000, 4096)], 0, automatic=False, row_bytes=4096)
-    left = fc.FeatureReader([_Rows(1000, 4096)], 0, automatic=True, short=True, row_bytes=4096)
-    fc.check_workers(given, 0, "--loader-workers")
-    refused = "^--loader-workers 2 beside a feature cache size given: .*drop one of them$"
-    with pytest.raises(InvalidInputError, match=refused):
-        fc.check_workers(given, 2, "--loader-workers")
     monkeypatch.setattr(fc, "cgroup_memory", lambda: (1_500_000_000, 400_000_000))
-    with pytest.raises(InvalidInputError, match=r"^num_workers 1: this rank's own x \(0.00 GB\) .*page cache"):
-        fc.check_workers(left, 1, "num_workers")
-    monkeypatch.setattr(fc, "cgroup_memory", lambda: None)
-    with caplog.at_level("WARNING", logger="graphstore"):
-        fc.check_workers(left, 1, "num_workers")
-    assert "read this rank's own x (0.00 GB) through the page cache" in caplog.text
+    monkeypatch.setattr(fc, "memory_limit", lambda ranks: 1_500_000_000)
+    alone = fc.check_room(512, (5, 5), 4096, 1, "flags", edge_rows=False)
+    held = fc.worker_bytes(2, 512, (5, 5), 4096)
+    assert held == 2 * (int(4.5 * 15_872 * 4096) + fc.WORKER_BYTES)  # 15,872 rows a batch at most
+    assert fc.check_room(512, (5, 5), 4096, 1, "flags", edge_rows=False, workers=2) == alone - held // 4096
+    assert fc.worker_bytes(0, 512, (5, 5), 4096) == fc.worker_bytes(2, 512, (5, -1), 4096) == 0
+    with pytest.raises(InvalidInputError, match=r"needs about 3\.\d\d GB .*and 2\.44 GB a rank for 2 sampler "
+                                                r"process\(es\) and their batches\); .*--fanout, or fewer sampler "
+                                                r"processes$"):
+        fc.check_room(1024, (10, 5), 4096, 1, "flags", edge_rows=False, workers=2)
+    readers = [_Rows(600_000, 4096)]
+    features = fc.FeatureReader(readers, 0, automatic=True, short=True, row_bytes=4096,
+                                hot_sets=[lambda budget: np.arange(budget // 4096)])
+    ahead = fc.check_room(512, (5, 5), 4096, 1, "flags", edge_rows=False, workers=2)
+    fc.fill_what_is_left(features, ahead, 512, (5, 5), 1, 0, shared=True)
+    assert readers[0].shared and 0 < features.cache_bytes <= ahead * 4096 - 150_000_000

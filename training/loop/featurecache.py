@@ -35,6 +35,12 @@ PEAK_SHARE = 1.4
 # and the page cache through which the topology and the model's files are read
 LEFT_SHARE = 0.1
 MIN_CACHE = 16 << 20  # a smaller automatic cache is not kept
+# a sampler process's batches (check_room): SLOTS (2) in flight, each in a block of shared memory a quarter larger
+# than the batch (sampling.loader.handoff.wanted_block) and, once built, copied out by its rank
+WORKER_BATCHES = 2 * 2.25
+# a sampler process's own memory beside its batches: forked from its rank, it shares the rank's pages and the RAM
+# cache; its private pages (/proc/PID/smaps_rollup) were 55 MB on the 150k-node graph of test_feature_cache
+WORKER_BYTES = 64 << 20
 
 
 def memory_limit(local_ranks: int) -> int:
@@ -102,10 +108,11 @@ def batch_nodes_bound(seeds: int, fanout: tuple[int, ...]) -> int | None:
 
 
 def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks: int, flags: str,
-               smaller: str = "--batch-size or --fanout", edge_rows: bool = True) -> int:
+               smaller: str = "--batch-size or --fanout", edge_rows: bool = True, workers: int = 0) -> int:
     """Refuse, in one line naming the memory it needs, a job whose memory cgroup cannot hold what it holds
     now and the batches its ranks build (:func:`batch_rows_bound` rows each, ``PEAK_SHARE`` more for the
-    model's own tensors and the allocator): the OOM killer would end it mid-epoch. Nothing is refused without
+    model's own tensors and the allocator), and what its ``workers`` sampler processes a rank hold
+    (:func:`worker_bytes`): the OOM killer would end it mid-epoch. Nothing is refused without
     a cgroup limit or with a fanout of -1 (no bound). ``flags`` names the batch's shape, ``smaller`` what
     to make smaller, ``edge_rows`` whether the model gathers a feature row per edge (:func:`batch_rows_bound`).
 
@@ -117,7 +124,8 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
     if rows is None:
         return 0
     ranks = max(local_ranks, 1)
-    batch = int(rows * row_bytes * PEAK_SHARE) * ranks
+    held = worker_bytes(workers, seeds, fanout, row_bytes)
+    batch = (int(rows * row_bytes * PEAK_SHARE) + held) * ranks
 
     def ahead_of(free: int) -> int:  # each rank's share of what is left beside the batches, in rows
         return max(0, (free - batch) // ranks // max(row_bytes, 1))
@@ -136,42 +144,35 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
             f"memory: this job needs about {(in_use + batch) / 1e9:.2f} GB and its memory limit (cgroup) is "
             f"{limit / 1e9:.2f} GB: {in_use / 1e9:.2f} GB in use before training and {batch / 1e9:.2f} GB for the "
             f"batches of {ranks} rank(s) ({flags}: up to {rows:,} feature rows of {row_bytes:,} bytes "
-            f"each, a row per sampled node{' and edge' if edge_rows else ' and per aggregate'}); give it more "
-            f"memory, or a smaller {smaller}")
+            f"each, a row per sampled node{' and edge' if edge_rows else ' and per aggregate'}"
+            f"{_held_text(workers, held)}); give it more memory, or a smaller {smaller}"
+            f"{', or fewer sampler processes' if workers else ''}")
     return ahead
 
 
-def check_workers(features: FeatureReader, workers: int, flag: str) -> None:
-    """Refuse, in one line, sampler processes (``workers``, given as ``flag``) beside a rank whose ``x`` this
-    reader serves: they open the dataset themselves and read ``x`` through its mapping, so the page cache
-    holds what they read. Given a cache size, its cache would serve none of their batches; left to the
-    rank, only where a memory limit (cgroup) charges that page cache, since the kernel may then kill the job
-    instead of reclaiming it. Nothing without workers."""
-    if not workers:
-        return
-    own = features.own_bytes / 1e9
-    if not features.automatic:
-        raise InvalidInputError(f"{flag} {workers} beside a feature cache size given: the sampler processes open the "
-                                "dataset themselves and read x through its mapping, not through this rank's disk tier "
-                                "and its cache; drop one of them")
-    if cgroup_memory() is not None:
-        raise InvalidInputError(f"{flag} {workers}: this rank's own x ({own:.2f} GB) exceeds half of its memory, and "
-                                "sampler processes read it through the page cache, which its memory limit (cgroup) "
-                                f"charges; drop {flag} (the rank's loader thread reads x from disk past the page "
-                                "cache) or give the job more memory")
-    logger.warning("features: %s %d: the sampler processes read this rank's own x (%.2f GB) through the page cache, "
-                   "not from disk past it; without %s the rank's loader thread would", flag, workers, own, flag)
+def worker_bytes(workers: int, seeds: int, fanout: tuple[int, ...], row_bytes: int) -> int:
+    """What ``workers`` sampler processes beside a rank hold at most: per process ``WORKER_BATCHES`` batches of
+    :func:`batch_nodes_bound` feature rows (``SLOTS`` in flight, each in a block of shared memory a quarter
+    larger than the batch and, once built, copied out by the rank) and the process itself (``WORKER_BYTES``)."""
+    nodes = batch_nodes_bound(seeds, fanout)
+    if not workers or nodes is None:
+        return 0
+    return workers * (int(WORKER_BATCHES * nodes * row_bytes) + WORKER_BYTES)
+
+
+def _held_text(workers: int, held: int) -> str:
+    return f", and {held / 1e9:.2f} GB a rank for {workers} sampler process(es) and their batches" if workers else ""
 
 
 def fill_what_is_left(features: FeatureReader, ahead: int, seeds: int, fanout: tuple[int, ...], local_ranks: int,
-                      batches_ahead: int) -> int:
+                      batches_ahead: int, shared: bool = False) -> int:
     """Size an automatic reader's RAM cache (``feature_cache`` left out) once the batches' room is known: the
     hottest rows in what the memory leaves beside the batches in training (``ahead``: the rows each rank
     may gather ahead, from :func:`check_room`), ``batches_ahead`` batches gathered ahead of the step (up to
     :func:`batch_nodes_bound` rows each) and ``LEFT_SHARE`` of the memory unused; at most ``AUTO_SHARE`` of
-    the rank's memory, and none under ``MIN_CACHE``. Returns the rows left to gather ahead (``ahead`` less the
-    cache and the margin, where a cache was filled). Once per reader; a reader given its size
-    (``--feature-cache``) keeps it."""
+    the rank's memory, and none under ``MIN_CACHE``; in shared memory with ``shared`` (the rank's sampler
+    processes read it too). Returns the rows left to gather ahead (``ahead`` less the cache and the margin,
+    where a cache was filled). Once per reader; a reader given its size (``--feature-cache``) keeps it."""
     nodes = batch_nodes_bound(seeds, fanout)
     if not features.automatic or features.filled or nodes is None or not features.readers:
         return ahead
@@ -185,10 +186,10 @@ def fill_what_is_left(features: FeatureReader, ahead: int, seeds: int, fanout: t
         logger.info("features: no RAM cache: the memory left beside the batches (%.3f GB) is under %d MB",
                     max(spare, 0) / 1e9, MIN_CACHE >> 20)
         return ahead
-    features.fill(size)
+    features.fill(size, shared)
+    beside = "the sampler processes' batches, in shared memory" if shared else f"{batches_ahead} gathered ahead"
     logger.warning("features: the hottest rows of x in RAM, %.2f GB: what the memory leaves beside the batch in "
-                   "training and %d gathered ahead (--feature-cache SIZE sets it, 0 keeps none)",
-                   features.cache_bytes / 1e9, batches_ahead)
+                   "training and %s (--feature-cache SIZE sets it, 0 keeps none)", features.cache_bytes / 1e9, beside)
     return max(0, ahead - features.cache_bytes // row - margin // row)  # the margin is no batch's either
 
 
@@ -237,19 +238,22 @@ class FeatureReader:
         """The bytes of the rows these readers serve."""
         return sum(len(r) * r.row_bytes for r in self.readers)
 
-    def fill(self, size: int) -> None:
+    def fill(self, size: int, shared: bool = False) -> None:
         """Keep the hottest rows in RAM up to ``size`` bytes, split over the readers by their rows (each
-        partition's own hottest), in place of the cache kept before. Call it before the loaders gather."""
+        partition's own hottest), in place of the cache kept before; in shared memory with ``shared`` (for
+        sampler processes). Call it before the loaders gather."""
         total = max(sum(len(r) for r in self.readers), 1)
         for reader, hot_set in zip(self.readers, self.hot_sets):
-            reader.keep_hot(hot_set(size * len(reader) // total))
+            reader.keep_hot(hot_set(size * len(reader) // total), shared)
         self.cache_bytes = sum(r.cache_bytes for r in self.readers)
 
     @classmethod
-    def install(cls, dataset: Any, parts: list[int], size: int | None, local_ranks: int) -> FeatureReader | None:
+    def install(cls, dataset: Any, parts: list[int], size: int | None, local_ranks: int,
+                shared: bool = False) -> FeatureReader | None:
         """Read ``x`` of ``parts`` through :class:`DiskRows` with a RAM cache of ``size`` bytes (split over
-        the partitions by their rows); with ``size`` ``None``, only when own ``x`` exceeds half of this
-        rank's memory (no cache then). ``None`` when nothing was installed."""
+        the partitions by their rows; in shared memory with ``shared``: for sampler processes); with ``size``
+        ``None``, only when own ``x`` exceeds half of this rank's memory (no cache then). ``None`` when nothing
+        was installed."""
         types = [n for n in dataset.manifest.node_types if ATTR in n.attrs]
         own = [(n, p) for n in types for p in parts]
         own_bytes = sum(_attr_bytes(n) * int(n.offsets[p + 1] - n.offsets[p]) for n, p in own)
@@ -268,7 +272,10 @@ class FeatureReader:
             hot = hot_set((size or 0) * rows // total_rows)
             where = f"{dataset.url} partition {p} {n.name}.{ATTR}"
             path = layout.node_array(p, n.key, ATTR)
-            got = dataset.read_through(path, lambda r, h=hot, w=where, a=path: _reader(dataset, a, r, h, w))
+            got = dataset.read_through(path, lambda r, h=None if shared else hot, w=where, a=path:
+                                       _reader(dataset, a, r, h, w))
+            if got is not None and shared:
+                got.keep_hot(hot, shared)
             if got is not None:
                 readers.append(got)
                 hot_sets.append(hot_set)

@@ -191,7 +191,8 @@ class Session(SessionJoin, SessionLoaders):
         threads.apply(self.threads)
         if self.feature_cache != "off":
             self.features = featurecache.FeatureReader.install(self.dataset, list(self.parts), self.feature_cache,
-                                                               self.world.local_world_size)
+                                                               self.world.local_world_size,
+                                                               shared=bool(self.loader_workers))
         self._started = True
         try:
             self._serve()

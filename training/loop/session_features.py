@@ -34,17 +34,19 @@ def short_rank_options(what: str, num_neighbors: Any, options: dict[str, Any], f
     """A loader's options on a rank whose own features exceed its memory (``features.short``), as
     graphstore-train's loaders have them: one loader thread and one batch ahead, whose feature rows wait until
     the memory the limit leaves beside the batch in training holds them (``prefetch_rows``); with worker
-    processes, no batch ahead (they gather as they sample). An option the script gave wins. A batch that
+    processes, no batch ahead (they gather as they sample; their batches in flight are counted, and the RAM
+    cache the rank sizes is in shared memory, read by them too). An option the script gave wins. A batch that
     cannot fit in the limit at all is refused here, in one line naming the memory it needs."""
     out = dict(options)
     seeds = int(out.get("batch_size", 1)) * seeds_per_example(what, out)
     shape = f"batch_size={out.get('batch_size', 1)}, num_neighbors={num_neighbors!r}"
+    workers = int(out.get("num_workers") or 0)
     ahead = featurecache.check_room(seeds, fanout_bound(num_neighbors), features.row_bytes, local_ranks, shape,
-                                    smaller="batch_size or num_neighbors")
-    workers = bool(out.get("num_workers"))
-    for key, value in short_rank_loader(workers).items():  # prefetch and loader_threads come only from the script
+                                    smaller="batch_size or num_neighbors", workers=workers)
+    for key, value in short_rank_loader(bool(workers)).items():  # prefetch, loader_threads: only from the script
         out.setdefault(key, value)
-    if workers:
+    if workers:  # their batches are counted above; the cache in shared memory, read by them too
+        featurecache.fill_what_is_left(features, ahead, seeds, fanout_bound(num_neighbors), local_ranks, 0, shared=True)
         return out
     waits = out["prefetch"] > 0 or out["loader_threads"] > 1  # a batch ahead, or a second thread: rows can wait
     if waits and not out.get("filter_per_worker"):

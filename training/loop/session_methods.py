@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from graphstore.errors import GraphstoreError, InvalidInputError
 from training.cluster import process_groups, threads
-from training.loop import featurecache, session_features
+from training.loop import session_features
 from training.loop.session_loaders import LOADER_OPTIONS, Loader, link_seeds, node_seeds
 
 logger = logging.getLogger("training.loop.session")  # the session's own logger
@@ -89,8 +89,6 @@ class SessionLoaders:
             if self.loader_threads and "loader_threads" not in kwargs:
                 options["loader_threads"] = self.loader_threads
             return make(**options)
-        if self.features is not None:  # x read from disk in this process, which sampler processes would not do
-            featurecache.check_workers(self.features, int(options["num_workers"] or 0), "num_workers")
         if self.features is not None and self.features.short:  # x beyond memory: batches ahead within the limit
             options = session_features.short_rank_options(what, num_neighbors, options, self.features,
                                                           self.world.local_world_size)

@@ -54,7 +54,7 @@ class Trainer:
                                cache_max_bytes=config.cache_max_bytes, verify_reads=config.verify_reads,
                                threads=config.threads, loader_threads=config.loader_threads,
                                unmapped=config.unmapped, interface=config.interface, servers=config.servers,
-                               feature_cache=config.feature_cache)
+                               feature_cache=config.feature_cache, loader_workers=config.loader_workers)
         self.timers, self.bytes = Timers(), Timers()  # bytes: gradient all-reduce
         self.peak = PeakMeter()
         self.stopped: preempt.Stopped | None = None  # set when the ranks stopped on SIGTERM
@@ -81,16 +81,16 @@ class Trainer:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
         if self.world.local_world_size > 1 and dist.is_initialized():  # every rank of the host has started, so
             dist.barrier(group=self._cpu_group)  # what they hold is counted before one sizes its cache (below)
-        if self.features is not None:  # x read from disk in this process, which sampler processes would not do
-            featurecache.check_workers(self.features, self.config.loader_workers, "--loader-workers")
         if self.features is not None and self.features.short:  # a memory limit binds: will a batch fit?
             c = self.config
             seeds, fanout = c.batch_size * self.task.seeds_per_example, tuple(c.fanout)
-            ranks = self.world.local_world_size
+            ranks, workers = self.world.local_world_size, c.loader_workers
             ahead = featurecache.check_room(seeds, fanout, self.features.row_bytes, ranks,
                                             f"--batch-size {c.batch_size} --fanout {','.join(map(str, c.fanout))}",
-                                            edge_rows=self.task.edge_rows)
-            if getattr(out["train"], "prefetch_rows", None) is not None:  # batches ahead in threads: a cache beside
+                                            edge_rows=self.task.edge_rows, workers=workers)
+            if workers:  # their batches are counted above; the cache in shared memory, read by them too
+                featurecache.fill_what_is_left(self.features, ahead, seeds, fanout, ranks, 0, shared=True)
+            elif getattr(out["train"], "prefetch_rows", None) is not None:  # batches ahead in threads: a cache beside
                 ahead = featurecache.fill_what_is_left(self.features, ahead, seeds, fanout, ranks, PREFETCH)
             for loader in out.values():  # rows gathered ahead of the step: what the limit leaves beside the batches
                 if getattr(loader, "prefetch_rows", None) is not None:
@@ -206,8 +206,9 @@ class Trainer:
         c, (model, ddp, optimizer) = self.config, built
         _seed_everything(c.seed * 100_003 + epoch * 1009 + self.world.rank)
         restart_streams(loaders, epoch, c.seed, self.world.rank)
-        for counter in (self.timers, self.stats, self.transport.wire, self.bytes):
-            counter.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
+        for counter in (self.timers, self.stats, self.transport.wire, self.bytes, self.features):
+            if counter is not None:
+                counter.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
         allocator.release_freed()  # what the last epoch freed goes back: an epoch's peak is its own
         self.peak.reset()
         compiled_before = jitcache.compile_counts()
