@@ -134,6 +134,11 @@ def prefork(count: int) -> int:
     return forked
 
 
+def idle() -> int:
+    """Sampler processes forked at this process's start and not yet given a loader (:func:`prefork`)."""
+    return len(_FORKED)
+
+
 def _idle_main(tasks: Any, relay: Any, parent: int, rank_ends: list[Any]) -> None:
     """A forked sampler process: wait for the recipe of a loader (the rank's end closing: it is gone), then
     serve it as a spawned one does."""

@@ -336,11 +336,17 @@ def test_sampler_processes_count_their_batches_in_the_room_and_share_the_cache_t
 
     monkeypatch.setattr(fc, "cgroup_memory", lambda: (1_500_000_000, 400_000_000))
     monkeypatch.setattr(fc, "memory_limit", lambda ranks: 1_500_000_000)
-    alone = fc.check_room(512, (5, 5), 4096, 1, "flags", edge_rows=False)
-    held = fc.worker_bytes(2, 512, (5, 5), 4096)
-    assert held == 2 * (int(4.5 * 15_872 * 4096) + fc.WORKER_BYTES)  # 15,872 rows a batch at most
-    assert fc.check_room(512, (5, 5), 4096, 1, "flags", edge_rows=False, workers=2) == alone - held // 4096
-    assert fc.worker_bytes(0, 512, (5, 5), 4096) == fc.worker_bytes(2, 512, (5, -1), 4096) == 0
+    monkeypatch.setattr("sampling.loader.sampler_processes.idle", lambda: 2)  # forked at the rank's start
+    alone = fc.check_room(256, (5, 5), 4096, 1, "flags", edge_rows=False)
+    held = fc.worker_bytes(2, 256, (5, 5), 4096)
+    assert held == 2 * (int(4.5 * 7_936 * 4096) + fc.WORKER_BYTES)  # 7,936 rows a batch at most
+    assert fc.check_room(256, (5, 5), 4096, 1, "flags", edge_rows=False, workers=2) == alone - held // 4096
+    assert fc.worker_bytes(0, 256, (5, 5), 4096) == fc.worker_bytes(2, 256, (5, -1), 4096) == 0
+    assert fc.worker_bytes(2, 256, (5, 5), 4096, late=1) == held + fc.LATE_WORKER_BYTES
+    monkeypatch.setattr("sampling.loader.sampler_processes.idle", lambda: 1)  # one forked at the start, one late
+    assert fc.check_room(256, (5, 5), 4096, 1, "flags", edge_rows=False, workers=2) == \
+        alone - (held + fc.LATE_WORKER_BYTES) // 4096
+    monkeypatch.setattr("sampling.loader.sampler_processes.idle", lambda: 2)
     with pytest.raises(InvalidInputError, match=r"needs about 3\.\d\d GB .*and 2\.44 GB a rank for 2 sampler "
                                                 r"process\(es\) and their batches\); .*--fanout, or fewer sampler "
                                                 r"processes$"):
@@ -348,6 +354,6 @@ def test_sampler_processes_count_their_batches_in_the_room_and_share_the_cache_t
     readers = [_Rows(600_000, 4096)]
     features = fc.FeatureReader(readers, 0, automatic=True, short=True, row_bytes=4096,
                                 hot_sets=[lambda budget: np.arange(budget // 4096)])
-    ahead = fc.check_room(512, (5, 5), 4096, 1, "flags", edge_rows=False, workers=2)
-    fc.fill_what_is_left(features, ahead, 512, (5, 5), 1, 0, shared=True)
+    ahead = fc.check_room(256, (5, 5), 4096, 1, "flags", edge_rows=False, workers=2)
+    fc.fill_what_is_left(features, ahead, 256, (5, 5), 1, 0, shared=True)
     assert readers[0].shared and 0 < features.cache_bytes <= ahead * 4096 - 150_000_000

@@ -41,6 +41,10 @@ WORKER_BATCHES = 2 * 2.25
 # a sampler process's own memory beside its batches: forked from its rank, it shares the rank's pages and the RAM
 # cache; its private pages (/proc/PID/smaps_rollup) were 55 MB on the 150k-node graph of test_feature_cache
 WORKER_BYTES = 64 << 20
+# one not forked at the rank's start (a session's loader beyond Session(loader_workers=N)'s, or
+# GRAPHSTORE_FORK_RANKS=0): an interpreter that imported torch, PyG and the loaders, 299 MB anonymous on this VM
+# (/proc/self/smaps_rollup); from the fork server its pages are shared, so this is the bound
+LATE_WORKER_BYTES = 320 << 20
 
 
 def memory_limit(local_ranks: int) -> int:
@@ -124,7 +128,12 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
     if rows is None:
         return 0
     ranks = max(local_ranks, 1)
-    held = worker_bytes(workers, seeds, fanout, row_bytes)
+    if workers:  # those not forked at the rank's start come from a fresh interpreter (or the fork server)
+        from sampling.loader.sampler_processes import idle
+
+        held = worker_bytes(workers, seeds, fanout, row_bytes, late=max(0, workers - idle()))
+    else:
+        held = 0
     batch = (int(rows * row_bytes * PEAK_SHARE) + held) * ranks
 
     def ahead_of(free: int) -> int:  # each rank's share of what is left beside the batches, in rows
@@ -150,14 +159,15 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
     return ahead
 
 
-def worker_bytes(workers: int, seeds: int, fanout: tuple[int, ...], row_bytes: int) -> int:
+def worker_bytes(workers: int, seeds: int, fanout: tuple[int, ...], row_bytes: int, late: int = 0) -> int:
     """What ``workers`` sampler processes beside a rank hold at most: per process ``WORKER_BATCHES`` batches of
     :func:`batch_nodes_bound` feature rows (``SLOTS`` in flight, each in a block of shared memory a quarter
-    larger than the batch and, once built, copied out by the rank) and the process itself (``WORKER_BYTES``)."""
+    larger than the batch and, once built, copied out by the rank) and the process itself: ``WORKER_BYTES``
+    forked at the rank's start, ``LATE_WORKER_BYTES`` for each of the ``late`` ones that were not."""
     nodes = batch_nodes_bound(seeds, fanout)
     if not workers or nodes is None:
         return 0
-    return workers * (int(WORKER_BATCHES * nodes * row_bytes) + WORKER_BYTES)
+    return workers * (int(WORKER_BATCHES * nodes * row_bytes) + WORKER_BYTES) + late * LATE_WORKER_BYTES
 
 
 def _held_text(workers: int, held: int) -> str:
