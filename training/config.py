@@ -120,9 +120,6 @@ def check_config(c: TrainConfig) -> None:
     if workers and c.loader_threads is not None and c.loader_threads > 1:
         raise InvalidInputError(f"--loader-workers {workers} and --loader-threads {c.loader_threads} both build batches "
                                 "in parallel (sampler processes, or threads in the rank); give one of them")
-    if workers and c.gpu_cache is not None:
-        raise InvalidInputError("--loader-workers does not work with --gpu-cache yet (the sampler processes gather "
-                                "every row, those the device cache holds too); drop one of them")
     if c.servers is not None:
         _check_served(c)
     every = c.checkpoint_every

@@ -50,7 +50,47 @@ def _sources(dataset: Any, part: int, etype: Any, piece: int = 1 << 22) -> Any:
         yield rows[lo:lo + piece]
 
 
-class DeviceRowCache:
+class CacheIndex:
+    """Which rows a :class:`DeviceRowCache` holds (``ids``: sorted, unique, of ``attr`` of ``node_type``) and its
+    hit and miss counts, without the rows: what a sampler process of the rank needs to leave the hits out of a
+    batch (:meth:`DeviceRowCache.index`); it pickles as its IDs."""
+
+    def __init__(self, ids: np.ndarray, node_type: Any = None, attr: str = "x") -> None:
+        self.ids = np.ascontiguousarray(ids, dtype=np.int64)
+        self.node_type, self.attr = node_type, attr
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def __reduce__(self) -> tuple:
+        return CacheIndex, (self.ids, self.node_type, self.attr)
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Each ID's row in the cache, or -1."""
+        if not len(self.ids):
+            return np.full(len(ids), -1, np.int64)
+        pos = np.searchsorted(self.ids, ids).clip(0, len(self.ids) - 1)
+        return np.where(self.ids[pos] == ids, pos, -1)
+
+    def count(self, slots: np.ndarray) -> None:
+        hits = int(np.count_nonzero(slots >= 0))
+        self.add(hits, len(slots) - hits)
+
+    def add(self, hits: int, misses: int) -> None:
+        """Count ``hits`` and ``misses`` (rows; e.g. a sampler process's, :meth:`counts`)."""
+        with self._lock:
+            self.hits += hits
+            self.misses += misses
+
+    def counts(self, reset: bool = False) -> tuple[int, int]:
+        """``(hits, misses)`` since the last reset."""
+        with self._lock:
+            out = (self.hits, self.misses)
+            if reset:
+                self.hits = self.misses = 0
+        return out
+
+
+class DeviceRowCache(CacheIndex):
     """Rows ``attr`` of node type ``node_type`` for the IDs ``ids`` (sorted, unique), on ``device``.
 
     Examples
@@ -63,13 +103,17 @@ class DeviceRowCache:
                  attr: str = "x") -> None:
         if len(ids) != len(rows):
             raise InvalidInputError(f"device cache: {len(ids)} IDs for {len(rows)} rows")
-        self.ids = np.ascontiguousarray(ids, dtype=np.int64)
+        super().__init__(ids, node_type, attr)
         self.device = torch.device(device)
         self.rows = rows.to(self.device)
-        self.node_type, self.attr = node_type, attr
         self.row_shape, self.dtype = tuple(rows.shape[1:]), rows.dtype
-        self._lock = threading.Lock()
-        self.hits = self.misses = 0
+
+    def __reduce__(self) -> tuple:
+        raise TypeError("a DeviceRowCache holds device memory of this process; send its index() instead")
+
+    def index(self) -> CacheIndex:
+        """Which rows it holds, for a sampler process (its counts are this cache's to :meth:`add`)."""
+        return CacheIndex(self.ids, self.node_type, self.attr)
 
     @classmethod
     def hottest(cls, dataset: Any, store: Any, parts: tuple[int, ...], size_bytes: int, device: Any,
@@ -93,26 +137,10 @@ class DeviceRowCache:
     def nbytes(self) -> int:
         return int(self.rows.numel() * self.rows.element_size())
 
-    def slots(self, ids: np.ndarray) -> np.ndarray:
-        """Each ID's row in the cache, or -1."""
-        if not len(self.ids):
-            return np.full(len(ids), -1, np.int64)
-        pos = np.searchsorted(self.ids, ids).clip(0, len(self.ids) - 1)
-        return np.where(self.ids[pos] == ids, pos, -1)
-
-    def count(self, slots: np.ndarray) -> None:
-        hits = int(np.count_nonzero(slots >= 0))
-        with self._lock:
-            self.hits += hits
-            self.misses += len(slots) - hits
-
     def snapshot(self, reset: bool = False) -> dict[str, int]:
         """Hits and misses (rows) since the last reset, and the cache's size."""
-        with self._lock:
-            out = {"hits": self.hits, "misses": self.misses, "rows": len(self.ids), "bytes": self.nbytes}
-            if reset:
-                self.hits = self.misses = 0
-        return out
+        hits, misses = self.counts(reset)
+        return {"hits": hits, "misses": misses, "rows": len(self.ids), "bytes": self.nbytes}
 
     def assemble(self, batch: Any) -> Any:
         """The batch with its full feature matrix, on the cache's device: hits from the cache, misses

@@ -181,7 +181,8 @@ def process_pool(loader: Any, count: int, pinned: bool = False) -> Any:
     cls, dataset, fanout, seeds, kwargs = loader._recipe
     threads = ("num_workers", "loader_threads", "prefetch", "prefetch_rows")  # the rank's, not its workers'
     kwargs = {k: v for k, v in kwargs.items() if k not in threads}
-    pool = SamplerProcesses((cls, dataset, fanout, seeds, kwargs), count, loader.transport, pinned)
+    cache = getattr(getattr(loader, "features", None), "device_cache", None)  # --gpu-cache: its hits left out
+    pool = SamplerProcesses((cls, dataset, fanout, seeds, kwargs), count, loader.transport, pinned, cache)
     pool.stats = loader.stats
     weakref.finalize(loader, pool.close)
     return pool

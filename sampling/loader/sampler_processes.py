@@ -197,11 +197,13 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
     for name in ("graphstore", "sampling", "training"):  # rebuilding the loader repeats the rank's warnings
         logging.getLogger(name).setLevel(logging.ERROR)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="graphstore-parent-watch").start()
-    cls, dataset, num_neighbors, seeds, kwargs, readers = recipe
+    cls, dataset, num_neighbors, seeds, kwargs, readers, cached = recipe
     if readers:  # the rank reads these arrays from disk past the page cache, its hot rows in shared memory: so here
         dataset.read_shared(readers)
     transport = RelayTransport(rank, world_size, timeout, relay)
     loader = cls(dataset, num_neighbors, transport, seeds, **kwargs)
+    if cached is not None:  # the rows the rank's device cache holds (--gpu-cache) are left out of each batch
+        loader.features.device_cache = cached
     sampler = getattr(loader, "node_sampler", None) or getattr(loader, "link_sampler", None)
     slabs = [None] * SLOTS  # the blocks batches are handed over in (none before a slot's first batch)
     while True:
@@ -227,12 +229,13 @@ def _worker_main(recipe: tuple, rank: int, world_size: int, timeout: float, task
                     bigger = handoff.Slab(handoff.wanted_block(slab.wanted if slab else handoff.tensor_bytes(batch)))
                 except RuntimeError:  # no shared memory left for it: the batches travel as they are
                     bigger = None
-            reads = dataset.reader_counts(reset=True) if readers else None  # counted as the rank's readers'
-            tasks.send((number, True, batch, loader.stats.snapshot(reset=True),
-                        None if bigger is None else bigger.block, reads))
+            stats = loader.stats.snapshot(reset=True)
+            stats["reads"] = dataset.reader_counts(reset=True) if readers else None  # counted as the rank's readers'
+            stats["device_cache"] = cached.counts(reset=True) if cached is not None else None  # and its cache's
+            tasks.send((number, True, batch, stats, None if bigger is None else bigger.block))
             slabs[slot] = bigger or slab
         except Exception as exc:  # delivered to the rank at this batch
-            tasks.send((number, False, _picklable(exc), None, None, None))
+            tasks.send((number, False, _picklable(exc), None, None))
 
 
 def _picklable(exc: Exception) -> Exception:
@@ -281,13 +284,15 @@ class SamplerProcesses:
     has ``SLOTS`` blocks and builds a batch into one while its rank copies the last out of another.
     """
 
-    def __init__(self, recipe: tuple, count: int, transport: Transport, pinned: bool = False) -> None:
+    def __init__(self, recipe: tuple, count: int, transport: Transport, pinned: bool = False,
+                 device_cache: Any = None) -> None:
         import torch.multiprocessing  # noqa: F401  (tensors sent over a pipe travel in shared memory)
 
-        self.rank, self.pinned = transport.rank, pinned
+        self.rank, self.pinned, self.device_cache = transport.rank, pinned, device_cache
         self.dataset = recipe[1]
         shared = getattr(self.dataset, "shared_readers", None)  # the rank's disk tier, its RAM cache shared
-        recipe = (*recipe, shared() if shared is not None else {})
+        recipe = (*recipe, shared() if shared is not None else {},
+                  device_cache.index() if device_cache is not None else None)
         ctx = late_context()
         self._workers = [_Worker(ctx, i, recipe, transport) for i in range(count)]
         self._idle: list[tuple[_Worker, int]] = [(w, slot) for slot in range(SLOTS) for w in self._workers][::-1]
@@ -303,7 +308,7 @@ class SamplerProcesses:
             with worker.sending:
                 number = next(worker.numbers)
                 worker.tasks.send((number, slot, stream, index))
-            ok, value, stats, block, reads = self._answer(worker, number)
+            ok, value, stats, block = self._answer(worker, number)
             if ok:  # copied out of the slot's block before the worker may fill it again
                 value = handoff.unpack(value, worker.blocks[slot], self.pinned)
             if block is not None:  # the slot's next batches come in this one
@@ -318,8 +323,10 @@ class SamplerProcesses:
             value = pin(value)
         if stats and self.stats is not None:
             self.stats.add(requests=int(stats["requests"]), wait=stats["wait_seconds"], rows=int(stats["rows"]))
-        if reads:
-            self.dataset.add_reader_counts(reads)
+        if stats and stats.get("reads"):
+            self.dataset.add_reader_counts(stats["reads"])
+        if stats and stats.get("device_cache") and self.device_cache is not None:
+            self.device_cache.add(*stats["device_cache"])
         return value
 
     def _answer(self, worker: _Worker, number: int) -> tuple:

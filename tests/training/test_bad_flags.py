@@ -80,7 +80,6 @@ FLAG_CASES = [
     (["--servers", "h:1", "--gpu-cache", "1GB"], 2, "--gpu-cache with --servers"),
     (["--servers", "h:1", "--infer-out", "h"], 2, "--infer-out with --servers"),
     (["--servers", "h:1", "--feature-cache", "1GB"], 2, "--feature-cache with --servers"),
-    (["--loader-workers", "2", "--gpu-cache", "1GB"], 2, "--loader-workers does not work with --gpu-cache yet"),
 ]
 
 # flags the door must let through (ranks start; here a stub): what was tried is removed, nothing is left in {t}
@@ -96,6 +95,7 @@ GOOD_CASES = [
     ["--loader-workers", "2", "--feature-cache", "off"],
     ["--loader-workers", "2", "--feature-cache", "64MB"],
     ["--loader-workers", "2", "--unmapped"],
+    ["--loader-workers", "2", "--gpu-cache", "1GB"],
     ["--servers", "h:1", "--task", "link", "--neg-sampling", "triplet"],
 ]
 

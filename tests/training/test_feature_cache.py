@@ -30,18 +30,19 @@ def test_the_ram_and_device_caches_train_the_same_model_and_count_their_hits(syn
     cache lives in RAM) draw the same batches as a plain run, so the same loss; each counts its hits, and
     the device cache sends fewer rows over the wire. Sampler processes beside the RAM cache read through it
     (shared with them) and count the same rows, hits and bytes as the rank's own loader thread, over partitions
-    read unmapped too."""
+    read unmapped too; beside the device cache they leave out the rows it holds, as the rank's thread does."""
     runs, outs = {}, {}
     for name, extra in (("plain", ("--feature-cache", "off")), ("ram", ("--feature-cache", "8KB")),
                         ("device", ("--gpu-cache", "16KB")),
                         ("workers", ("--feature-cache", "8KB", "--loader-workers", "1")),
-                        ("unmapped", ("--unmapped", "--feature-cache", "8KB", "--loader-workers", "1"))):
+                        ("unmapped", ("--unmapped", "--feature-cache", "8KB", "--loader-workers", "1")),
+                        ("device-workers", ("--gpu-cache", "16KB", "--loader-workers", "1"))):
         out = run_train(synthetic2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64, "--seed", 2, *extra,
                         "--metrics-out", tmp_path / f"{name}.json")
         assert out.returncode == 0, out.stderr
         runs[name], outs[name] = _epoch(tmp_path / f"{name}.json"), out
     plain = runs["plain"]
-    for name in ("ram", "device", "workers", "unmapped"):
+    for name in ("ram", "device", "workers", "unmapped", "device-workers"):
         assert {k: runs[name][k] for k in ("loss", "train_acc", "val_acc", "test_acc")} == {
             k: plain[k] for k in ("loss", "train_acc", "val_acc", "test_acc")}, name
     assert "features" not in plain and "features" not in runs["device"]
@@ -52,6 +53,8 @@ def test_the_ram_and_device_caches_train_the_same_model_and_count_their_hits(syn
     for name in ("workers", "unmapped"):
         assert {k: runs[name]["features"][k] for k in counted} == {k: got[k] for k in counted}, name
     device = runs["device"]
+    assert runs["device-workers"]["gpu_cache"] == device["gpu_cache"]  # a sampler process leaves the same hits out
+    assert runs["device-workers"]["wire"]["bytes"]["rows"] == device["wire"]["bytes"]["rows"]
     assert device["gpu_cache"]["hits"] > 0 and 0 < device["gpu_cache"]["rows"] <= 1024  # 16 KB: 1,024 rows of 4 float32s
     assert device["wire"]["bytes"]["rows"] < plain["wire"]["bytes"]["rows"]
 

@@ -206,7 +206,7 @@ class Trainer:
         c, (model, ddp, optimizer) = self.config, built
         _seed_everything(c.seed * 100_003 + epoch * 1009 + self.world.rank)
         restart_streams(loaders, epoch, c.seed, self.world.rank)
-        for counter in (self.timers, self.stats, self.transport.wire, self.bytes, self.features):
+        for counter in (self.timers, self.stats, self.transport.wire, self.bytes, self.features, self.device_cache):
             if counter is not None:
                 counter.snapshot(reset=True)  # the model-building batch (and anything before) is no epoch's
         allocator.release_freed()  # what the last epoch freed goes back: an epoch's peak is its own
