@@ -18,6 +18,7 @@ this process read from disk (``/proc/thread-self/io``) and the seconds spent gat
 from __future__ import annotations
 
 import ctypes
+import logging
 import mmap
 import os
 import threading
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # imported where rows become tensors: opening a dataset needs
 
 from graphstore.storage.mapped import load_libc
 
+logger = logging.getLogger("graphstore")
 _MADV_RANDOM, _MADV_WILLNEED = 1, 3
 GAP_PAGES = 2  # pages between two wanted ranges that are read with them (one larger read beats two)
 
@@ -153,6 +155,7 @@ class RowReader:
     counts: GatherCounts
     kind = ""  # as SharedReader names it
     where = ""
+    unshared = False  # shared memory had no room for the cache (said once): sampler processes read without it
 
     def gather(self, ids: np.ndarray, out: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
@@ -188,10 +191,24 @@ class RowReader:
         self._set_cache(np.zeros(0, np.int64), None)
         try:
             if len(hot):
-                self._set_cache(hot, self._read_hot(hot, _shared_empty((len(hot), *self.shape[1:]), self.dtype)
-                                                    if shared else None))
+                out = self._shared_rows(len(hot)) if shared else None
+                self._set_cache(hot, self._read_hot(hot, out))
         finally:
             self.counts = counts
+
+    def _shared_rows(self, rows: int) -> torch.Tensor | None:
+        """An uninitialised tensor of ``rows`` rows in shared memory, or ``None`` (said in one line) where the
+        shared memory (``/dev/shm``) has no room for it: the cache is then this process's alone."""
+        if self.unshared:  # said once already
+            return None
+        try:
+            return _shared_empty((rows, *self.shape[1:]), self.dtype)
+        except RuntimeError as exc:  # torch: "unable to allocate shared memory(shm) ...: No space left on device"
+            self.unshared = True
+            logger.warning("features: no room in shared memory (/dev/shm) for the %.2f GB RAM cache of %s (%s): the "
+                           "sampler processes read its rows from disk; give /dev/shm more room (docker: "
+                           "--shm-size) to share it", rows * self.row_bytes / 1e9, self.where, exc)
+            return None
 
     def _read_hot(self, hot: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
         """Rows ``hot`` (sorted, unique) read into ``out`` (a tensor of their shape; ``None``: a new one)."""
@@ -211,15 +228,21 @@ class RowReader:
     def shared(self) -> SharedReader:
         """What another process of this rank (its sampler processes) needs to read this array as this reader
         does, with the same RAM cache: the cache is moved into shared memory first where it is not there yet
-        (one copy, once; :meth:`keep_hot` with ``shared`` puts it there at once). Pickled through
-        ``torch.multiprocessing``, the cache travels as a handle to that memory, not as its rows."""
+        (one copy, once; :meth:`keep_hot` with ``shared`` puts it there at once; without room there, none is
+        shared, said in one line). Pickled through ``torch.multiprocessing``, the cache travels as a handle to
+        that memory, not as its rows."""
         if self.cache is not None and not self.cache.is_shared():
-            self._set_cache(self.hot, self.cache.share_memory_())  # the storage moves; views are made anew
+            moved = self._shared_rows(len(self.cache))
+            if moved is None:  # no room: the processes get no cache
+                return SharedReader(self.kind, np.zeros(0, np.int64), None, self.where)
+            moved.copy_(self.cache)
+            self._set_cache(self.hot, moved)
         return SharedReader(self.kind, self.hot, self.cache, self.where)
 
     def adopt(self, shared: SharedReader) -> None:
         """Serve the hot rows of ``shared`` (another process's reader of the same array) from its cache."""
-        self._set_cache(np.asarray(shared.hot, np.int64), shared.cache)
+        if shared.cache is not None:
+            self._set_cache(np.asarray(shared.hot, np.int64), shared.cache)
 
 
 class DiskRows(RowReader):

@@ -219,3 +219,29 @@ def test_a_reader_rebuilt_from_its_shared_form_serves_its_hot_rows_from_the_same
     private.keep_hot(np.array([5, 9]))  # kept in private memory: moved to shared memory when shared
     assert not private.cache.is_shared() and private.shared().cache.is_shared()
     assert np.array_equal(private[np.array([9, 5, 4])], rows[[9, 5, 4]])
+
+
+def test_without_room_in_shared_memory_the_cache_stays_private_and_the_processes_read_without_it(tmp_path, monkeypatch,
+                                                                                                   caplog):
+    """/dev/shm too small for the cache (a container's 64 MB): one line says so and how to give it room; the rank
+    keeps its cache, the rebuilt reader reads every row from disk, and both still return the stored rows."""
+    from graphstore.storage import diskrows
+    from graphstore.storage.directrows import reopen
+
+    def full(shape, dtype):
+        raise RuntimeError("unable to allocate shared memory(shm) for file </torch_1_2_3>: No space left on device (28)")
+
+    monkeypatch.setattr(diskrows, "_shared_empty", full)
+    rows = np.random.default_rng(8).standard_normal((2000, 64)).astype(np.float32)
+    files = _chunked(tmp_path, rows, 500)
+    reader = direct_rows(files, rows, threads=1, ring=0)
+    with caplog.at_level(logging.WARNING, logger="graphstore"):
+        reader.keep_hot(np.arange(0, 2000, 4), shared=True)
+        shared = reader.shared()  # tried once: not again
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and "no room in shared memory (/dev/shm)" in said[0] and "--shm-size" in said[0]
+    assert reader.cached_rows == 500 and not reader.cache.is_shared() and shared.cache is None
+    again = reopen(shared, files, rows)
+    ids = np.random.default_rng(9).integers(0, 2000, 300)
+    assert np.array_equal(again[ids], rows[ids]) and again.snapshot()["hits"] == 0
+    assert np.array_equal(reader[ids], rows[ids]) and reader.snapshot()["hits"] == int((ids % 4 == 0).sum())

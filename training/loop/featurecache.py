@@ -280,7 +280,7 @@ class FeatureReader:
                 return hottest(dataset, p, name, budget // max(row_bytes, 1))
 
             hot = hot_set((size or 0) * rows // total_rows)
-            where = f"{dataset.url} partition {p} {n.name}.{ATTR}"
+            where = f"{dataset.url} partition {p} " + (f"{n.name}.{ATTR}" if n.name is not None else ATTR)
             path = layout.node_array(p, n.key, ATTR)
             got = dataset.read_through(path, lambda r, h=None if shared else hot, w=where, a=path:
                                        _reader(dataset, a, r, h, w))
