@@ -77,7 +77,10 @@ class Session(SessionJoin, SessionLoaders):
         (``prefetch_rows``), and a batch that cannot fit in the limit is refused when the loader is made, in one
         line naming the memory it needs. Left to itself, the rank sizes its RAM cache when its first such loader
         is made: what the memory leaves beside that loader's batch in training, the batches ahead and a tenth of
-        the limit (none under 16 MB, at most half of the rank's memory).
+        the limit (none under 16 MB, at most half of the rank's memory). Sampler processes (``loader_workers``,
+        ``num_workers``) read ``x`` as the rank does, their hot rows from its cache in shared memory; a loader
+        with them counts their batches in flight in that check (and the memory of those not forked when the
+        session started: give ``loader_workers`` here to fork them then).
     interface : str, optional
         Network interface for gloo and RPC across hosts (default: the route to ``MASTER_ADDR``).
     servers : str, optional
