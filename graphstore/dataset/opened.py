@@ -231,9 +231,11 @@ class Dataset:
     def add_reader_counts(self, counts: dict[str, dict[str, Any]]) -> None:
         """Count what another process's readers of these arrays gathered (:meth:`reader_counts`) as this
         process's readers' own."""
+        from graphstore.storage.diskrows import RowReader
+
         for path, got in counts.items():
             found = self._arrays.get(path)
-            if found is not None and hasattr(found, "counts"):
+            if isinstance(found, RowReader):
                 found.counts.add_counted(got["rows"], got["hits"], got["disk_bytes"], got["read_seconds"])
 
     def topology(self, part: int, edge_type: EdgeType = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,

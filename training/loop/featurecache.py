@@ -197,7 +197,9 @@ def fill_what_is_left(features: FeatureReader, ahead: int, seeds: int, fanout: t
                     max(spare, 0) / 1e9, MIN_CACHE >> 20)
         return ahead
     features.fill(size, shared)
-    beside = "the sampler processes' batches, in shared memory" if shared else f"{batches_ahead} gathered ahead"
+    held = any(getattr(getattr(r, "cache", None), "is_shared", lambda: False)() for r in features.readers)
+    beside = ("the sampler processes' batches" + (", in shared memory" if held else "") if shared else
+              f"{batches_ahead} gathered ahead")
     logger.warning("features: the hottest rows of x in RAM, %.2f GB: what the memory leaves beside the batch in "
                    "training and %s (--feature-cache SIZE sets it, 0 keeps none)", features.cache_bytes / 1e9, beside)
     return max(0, ahead - features.cache_bytes // row - margin // row)  # the margin is no batch's either
