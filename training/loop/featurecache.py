@@ -35,9 +35,10 @@ PEAK_SHARE = 1.4
 # and the page cache through which the topology and the model's files are read
 LEFT_SHARE = 0.1
 MIN_CACHE = 16 << 20  # a smaller automatic cache is not kept
-# a sampler process's batches (check_room): SLOTS (2) in flight, each in a block of shared memory a quarter larger
-# than the batch (sampling.loader.handoff.wanted_block) and, once built, copied out by its rank
-WORKER_BATCHES = 2 * 2.25
+# a sampler process's batches (check_room), per batch in flight (sampling.loader.sampler_processes.SLOTS of them):
+# its block of shared memory, a quarter larger than the batch (sampling.loader.handoff.wanted_block), and the
+# rank's copy once built
+WORKER_BATCHES_PER_SLOT = 2.25
 # a sampler process's own memory beside its batches: forked from its rank, it shares the rank's pages and the RAM
 # cache; its private pages (/proc/PID/smaps_rollup) were 55 MB on the 150k-node graph of test_feature_cache
 WORKER_BYTES = 64 << 20
@@ -160,14 +161,17 @@ def check_room(seeds: int, fanout: tuple[int, ...], row_bytes: int, local_ranks:
 
 
 def worker_bytes(workers: int, seeds: int, fanout: tuple[int, ...], row_bytes: int, late: int = 0) -> int:
-    """What ``workers`` sampler processes beside a rank hold at most: per process ``WORKER_BATCHES`` batches of
-    :func:`batch_nodes_bound` feature rows (``SLOTS`` in flight, each in a block of shared memory a quarter
-    larger than the batch and, once built, copied out by the rank) and the process itself: ``WORKER_BYTES``
+    """What ``workers`` sampler processes beside a rank hold at most: per process ``SLOTS`` batches in flight of
+    :func:`batch_nodes_bound` feature rows, ``WORKER_BATCHES_PER_SLOT`` each (a block of shared memory a
+    quarter larger than the batch and, once built, the rank's copy), and the process itself: ``WORKER_BYTES``
     forked at the rank's start, ``LATE_WORKER_BYTES`` for each of the ``late`` ones that were not."""
+    from sampling.loader.sampler_processes import SLOTS
+
     nodes = batch_nodes_bound(seeds, fanout)
     if not workers or nodes is None:
         return 0
-    return workers * (int(WORKER_BATCHES * nodes * row_bytes) + WORKER_BYTES) + late * LATE_WORKER_BYTES
+    per_worker = int(SLOTS * WORKER_BATCHES_PER_SLOT * nodes * row_bytes) + WORKER_BYTES
+    return workers * per_worker + late * LATE_WORKER_BYTES
 
 
 def _held_text(workers: int, held: int) -> str:
