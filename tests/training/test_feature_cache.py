@@ -48,7 +48,8 @@ def test_the_ram_and_device_caches_train_the_same_model_and_count_their_hits(syn
     assert "features" not in plain and "features" not in runs["device"]
     got = runs["ram"]["features"]
     assert got["cache_bytes"] > 0 and 0 < got["hits"] < got["rows"]
-    assert "features: " in outs["ram"].stdout and "B, hits " in outs["ram"].stdout
+    assert "features: " in outs["ram"].stdout and "B over 2 ranks, hits " in outs["ram"].stdout
+    assert got["ranks"] == 2 and got["cache_bytes"] < got["cache_bytes_all"] <= 2 * 8_000  # both ranks' caches
     counted = ("rows", "hits", "disk_bytes", "cache_bytes")
     for name in ("workers", "unmapped"):
         assert {k: runs[name]["features"][k] for k in counted} == {k: got[k] for k in counted}, name

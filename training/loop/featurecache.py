@@ -317,17 +317,19 @@ class FeatureReader:
         return out
 
     def epoch_record(self, group: Any = None) -> dict[str, Any]:
-        """This epoch's counts summed over ranks (a collective: every rank calls it), and the cache size."""
+        """This epoch's counts summed over ranks (a collective: every rank calls it), this rank's cache size
+        (``cache_bytes``), and the caches of all ranks with a disk tier (``cache_bytes_all``, over ``ranks``)."""
         snap = self.snapshot(reset=True)
         keys = ("rows", "hits", "disk_bytes", "read_seconds")
         import torch
         import torch.distributed as dist
 
-        counts = torch.tensor([float(snap[k]) for k in keys], dtype=torch.float64)
+        counts = torch.tensor([float(snap[k]) for k in keys] + [float(self.cache_bytes), float(bool(self.readers))],
+                              dtype=torch.float64)
         if dist.is_initialized():
             dist.all_reduce(counts, group=group)
         out = {k: (round(float(v), 3) if k == "read_seconds" else int(v)) for k, v in zip(keys, counts)}
-        return {**out, "cache_bytes": self.cache_bytes}
+        return {**out, "cache_bytes": self.cache_bytes, "cache_bytes_all": int(counts[4]), "ranks": int(counts[5])}
 
 
 def _reader(dataset: Any, path: str, rows: Any, hot: np.ndarray, where: str) -> Any:
@@ -357,12 +359,15 @@ def _attr_bytes(node_type: Any) -> int:
 
 def text(record: dict[str, Any]) -> str:
     """``  features: 1.23 GB from disk in 4.5 s, RAM cache 0.27 GB, hits 41.0%`` (training batches, all ranks;
-    the cache is this rank's), or nothing."""
+    the cache this rank's alone, or ``RAM caches 0.54 GB over 2 ranks``), or nothing."""
     got = record.get("features")
     if not got:
         return ""
-    size = got.get("cache_bytes") or 0
+    size, ranks = got.get("cache_bytes") or 0, got.get("ranks") or 1
+    if ranks > 1:
+        size = got.get("cache_bytes_all") or 0
     kept = (f"{size / 1e9:.2f} GB" if size >= 100_000_000 else f"{size / 1e6:.1f} MB" if size >= 100_000 else
             f"{size / 1e3:.0f} KB")
-    hits = f", RAM cache {kept}, hits {100 * got['hits'] / max(got['rows'], 1):.1f}%" if size else ""
+    caches = f"RAM caches {kept} over {ranks} ranks" if ranks > 1 else f"RAM cache {kept}"
+    hits = f", {caches}, hits {100 * got['hits'] / max(got['rows'], 1):.1f}%" if size else ""
     return f"  features: {got['disk_bytes'] / 1e9:.2f} GB from disk in {got['read_seconds']:.1f} s{hits}"

@@ -154,8 +154,9 @@ class SessionLoaders:
 
     def feature_stats(self) -> dict[str, Any]:
         """The rows of ``x`` this job's loaders gathered from the disk tier since the last call (``rows``), the
-        RAM cache's ``hits``, ``disk_bytes`` read and ``read_seconds``, summed over the ranks, and this rank's
-        ``cache_bytes``; zeros where no rank reads ``x`` from disk (``feature_cache``). Every rank calls it, at
+        RAM cache's ``hits``, ``disk_bytes`` read and ``read_seconds``, summed over the ranks, this rank's
+        ``cache_bytes``, and ``cache_bytes_all`` of the ``ranks`` with a disk tier; zeros where no rank reads
+        ``x`` from disk (``feature_cache``). Every rank calls it, at
         the same point (once an epoch, say): it is a collective."""
         try:
             return session_features.counts(self._joined().features, self.cpu_group)
