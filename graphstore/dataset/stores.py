@@ -143,8 +143,7 @@ class ZarrFeatureStore(FeatureStore):
         ids = asked_ids(index, r.lo, r.hi)
         if isinstance(r.rows, RowReader) and rowmemory.placed() and len(ids) and ids.min() >= r.lo \
                 and ids.max() < r.hi:  # own rows read from disk straight into a sampler process's block, or pinned
-            dtype = torch.from_numpy(np.zeros(0, r.rows.dtype)).dtype
-            return r.rows.gather(ids - r.lo, rowmemory.empty((len(ids), *r.rows.shape[1:]), dtype))
+            return r.rows.gather(ids - r.lo, rowmemory.empty((len(ids), *r.rows.shape[1:]), r.rows.tensor_dtype))
         return _tensor(self._gather(r.info, r.name, r.rows, ids, r.lo, r.hi))
 
     def _gather(self, info: Any, name: str, rows: Any, ids: np.ndarray, lo: int, hi: int) -> np.ndarray:

@@ -164,6 +164,11 @@ class RowReader:
         return self.shape[0]
 
     @property
+    def tensor_dtype(self) -> torch.dtype:
+        """The rows' dtype as torch names it (of the tensors :meth:`gather` fills)."""
+        return _tensor_dtype(self.dtype)
+
+    @property
     def cached_rows(self) -> int:
         return 0 if self.cache is None else len(self.cache)
 
@@ -339,11 +344,17 @@ def _copy_rows(rows, cache, slots, ids, out):  # pragma: no cover - compiled
             out[i, :] = rows[ids[i], :]
 
 
+def _tensor_dtype(dtype: Any) -> torch.dtype:
+    import torch
+
+    return torch.from_numpy(np.zeros(0, dtype)).dtype
+
+
 def _shared_empty(shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
     """An uninitialised tensor in shared memory (its pages are touched as it is filled)."""
     import torch
 
-    return torch.empty(shape, dtype=torch.from_numpy(np.zeros(0, dtype)).dtype).share_memory_()
+    return torch.empty(shape, dtype=_tensor_dtype(dtype)).share_memory_()
 
 
 def _as_tensor(rows: np.ndarray) -> torch.Tensor:

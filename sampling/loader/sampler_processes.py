@@ -290,8 +290,7 @@ class SamplerProcesses:
 
         self.rank, self.pinned, self.device_cache = transport.rank, pinned, device_cache
         self.dataset = recipe[1]
-        shared = getattr(self.dataset, "shared_readers", None)  # the rank's disk tier, its RAM cache shared
-        recipe = (*recipe, shared() if shared is not None else {},
+        recipe = (*recipe, self.dataset.shared_readers(),  # the rank's disk tier, its RAM cache shared
                   device_cache.index() if device_cache is not None else None)
         ctx = late_context()
         self._workers = [_Worker(ctx, i, recipe, transport) for i in range(count)]
