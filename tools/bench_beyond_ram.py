@@ -36,12 +36,12 @@ metrics are written (no evaluation is measured). Cases, interleaved ``--repeats`
 
 Per case: training seconds of the first epoch and of the steady ones after it (their mean), the first over
 the steady, steps/s of the steady epochs (of the first with ``--epochs 1``), the rate as a ratio to the
-page-cache case, and the first epoch's data wait, GB read from disk, the RAM cache's size (``cache_gb``, rank
-0's: the one ``--feature-cache`` gave, or the one the rank sized from what its limit leaves) and its hits (its own
-counts; none for ``plain``), the cgroup's peak (page cache included), the peak of what the job's processes held themselves
-(``anon_peak_gb``: the cgroup's ``total_rss``, page cache aside, sampled every 0.5 s), the major page faults
-of a steady epoch (``major_faults``: mapped pages the limit pushed out, read again) and OOM kills. Needs root
-and the cgroup v1 memory controller.
+page-cache case, and the first epoch's data wait, GB read from disk, the RAM cache's size (``cache_gb``, every
+rank's together: the one ``--feature-cache`` gave, or the one each rank sized from what its limit leaves) and its
+hits (over every rank's rows; none for ``plain``), the cgroup's peak (page cache included), the peak of what the
+job's processes held themselves (``anon_peak_gb``: the cgroup's ``total_rss``, page cache aside, sampled every
+0.5 s), the major page faults of a steady epoch (``major_faults``: mapped pages the limit pushed out, read again)
+and OOM kills. Needs root and the cgroup v1 memory controller.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def _row(case: str, epochs: Any, group: memcgroup.MemoryCgroup | None) -> dict:
                    steps_per_s=round(sum(e["steps"] for e in steady) / len(steady) / steady_seconds, 3),
                    data_wait=round(epoch["timing"].get("data_wait", 0.0), 1),
                    disk_gb=round(feats["disk_bytes"] / 1e9, 2) if feats else None,
-                   cache_gb=round(feats["cache_bytes"] / 1e9, 3) if feats else None,
+                   cache_gb=round(feats.get("cache_bytes_all", feats["cache_bytes"]) / 1e9, 3) if feats else None,
                    cache_hits=round(feats["hits"] / max(feats["rows"], 1), 3) if feats.get("cache_bytes") else None,
                    loss=epoch["loss"])
     if group is not None:

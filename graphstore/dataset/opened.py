@@ -240,35 +240,48 @@ class Dataset:
 
     def topology(self, part: int, edge_type: EdgeType = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                        np.ndarray | None]:
-        """``(indptr, indices, eid, packed or None)`` of one partition and edge type, checked once per process.
+        """``(indptr, indices, eid, packed or None)`` of one partition and edge type, checked once per process
+        (:meth:`check_topology`), mapped: a partition read unmapped (:meth:`read_unmapped`) is mapped for this
+        caller, though its samplers read it with ``pread``."""
+        self.check_topology(part, edge_type)
+        arrays = {name: np.asarray(self.array(path)) for name, path in self._topology_paths(part, edge_type).items()}
+        return arrays[layout.INDPTR], arrays[layout.INDICES], arrays[layout.EID], arrays.get(layout.PACKED)
+
+    def check_topology(self, part: int, edge_type: EdgeType = None) -> None:
+        """Check one partition's topology of ``edge_type`` once per process, keeping no mapping of it.
 
         Local chunks are compared with their manifest checksums and the CSC invariants are checked
         (:func:`~graphstore.storage.integrity.check_csc`), so damaged topology is a :class:`CorruptDatasetError`
         naming the array and chunk, never a crash in a sampler.
         """
         info = self.manifest.edge_type(edge_type)
-        paths = {name: layout.edge_array(part, info.key, name) for name in layout.TOPOLOGY}
-        paths = {name: path for name, path in paths.items() if path in self.manifest.arrays}
-        if (part, info.key) not in self._checked:
-            if self.location.is_local:
-                for path in paths.values():
-                    verify_chunks(self.location, path, self.manifest.arrays[path])
-        arrays = {name: np.asarray(self.array(path)) for name, path in paths.items()}
-        if (part, info.key) not in self._checked:
-            src = next(t for t in self.manifest.node_types if t.key == info.src)
-            # Mapped arrays are checked through mappings of their own, unmapped after. The check reads every
-            # page once; through the served arrays those pages would stay in this process's resident set for
-            # good, though a sampler over the packed pairs never reads indices and eid again (1.8 of a rank's
-            # 3.3 GB of mapped pages at 12M nodes). What the check read stays in the page cache, the kernel's.
-            own = {name: np.asarray(open_array(self.location, path, self.manifest.arrays[path]))
-                   if self.location.is_local and self.manifest.arrays[path].compression == "none" else arrays[name]
-                   for name, path in paths.items()}
-            check_csc(f"{self.url}/{layout.edge_array(part, info.key, '')}".rstrip("/"), own[layout.INDPTR],
-                      own[layout.INDICES], own[layout.EID], own.get(layout.PACKED), src.num_nodes,
-                      info.num_edges, {n: self.manifest.arrays[p].chunk_rows for n, p in paths.items()})
-            del own
-            self._checked.add((part, info.key))
-        return arrays[layout.INDPTR], arrays[layout.INDICES], arrays[layout.EID], arrays.get(layout.PACKED)
+        if (part, info.key) in self._checked:
+            return
+        paths = self._topology_paths(part, edge_type)
+        local = self.location.is_local
+        if local:
+            for path in paths.values():
+                verify_chunks(self.location, path, self.manifest.arrays[path])
+        src = next(t for t in self.manifest.node_types if t.key == info.src)
+        # Local uncompressed arrays are checked through mappings of their own, unmapped after. The check reads
+        # every page once; through the served arrays those pages would stay in this process's resident set for
+        # good, though a sampler over the packed pairs never reads indices and eid again (1.8 of a rank's 3.3 GB
+        # of mapped pages at 12M nodes), and a partition read unmapped would stay mapped. What the check read
+        # stays in the page cache, the kernel's.
+        own = {name: np.asarray(open_array(self.location, path, self.manifest.arrays[path]))
+               if local and self.manifest.arrays[path].compression == "none" else np.asarray(self.array(path))
+               for name, path in paths.items()}
+        check_csc(f"{self.url}/{layout.edge_array(part, info.key, '')}".rstrip("/"), own[layout.INDPTR],
+                  own[layout.INDICES], own[layout.EID], own.get(layout.PACKED), src.num_nodes,
+                  info.num_edges, {n: self.manifest.arrays[p].chunk_rows for n, p in paths.items()})
+        del own
+        self._checked.add((part, info.key))
+
+    def _topology_paths(self, part: int, edge_type: EdgeType) -> dict[str, str]:
+        """``{name: layout path}`` of the topology arrays the dataset stores for ``part`` and ``edge_type``."""
+        key = self.manifest.edge_type(edge_type).key
+        paths = {name: layout.edge_array(part, key, name) for name in layout.TOPOLOGY}
+        return {name: path for name, path in paths.items() if path in self.manifest.arrays}
 
     def check_chunk_files(self) -> None:
         """Raise :class:`CorruptDatasetError` if a local chunk file is missing or short (``os.stat`` only)."""

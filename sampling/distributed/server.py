@@ -64,10 +64,8 @@ class PartitionServer:
                 variants = Variants(weighted=weighted, temporal=time_attr is not None,
                                     node_time=node_time)
                 self._args[key] = BlockArgs(topo.blocks, variants, node_time)
-                block = topo.blocks[0]
-                edges = len(block.indices) if block.files is None else 0  # read, not mapped: by their span
                 self._tops[key] = (topo.num_src - 1, self.dataset.manifest.edge_type(edge_type).num_edges - 1,
-                                   edges - 1)
+                                   topo.blocks[0].num_edges - 1)
             return self._args[key]
 
     def _rng(self) -> np.ndarray:

@@ -65,6 +65,10 @@ def _induced_edges(topo: EdgeTopology, src: np.ndarray, dst: np.ndarray) -> tupl
         if getattr(block, "is_remote", False):
             raise InvalidInputError("subgraph_type='induced' needs every partition's topology in this process; "
                                     "the distributed loaders support 'directional' and 'bidirectional'")
+        if block.files is not None:
+            raise InvalidInputError("subgraph_type='induced' reads every edge among a batch's nodes, which a partition "
+                                    "read without mapping (Dataset.read_unmapped) does not serve: leave it mapped, or "
+                                    "sample 'directional' or 'bidirectional'")
         local = np.flatnonzero(which == b)
         d = dst[local] - block.lo
         pos = _ranges(block.indptr[d], block.indptr[d + 1])

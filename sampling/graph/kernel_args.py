@@ -73,7 +73,7 @@ class BlockArgs:
     def __init__(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None = None,
                  packed: bool = True) -> None:
         self.blocks = blocks
-        packs = packed and all(len(b.packed) == 2 * len(b.indices) and len(b.indices) for b in blocks)
+        packs = packed and all(_packs(b) for b in blocks)
         _refuse_unmapped(blocks, packs, variants, node_time)  # before any derived array is built
         i64, i32 = np.zeros(0, np.int64), np.zeros(0, np.int32)
         indptrs = tuple(_ready(b.indptr, np.int64) for b in blocks)
@@ -114,7 +114,7 @@ class BlockArgs:
     def _times(self, blocks: list[CSCBlock], variants: Variants, node_time: np.ndarray | None,
                pairs: tuple[np.ndarray, ...] | None) -> None:
         self.times = self.tsort = self.node_time = None
-        edge_times = variants.temporal and all(len(b.time) == len(b.indices) for b in blocks)
+        edge_times = variants.temporal and all(len(b.time) == b.num_edges for b in blocks)
         node_time = _ready(node_time, np.int64) if variants.temporal and node_time is not None else None
         self.timed = edge_times or node_time is not None
         if edge_times and node_time is not None:  # both constrain: scanned
@@ -122,7 +122,7 @@ class BlockArgs:
         elif self.timed:
             spans = [node_time] if node_time is not None else [np.asarray(b.time) for b in blocks]
             narrow = all(derived.narrow_times(t) for t in spans)
-            wide_pos = any(len(b.indices) >= 2**31 for b in blocks)
+            wide_pos = any(b.num_edges >= 2**31 for b in blocks)
             built = [_time_records(b, node_time, p, narrow, wide_pos)
                      for b, p in zip(blocks, pairs or [None] * len(blocks))]
             n = arity(len(blocks))
@@ -160,6 +160,14 @@ class BlockArgs:
                              bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode), nodes)
 
 
+def _packs(block: CSCBlock) -> bool:
+    """Whether ``block`` has the packed (source, edge ID) pairs: one read without mapping always has them (its
+    arrays are empty; :func:`sampling.graph.topology.from_dataset` checked the stored ones)."""
+    if block.files is not None:
+        return True
+    return len(block.packed) == 2 * len(block.indices) and len(block.indices) > 0
+
+
 def _refuse_unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, node_time: np.ndarray | None) -> None:
     """Raise when blocks read without mapping would need what the unmapped kernel does not read: per-edge
     weights, times or link splits (or a mix of mapped and unmapped blocks)."""
@@ -169,7 +177,7 @@ def _refuse_unmapped(blocks: list[CSCBlock], packs: bool, variants: Variants, no
     if any(f is None for f in files):
         raise InvalidInputError("a sampler over partitions some mapped and some read without mapping: read all of "
                                 "them one way (Dataset.read_unmapped over every partition this process samples)")
-    timed = variants.temporal and (node_time is not None or all(len(b.time) == len(b.indices) for b in blocks))
+    timed = variants.temporal and (node_time is not None or all(len(b.time) == b.num_edges for b in blocks))
     unsupported = [name for name, on in (("weighted", variants.weighted), ("temporal", timed),
                                          ("link-split masked", any(len(b.split) for b in blocks))) if on]
     if unsupported or not packs:

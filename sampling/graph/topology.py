@@ -42,7 +42,13 @@ class CSCBlock:
     origin: str = ""  # what the arrays are (a dataset's, by checksum): derived arrays are cached under it
     cache_dir: str | None = None  # where derived arrays of a dataset block are stored (with origin)
     files: Any = None  # (indptr, packed) ChunkFiles: the block is read with pread, not mapped (Dataset.read_unmapped)
+    edges: int = 0  # a block read with pread: its edge count (its indptr, indices, eid and packed are empty)
     is_remote = False
+
+    @property
+    def num_edges(self) -> int:
+        """The block's edges: ``len(indices)``, or those of a block read with ``pread``, whose arrays are empty."""
+        return self.edges if self.files is not None else len(self.indices)
 
 
 @dataclass
@@ -204,7 +210,8 @@ def from_pyg(data: Any, weight_attr: str | None, time_attr: str | None, is_sorte
 
 def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_attr: str | None,
                  disjoint: bool = False, mask: Any = None) -> dict[Any, EdgeTopology]:
-    """Topology of a graphstore dataset: one memory-mapped block per partition in ``parts``.
+    """Topology of a graphstore dataset: one memory-mapped block per partition in ``parts`` (a partition read
+    without mapping, ``Dataset.read_unmapped``: a block of empty arrays, its chunk files and its edge count).
 
     The arrays the sampler will read are prefaulted: the packed pairs when the dataset has them (every
     driver of the engine reads those), else the int64 ``indices``/``eid``; and edge times when temporal.
@@ -222,11 +229,13 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
         blocks = []
         for part in parts:
             _, gs = dataset.partition(part)
-            indptr, indices, eid = gs.csc_arrays(info.name)
-            packed = gs.packed_csc(info.name)
-            files = _unmapped_files(dataset, part, info, packed) if part in getattr(dataset, "unmapped_parts", ()) else None
-            for array in (indptr, packed) if packed is not None else (indptr, indices, eid):
-                if files is None:
+            files, edges = None, 0
+            if part in getattr(dataset, "unmapped_parts", ()):  # read with pread: nothing of it is mapped
+                indptr, indices, eid, packed, files, edges = _unmapped_block(dataset, part, info)
+            else:
+                indptr, indices, eid = gs.csc_arrays(info.name)
+                packed = gs.packed_csc(info.name)
+                for array in (indptr, packed) if packed is not None else (indptr, indices, eid):
                     prefault(array)
             if time_attr and time_attr in info.attrs:
                 prefault(gs.edge_attr(time_attr, info.name).numpy())  # read at random by temporal sampling
@@ -243,21 +252,27 @@ def from_dataset(dataset: Any, parts: list[int], weight_attr: str | None, time_a
             origin = f"{dataset.url}|{digest}|{part}|{info.name}|w={weight_attr}|t={time_attr}"
             blocks.append(CSCBlock(lo, hi, indptr, indices, eid, weight, time, part,
                                    _EMPTY_I32 if packed is None else packed, split, mask.bits if len(split) else 0,
-                                   origin, dataset.cache_config.directory, files))
+                                   origin, dataset.cache_config.directory, files, edges))
         out[info.name] = EdgeTopology(info.name, src.name, dst.name, blocks, src.num_nodes, dst.num_nodes)
     return out
 
 
-def _unmapped_files(dataset: Any, part: int, info: Any, packed: np.ndarray | None) -> tuple[Any, Any]:
-    """The ``(indptr, packed)`` chunk files of a partition read without mapping (it needs the packed pairs)."""
+def _unmapped_block(dataset: Any, part: int, info: Any) -> tuple[Any, ...]:
+    """A partition read without mapping: ``(indptr, indices, eid, packed, files, edges)``, its arrays empty
+    (the kernels read ``files``, the ``(indptr, packed)`` chunk files, instead) and ``edges`` its edge count.
+    Its topology is checked (:meth:`~graphstore.dataset.opened.Dataset.check_topology`), as a mapped one's is;
+    it needs the packed pairs."""
     from graphstore.dataset import layout
 
-    if packed is None:
+    dataset.check_topology(part, info.name)
+    paths = {name: layout.edge_array(part, info.key, name) for name in (layout.INDPTR, layout.INDICES, layout.PACKED)}
+    if paths[layout.PACKED] not in dataset.manifest.arrays:
         raise InvalidInputError(f"{dataset.url}: partition {part} of edge type {info.name!r} has no packed (source, "
                                 "edge ID) pairs (node or edge IDs of 2**31 or more), which reading without mapping "
                                 "needs; leave the dataset mapped")
-    return (dataset.chunk_files(layout.edge_array(part, info.key, layout.INDPTR)),
-            dataset.chunk_files(layout.edge_array(part, info.key, layout.PACKED)))
+    files = (dataset.chunk_files(paths[layout.INDPTR]), dataset.chunk_files(paths[layout.PACKED]))
+    edges = int(dataset.manifest.arrays[paths[layout.INDICES]].shape[0])
+    return _EMPTY_I, _EMPTY_I, _EMPTY_I, _EMPTY_I32, files, edges
 
 
 def from_graph_store(graph_store: Any, weight_attr: str | None, time_attr: str | None, disjoint: bool = False,

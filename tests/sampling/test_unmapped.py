@@ -57,10 +57,14 @@ def test_unmapped_partitions_give_the_same_samples_as_mapped(chunked, options):
             assert np.array_equal(x, y)  # staged ones translated back
 
 
-def test_unmapped_reads_leave_no_dataset_page_in_the_resident_set(chunked):
+def test_unmapped_reads_leave_no_dataset_page_in_the_resident_set_and_no_file_mapped(chunked):
     def dataset_rss(ds) -> dict[str, int]:
         root = str(ds.location.root)
         return {m.path: m.rss for m in psutil.Process().memory_maps(grouped=True) if m.path.startswith(root) and m.rss}
+
+    def dataset_maps(ds) -> list[str]:  # mapped at all, resident or not: the topology too
+        root = str(ds.location.root)
+        return [m.path for m in psutil.Process().memory_maps(grouped=True) if m.path.startswith(root)]
 
     for ds in (_unmapped(chunked), graphstore.open_dataset(chunked)):
         _batches(ds)
@@ -74,9 +78,10 @@ def test_unmapped_reads_leave_no_dataset_page_in_the_resident_set(chunked):
             batches = [b for _, b in zip(range(3), loader)]
         assert len(batches) == 3 and batches[0].x.shape[1] == 8
         if ds.unmapped_parts:
-            assert dataset_rss(ds) == {}
+            assert dataset_rss(ds) == {} and dataset_maps(ds) == []
         else:
-            assert dataset_rss(ds)  # the check itself: mapped reads do show
+            assert dataset_rss(ds)  # the checks themselves: mapped reads do show, and so do mapped files
+            assert any("/packed/" in p for p in dataset_maps(ds)), dataset_maps(ds)
 
 
 @pytest.mark.parametrize("direct", [True, False])
@@ -137,6 +142,9 @@ def test_what_the_unmapped_kernel_does_not_read_is_refused_by_name(chunked):
         NeighborSampler(ds, [2], weight_attr="weight").fast_path
     with pytest.raises(InvalidInputError, match="temporal"):
         NeighborSampler(ds, [2], time_attr="time").fast_path
+    with pytest.raises(InvalidInputError, match="induced"):  # every edge among the nodes: read from the arrays
+        NeighborSampler(ds, [2], subgraph_type="induced").sample_from_nodes(
+            NodeSamplerInput(None, torch.tensor([1, 5, 9])))
     with pytest.raises(PartitionIndexError, match=r"\[7\]"):
         graphstore.open_dataset(chunked).read_unmapped([7])
 

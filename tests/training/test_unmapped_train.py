@@ -1,5 +1,6 @@
 """graphstore-train --unmapped: ranks that read their partitions with pread train the same model as mapped
-ones, with none of the dataset's pages in their resident sets; what it does not serve is refused in one line."""
+ones, with none of the dataset's files mapped (so none of its pages in their resident sets); what it does not
+serve is refused in one line."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tests.training.conftest import metrics, run_train
 FLAGS = ("--nproc", 2, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64, "--seed", 3)
 
 
-def test_unmapped_ranks_train_the_same_model_holding_no_dataset_page(synthetic2, tmp_path):
+def test_unmapped_ranks_train_the_same_model_mapping_no_dataset_file(synthetic2, tmp_path):
     """Plain mapped ranks against unmapped ones whose features go through the disk reader and its RAM cache
     (``--feature-cache``: direct I/O where the file system allows it): the same batches, so the same model."""
     mapped = run_train(synthetic2, *FLAGS, "--metrics-out", tmp_path / "a.json")
@@ -21,7 +22,9 @@ def test_unmapped_ranks_train_the_same_model_holding_no_dataset_page(synthetic2,
     a, b = metrics(tmp_path / "a.json")["epochs"][0], metrics(tmp_path / "b.json")["epochs"][0]
     assert (a["loss"], a["train_acc"], a["val_acc"]) == (b["loss"], b["train_acc"], b["val_acc"])
     assert min(a["memory_mb"]["dataset_rss"]) > 0  # mapped ranks do hold dataset pages: the measure sees them
+    assert min(a["memory_mb"]["dataset_mapped"]) > 0  # and map its files
     assert b["memory_mb"]["dataset_rss"] == [0.0, 0.0]
+    assert b["memory_mb"]["dataset_mapped"] == [0.0, 0.0]  # none mapped, resident or not: the topology too
     feats = b["features"]
     assert feats["cache_bytes"] > 0 and 0 < feats["hits"] < feats["rows"] and feats["disk_bytes"] > 0
     assert "features" not in a or not a["features"]  # the mapped run read no row through the disk reader

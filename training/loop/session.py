@@ -189,7 +189,7 @@ class Session(SessionJoin, SessionLoaders):
             self.dataset.read_unmapped(self.parts)
         for part in self.parts:
             for etype in self.dataset.edge_types:  # damaged topology ends this rank before it talks to peers
-                self.dataset.topology(part, etype)
+                self.dataset.check_topology(part, etype)
         self.threads = threads.choose(self._threads, self.world.local_world_size)
         threads.apply(self.threads)
         if self.feature_cache != "off":

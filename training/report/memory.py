@@ -67,10 +67,11 @@ def memory_per_rank(dataset: Any, peak: PeakMeter) -> dict[str, list[float]]:
     ``rss`` and ``anon`` (private memory, where copies would land) at the epoch's end; ``heap_in_use`` and
     ``heap_free`` (what the allocator hands out, and what it holds freed for reuse: see
     ``training.launcher.allocator``); ``dataset_rss``/``dataset_pss``, the dataset's memory-mapped pages
-    resident in this rank and its proportional share of them (one copy in the page cache)."""
+    resident in this rank and its proportional share of them (one copy in the page cache); ``dataset_mapped``,
+    the size of the dataset's files mapped into the rank, resident or not (to the KB: none under ``--unmapped``)."""
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, _mine(dataset, peak))
-    return {k: [round(g.get(k, 0) / 2**20, 1) for g in gathered] for k in gathered[0]}
+    return {k: [round(g.get(k, 0) / 2**20, 3 if k == "dataset_mapped" else 1) for g in gathered] for k in gathered[0]}
 
 
 def compiled_per_rank(before: Any) -> dict[str, list[float]]:
@@ -102,13 +103,14 @@ def _mine(dataset: Any, peak: PeakMeter) -> dict[str, int]:
 def _dataset_pages(dataset: Any, proc: Any) -> dict[str, int]:
     import psutil
 
-    out = {"dataset_rss": 0, "dataset_pss": 0}
+    out = {"dataset_rss": 0, "dataset_pss": 0, "dataset_mapped": 0}
     root = str(getattr(getattr(dataset, "location", None), "root", "") or "")  # none: a trainer of sampler servers
     try:
         for m in proc.memory_maps(grouped=True):
             if root and m.path.startswith(root):
                 out["dataset_rss"] += m.rss
                 out["dataset_pss"] += getattr(m, "pss", m.rss)
+                out["dataset_mapped"] += getattr(m, "size", 0)
     except (OSError, psutil.Error):
         pass  # not Linux: no mapped-page counts
     return out
