@@ -131,11 +131,13 @@ class DirectRows(RowReader):
         if self._pool is not None:
             weakref.finalize(self, self._pool.shutdown, wait=False)
         self.counts = GatherCounts()
-        self.slot_of = self.cache = None
         self.keep_hot(hot)
 
     def _read_hot(self, hot: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
         return self.gather(hot, out)  # read like any batch's rows, then kept
+
+    def _words_of(self, cache: torch.Tensor) -> Any:
+        return cache.numpy().reshape(len(cache), -1).view(np.uint8)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.mapped, dtype)
@@ -151,12 +153,12 @@ class DirectRows(RowReader):
             out = torch.from_numpy(flat.view(self.dtype).reshape(len(ids), *self.shape[1:]))
         else:
             flat = out.numpy().reshape(-1).view(np.uint8)
-        hits = 0
-        if self.slot_of is not None and len(ids):
-            slots = self.slot_of[ids]
+        hits, state = 0, self._hot  # read once: the cache may be replaced meanwhile
+        if state.slot_of is not None and len(ids):
+            slots = state.slot_of[ids]
             hits = int(np.count_nonzero(slots >= 0))
             if hits:
-                _copy_hits(self.cache.numpy().reshape(len(self.cache), -1).view(np.uint8), slots, flat, self.row_bytes)
+                _copy_hits(state.words, slots, flat, self.row_bytes)
             wanted = np.flatnonzero(slots < 0)
         else:
             wanted = np.arange(len(ids), dtype=np.int64)

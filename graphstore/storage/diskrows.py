@@ -17,6 +17,7 @@ this process read from disk (``/proc/thread-self/io``) and the seconds spent gat
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import mmap
@@ -60,6 +61,7 @@ class GatherCounts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = self._zero()
+        self._quiet = threading.local()  # this thread's gathers are not counted (a reader filling its cache)
 
     @staticmethod
     def _zero() -> dict[str, Any]:
@@ -72,6 +74,8 @@ class GatherCounts:
 
     def add(self, rows: int, hits: int, since: tuple[float, int | None]) -> None:
         """Count a gather of ``rows`` rows, ``hits`` of them from a cache, begun at ``since`` (:meth:`start`)."""
+        if getattr(self._quiet, "on", False):
+            return
         started, read0 = since
         read1 = thread_read_bytes()
         with self._lock:
@@ -83,12 +87,23 @@ class GatherCounts:
 
     def add_counted(self, rows: int, hits: int, disk_bytes: int, seconds: float) -> None:
         """Count a gather whose reader counted its bytes itself (direct reads: what it read is what the disk did)."""
+        if getattr(self._quiet, "on", False):
+            return
         with self._lock:
             c = self._counts
             c["rows"] += rows
             c["hits"] += hits
             c["disk_bytes"] += disk_bytes
             c["read_seconds"] += seconds
+
+    @contextlib.contextmanager
+    def muted(self) -> Any:
+        """Within it, this thread's gathers are not counted (other threads' still are)."""
+        self._quiet.on = True
+        try:
+            yield
+        finally:
+            self._quiet.on = False
 
     def snapshot(self, reset: bool = False) -> dict[str, Any]:
         """The counts since the last reset (``read_seconds`` rounded to ms)."""
@@ -142,17 +157,33 @@ class SharedReader(NamedTuple):
     where: str
 
 
+class HotRows(NamedTuple):
+    """A row reader's RAM cache as one value, replaced whole: a gather reads it once, so it never pairs one
+    cache's slots with another's rows, and a cache being replaced stays alive until the gathers reading it end.
+    ``hot``: row numbers (sorted); ``cache``: their rows (a tensor, or ``None``); ``slot_of``: per row of the
+    array its row in ``cache`` or -1 (``None`` without a cache); ``words``: what a reader reads the cache
+    through (:class:`DiskRows`: the array's and its word views)."""
+
+    hot: np.ndarray
+    cache: Any
+    slot_of: np.ndarray | None
+    words: Any = None
+
+
+NO_HOT_ROWS = HotRows(np.zeros(0, np.int64), None, None)
+
+
 class RowReader:
     """What a feature store reads of a row reader (:class:`DiskRows`, :class:`~graphstore.storage.directrows.
     DirectRows`): ``len``, ``reader[ids]`` (integer IDs through ``gather``, anything else from
     ``np.asarray(reader)``), the RAM cache's size and the gather counts. A subclass sets ``shape``,
     ``row_bytes``, ``cache`` (a tensor of rows, or ``None``) and ``counts``, and defines ``gather`` and
-    ``__array__``."""
+    ``__array__``; its gathers read the cache through ``_hot`` (:class:`HotRows`)."""
 
     shape: tuple[int, ...]
     row_bytes: int
-    cache: Any
     counts: GatherCounts
+    _hot: HotRows = NO_HOT_ROWS
     kind = ""  # as SharedReader names it
     where = ""
     unshared = False  # shared memory had no room for the cache (said once): sampler processes read without it
@@ -167,6 +198,16 @@ class RowReader:
     def tensor_dtype(self) -> torch.dtype:
         """The rows' dtype as torch names it (of the tensors :meth:`gather` fills)."""
         return _tensor_dtype(self.dtype)
+
+    @property
+    def hot(self) -> np.ndarray:
+        """The row numbers the RAM cache holds (sorted)."""
+        return self._hot.hot
+
+    @property
+    def cache(self) -> Any:
+        """The RAM cache: a tensor of the :attr:`hot` rows, or ``None``."""
+        return self._hot.cache
 
     @property
     def cached_rows(self) -> int:
@@ -190,16 +231,14 @@ class RowReader:
     def keep_hot(self, hot: np.ndarray | None, shared: bool = False) -> None:
         """Serve rows ``hot`` (row numbers) from RAM from now on, in place of the rows kept before (none:
         no RAM cache): read like a batch's rows, not counted as one; with ``shared``, into shared memory (the
-        rank's sampler processes then read the same cache: :meth:`shared`). Call it while no gather runs."""
+        rank's sampler processes then read the same cache: :meth:`shared`). The rows kept before are let go
+        first, so the two caches are never held at once; gathers meanwhile read from disk."""
         hot = np.unique(np.asarray(hot if hot is not None else (), np.int64))
-        counts, self.counts = self.counts, GatherCounts()
         self._set_cache(np.zeros(0, np.int64), None)
-        try:
-            if len(hot):
-                out = self._shared_rows(len(hot)) if shared else None
+        if len(hot):
+            out = self._shared_rows(len(hot)) if shared else None
+            with self.counts.muted():
                 self._set_cache(hot, self._read_hot(hot, out))
-        finally:
-            self.counts = counts
 
     def _shared_rows(self, rows: int) -> torch.Tensor | None:
         """An uninitialised tensor of ``rows`` rows in shared memory, or ``None`` (said in one line) where the
@@ -220,29 +259,36 @@ class RowReader:
         raise NotImplementedError
 
     def _set_cache(self, hot: np.ndarray, cache: torch.Tensor | None) -> None:
-        """Serve rows ``hot`` from ``cache`` (their rows, in order; ``None``: no cache)."""
-        self.hot = hot
-        self.cache = cache
+        """Serve rows ``hot`` from ``cache`` (their rows, in order; ``None``: no cache), in one assignment."""
         if cache is None:
-            self.slot_of = None
+            self._hot = HotRows(hot, None, None)
             return
         slot_of = np.full(self.shape[0], -1, np.int32)
         slot_of[hot] = np.arange(len(hot), dtype=np.int32)
-        self.slot_of = slot_of
+        self._hot = HotRows(hot, cache, slot_of, self._words_of(cache))
+
+    def _words_of(self, cache: torch.Tensor) -> Any:
+        """What this reader's gathers read ``cache`` through (:attr:`HotRows.words`)."""
+        return None
 
     def shared(self) -> SharedReader:
         """What another process of this rank (its sampler processes) needs to read this array as this reader
         does, with the same RAM cache: the cache is moved into shared memory first where it is not there yet
-        (one copy, once; :meth:`keep_hot` with ``shared`` puts it there at once; without room there, none is
-        shared, said in one line). Pickled through ``torch.multiprocessing``, the cache travels as a handle to
-        that memory, not as its rows."""
-        if self.cache is not None and not self.cache.is_shared():
-            moved = self._shared_rows(len(self.cache))
+        (once; :meth:`keep_hot` with ``shared`` puts it there at once; without room there, none is shared, said
+        in one line). The move lets the private rows go and reads them again into shared memory, so the rank
+        never holds the cache twice; its gathers meanwhile read those rows from disk. Pickled through
+        ``torch.multiprocessing``, the cache travels as a handle to that memory, not as its rows."""
+        state = self._hot
+        if state.cache is not None and not state.cache.is_shared():
+            moved = self._shared_rows(len(state.hot))  # no page of it is touched before the rows are read
             if moved is None:  # no room: the processes get no cache
                 return SharedReader(self.kind, np.zeros(0, np.int64), None, self.where)
-            moved.copy_(self.cache)
-            self._set_cache(self.hot, moved)
-        return SharedReader(self.kind, self.hot, self.cache, self.where)
+            hot, state = state.hot, None
+            self._set_cache(np.zeros(0, np.int64), None)  # the private rows go with the last gather reading them
+            with self.counts.muted():
+                self._set_cache(hot, self._read_hot(hot, moved))
+        state = self._hot
+        return SharedReader(self.kind, state.hot, state.cache, self.where)
 
     def adopt(self, shared: SharedReader) -> None:
         """Serve the hot rows of ``shared`` (another process's reader of the same array) from its cache."""
@@ -279,10 +325,8 @@ class DiskRows(RowReader):
     def _read_hot(self, hot: np.ndarray, out: torch.Tensor | None) -> torch.Tensor:
         return self._read(hot, out)
 
-    def _set_cache(self, hot: np.ndarray, cache: torch.Tensor | None) -> None:
-        super()._set_cache(hot, cache)
-        if cache is not None:
-            self._words, self._cache_words = _word_view(np.asarray(self.rows)), _word_view(cache.numpy())
+    def _words_of(self, cache: torch.Tensor) -> Any:
+        return _word_view(np.asarray(self.rows)), _word_view(cache.numpy())  # the rows', the cache's
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return np.asarray(self.rows, dtype)
@@ -293,17 +337,18 @@ class DiskRows(RowReader):
         import torch
 
         since = self.counts.start()
-        if self.slot_of is None or not len(ids):
+        state = self._hot  # read once: the cache may be replaced meanwhile
+        if state.slot_of is None or not len(ids):
             out, hits = self._read(ids, out), 0
         else:
-            slots = self.slot_of[ids]
+            slots = state.slot_of[ids]
             hit = slots >= 0
             hits = int(hit.sum())
             if hits < len(ids):
                 self._prefetch(ids[~hit])
             if out is None:
                 out = torch.empty((len(ids), *self.shape[1:]), dtype=self._rows_t.dtype)
-            _copy_rows(self._words, self._cache_words, slots, ids, _word_view(out.numpy()))
+            _copy_rows(*state.words, slots, ids, _word_view(out.numpy()))
         self.counts.add(len(ids), hits, since)
         return out
 

@@ -9,6 +9,7 @@ import logging
 import mmap
 import os
 import pickle
+import weakref
 
 import numpy as np
 import pytest
@@ -193,7 +194,8 @@ def test_hot_rows_kept_later_replace_the_cache_and_count_as_no_batch(tmp_path, d
 def test_a_reader_rebuilt_from_its_shared_form_serves_its_hot_rows_from_the_same_memory(tmp_path, direct):
     """What a rank hands its sampler processes: the reader's kind, hot rows and cache, the cache pickled as a
     handle to shared memory (not its rows); rebuilt, it reads what the array holds and its hits come from the
-    rank's cache itself (a row changed there is what the rebuilt reader returns)."""
+    rank's cache itself (a row changed there is what the rebuilt reader returns). A private cache moves there
+    without being held twice: let go, then read again."""
     from multiprocessing.reduction import ForkingPickler
 
     import torch.multiprocessing  # noqa: F401  (its reductions: tensors pickle as handles to shared memory)
@@ -217,8 +219,17 @@ def test_a_reader_rebuilt_from_its_shared_form_serves_its_hot_rows_from_the_same
     assert bool((again[np.array([0])] == -1.0).all()) and np.array_equal(again[np.array([1])], rows[[1]])
     private = direct_rows(files, rows, threads=1, ring=0) if direct else DiskRows(rows)
     private.keep_hot(np.array([5, 9]))  # kept in private memory: moved to shared memory when shared
-    assert not private.cache.is_shared() and private.shared().cache.is_shared()
-    assert np.array_equal(private[np.array([9, 5, 4])], rows[[9, 5, 4]])
+    before, read_hot, alive = weakref.ref(private.cache), private._read_hot, []
+
+    def reading_again(hot, out):  # the rows read into shared memory: the private copy is gone by then
+        alive.append(before() is not None)
+        return read_hot(hot, out)
+
+    private._read_hot = reading_again
+    was_shared = private.cache.is_shared()  # (not inside an assert: pytest would keep the tensor for its message)
+    assert not was_shared and private.shared().cache.is_shared()
+    assert alive == [False] and private.snapshot()["rows"] == 0  # never two copies; the move is not a gather
+    assert np.array_equal(private[np.array([9, 5, 4])], rows[[9, 5, 4]]) and private.snapshot()["hits"] == 2
 
 
 def test_without_room_in_shared_memory_the_cache_stays_private_and_the_processes_read_without_it(tmp_path, monkeypatch,
