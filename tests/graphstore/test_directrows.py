@@ -9,6 +9,7 @@ import logging
 import mmap
 import os
 import pickle
+import sys
 import weakref
 
 import numpy as np
@@ -256,3 +257,50 @@ def test_without_room_in_shared_memory_the_cache_stays_private_and_the_processes
     ids = np.random.default_rng(9).integers(0, 2000, 300)
     assert np.array_equal(again[ids], rows[ids]) and again.snapshot()["hits"] == 0
     assert np.array_equal(reader[ids], rows[ids]) and reader.snapshot()["hits"] == int((ids % 4 == 0).sum())
+
+
+@pytest.mark.parametrize("direct", [True, False])  # DirectRows, and the page-cache DiskRows
+def test_gathers_beside_a_cache_being_replaced_return_the_stored_rows(tmp_path, direct):
+    """A rank's loader threads gather while its cache is filled again or moved to shared memory (a loader of
+    sampler processes starting): each gather reads one cache whole, its slots with its rows, never one
+    cache's slots with another's rows."""
+    import threading
+
+    from graphstore.storage.diskrows import DiskRows
+
+    rows = np.random.default_rng(11).standard_normal((4000, 64)).astype(np.float32)
+    files = _chunked(tmp_path, rows, 1000)
+    reader = (direct_rows(files, rows, threads=1, ring=0) or direct_rows(files, rows, threads=1, ring=0, direct=False)
+              if direct else DiskRows(rows))
+    wrong, done = [], threading.Event()
+
+    def gather(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(400):  # bounded
+            ids = rng.integers(0, len(rows), 256)
+            try:
+                if not np.array_equal(reader[ids], rows[ids]):
+                    wrong.append(seed)
+            except Exception as exc:  # e.g. one cache's slots, and the next one not there yet
+                wrong.append(repr(exc))
+            if done.is_set():
+                return
+
+    threads = [threading.Thread(target=gather, args=(s,)) for s in (1, 2)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between nearly any two bytecodes: the interleavings show
+    try:
+        for t in threads:
+            t.start()
+        rng = np.random.default_rng(3)
+        for i in range(60):  # other hot sets each time: slots and rows differ between caches
+            reader.keep_hot(rng.choice(len(rows), 600, replace=False))
+            if i % 3 == 0:
+                reader.shared()
+        done.set()
+        for t in threads:
+            t.join(timeout=60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(t.is_alive() for t in threads) and wrong == []
+    assert reader.snapshot()["rows"] > 0  # the gathers ran, and were counted; the fills were not
