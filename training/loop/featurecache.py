@@ -257,7 +257,7 @@ class FeatureReader:
     def fill(self, size: int, shared: bool = False) -> None:
         """Keep the hottest rows in RAM up to ``size`` bytes, split over the readers by their rows (each
         partition's own hottest), in place of the cache kept before; in shared memory with ``shared`` (for
-        sampler processes). Call it before the loaders gather."""
+        sampler processes). Loaders gathering meanwhile get the stored rows, from disk while a cache fills."""
         total = max(sum(len(r) for r in self.readers), 1)
         for reader, hot_set in zip(self.readers, self.hot_sets):
             reader.keep_hot(hot_set(size * len(reader) // total), shared)
