@@ -83,12 +83,13 @@ def _stores(batch: Any) -> list[Any]:
 
 def pack(batch: Any, slab: Slab | None) -> Any:
     """``batch`` with each tensor in ``slab`` replaced by where it lies (copied in first when it was built
-    elsewhere and fits). Tensors that do not fit stay in the batch (and count in ``slab.wanted``)."""
+    elsewhere and fits). Tensors that do not fit stay in the batch (and count in ``slab.wanted``), as do empty
+    ones (nothing to place: a batch whose rows of ``x`` all come from the device cache has none of them)."""
     if slab is None:
         return batch
     for store in _stores(batch):
         for key, value in list(store.items()):
-            if not isinstance(value, torch.Tensor):
+            if not isinstance(value, torch.Tensor) or value.numel() == 0:
                 continue
             where = slab.where(value)
             if where is None:

@@ -58,3 +58,16 @@ def test_hetero_batches_and_views_are_handed_over():
     assert torch.equal(got["author"].x, want["author"].x)
     assert torch.equal(got["paper", "cites", "paper"].edge_index, want["paper", "cites", "paper"].edge_index)
     assert isinstance(handoff.pack(want.clone(), None)["paper"].x, torch.Tensor)  # no block yet: as it is
+
+
+def test_an_empty_tensor_crosses_as_it_is():
+    """A batch whose rows of x all come from the device cache brings none of them (``--gpu-cache`` beside
+    ``--loader-workers``): its empty x still arrives, with its shape and dtype (it was dropped)."""
+    want = _batch()
+    want.x = torch.zeros((0, 8), dtype=torch.float16)
+    slab = handoff.Slab(1 << 20)
+    packed = handoff.pack(want.clone(), slab)
+    assert isinstance(packed.x, torch.Tensor) and isinstance(packed.n_id, handoff.InSlab)
+    got = handoff.unpack(packed, slab.block, pinned=False)
+    assert got.x.shape == (0, 8) and got.x.dtype == torch.float16
+    assert torch.equal(got.n_id, want.n_id)

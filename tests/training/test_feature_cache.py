@@ -60,6 +60,20 @@ def test_the_ram_and_device_caches_train_the_same_model_and_count_their_hits(syn
     assert device["wire"]["bytes"]["rows"] < plain["wire"]["bytes"]["rows"]
 
 
+def test_sampler_processes_beside_a_device_cache_of_every_row_train_the_same_model(synthetic1, tmp_path):
+    """--gpu-cache holding every row a batch reads, beside --loader-workers: each batch brings an x of no rows
+    (all from the cache), and the model is the rank's own thread's (that empty x was lost on the way)."""
+    runs = {}
+    for name, extra in (("thread", ()), ("workers", ("--loader-workers", "1"))):
+        out = run_train(synthetic1, "--nproc", 1, "--epochs", 1, "--fanout", "5,5", "--batch-size", 64, "--seed", 2,
+                        "--gpu-cache", "1MB", *extra, "--metrics-out", tmp_path / f"{name}.json")
+        assert out.returncode == 0, out.stderr
+        runs[name] = _epoch(tmp_path / f"{name}.json")
+    assert runs["workers"]["loss"] == runs["thread"]["loss"]
+    assert runs["workers"]["gpu_cache"] == runs["thread"]["gpu_cache"]
+    assert runs["workers"]["gpu_cache"]["misses"] == 0 < runs["workers"]["gpu_cache"]["hits"]
+
+
 def test_a_bad_feature_cache_size_is_refused_in_one_line(synthetic1):
     done = run_train(synthetic1, "--feature-cache", "lots")
     assert done.returncode == 2
