@@ -280,13 +280,15 @@ class RowReader:
         ``torch.multiprocessing``, the cache travels as a handle to that memory, not as its rows."""
         state = self._hot
         if state.cache is not None and not state.cache.is_shared():
-            moved = self._shared_rows(len(state.hot))  # no page of it is touched before the rows are read
-            if moved is None:  # no room: the processes get no cache
+            if self.unshared:  # shared memory had no room for it (said once): the processes get no cache
                 return SharedReader(self.kind, np.zeros(0, np.int64), None, self.where)
             hot, state = state.hot, None
             self._set_cache(np.zeros(0, np.int64), None)  # the private rows go with the last gather reading them
-            with self.counts.muted():
+            moved = self._shared_rows(len(hot))  # after: torch writes every page of it as it makes it
+            with self.counts.muted():  # (no room there: read again into private memory, as before)
                 self._set_cache(hot, self._read_hot(hot, moved))
+            if moved is None:  # the processes get no cache
+                return SharedReader(self.kind, np.zeros(0, np.int64), None, self.where)
         state = self._hot
         return SharedReader(self.kind, state.hot, state.cache, self.where)
 
@@ -396,7 +398,8 @@ def _tensor_dtype(dtype: Any) -> torch.dtype:
 
 
 def _shared_empty(shape: tuple[int, ...], dtype: Any) -> torch.Tensor:
-    """An uninitialised tensor in shared memory (its pages are touched as it is filled)."""
+    """A tensor in shared memory, its values unset. ``share_memory_`` copies the tensor into a new segment, so
+    every page of it is written (and charged) here, not as it is filled."""
     import torch
 
     return torch.empty(shape, dtype=_tensor_dtype(dtype)).share_memory_()

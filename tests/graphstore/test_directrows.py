@@ -220,16 +220,20 @@ def test_a_reader_rebuilt_from_its_shared_form_serves_its_hot_rows_from_the_same
     assert bool((again[np.array([0])] == -1.0).all()) and np.array_equal(again[np.array([1])], rows[[1]])
     private = direct_rows(files, rows, threads=1, ring=0) if direct else DiskRows(rows)
     private.keep_hot(np.array([5, 9]))  # kept in private memory: moved to shared memory when shared
-    before, read_hot, alive = weakref.ref(private.cache), private._read_hot, []
+    before, read_hot, shared_rows, alive = weakref.ref(private.cache), private._read_hot, private._shared_rows, []
 
-    def reading_again(hot, out):  # the rows read into shared memory: the private copy is gone by then
+    def making(rows):  # the shared memory made (torch writes every page of it then), and the rows read into it:
+        alive.append(before() is not None)  # the private copy is gone by then
+        return shared_rows(rows)
+
+    def reading_again(hot, out):
         alive.append(before() is not None)
         return read_hot(hot, out)
 
-    private._read_hot = reading_again
+    private._shared_rows, private._read_hot = making, reading_again
     was_shared = private.cache.is_shared()  # (not inside an assert: pytest would keep the tensor for its message)
     assert not was_shared and private.shared().cache.is_shared()
-    assert alive == [False] and private.snapshot()["rows"] == 0  # never two copies; the move is not a gather
+    assert alive == [False, False] and private.snapshot()["rows"] == 0  # never two copies; the move is no gather
     assert np.array_equal(private[np.array([9, 5, 4])], rows[[9, 5, 4]]) and private.snapshot()["hits"] == 2
 
 
@@ -253,6 +257,8 @@ def test_without_room_in_shared_memory_the_cache_stays_private_and_the_processes
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "no room in shared memory (/dev/shm)" in said[0] and "--shm-size" in said[0]
     assert reader.cached_rows == 500 and not reader.cache.is_shared() and shared.cache is None
+    kept = reader.cache
+    assert reader.shared().cache is None and reader.cache is kept  # asked again: its rows are not read again
     again = reopen(shared, files, rows)
     ids = np.random.default_rng(9).integers(0, 2000, 300)
     assert np.array_equal(again[ids], rows[ids]) and again.snapshot()["hits"] == 0
