@@ -9,7 +9,7 @@
 #   1. what the machine has (torch, CUDA, PyG, zarr, numba);
 #   2. the sampling kernels compiled ahead (`graphstore warmup`), so no timed step compiles;
 #   3. the tests that need a CUDA device (device cache, pinned batches from loader threads and sampler processes,
-#      the device feeder), which CI never runs;
+#      the device feeder, the built-in models in blocks against the CPU's), which CI never runs;
 #   4. issue 46's figure: tools/bench_data_wait.py on issue 27's graph, the rank's threads against sampler
 #      processes and against sampler processes beside a device cache; the blocks models train on the GPU there.
 #      Its record lands in $OUT/bench_data_wait/ (copy it to benchmarks/bench_data_wait/ here).
@@ -51,7 +51,7 @@ print('pyg', torch_geometric.__version__, 'zarr', zarr.__version__, 'numba', num
 step warmup 240 "$py" -m graphstore.cli.app warmup --jobs "$jobs"
 step tests 150 "$py" -m pytest -q -p no:cacheprovider -p no:randomly -n "$jobs" \
   tests/sampling/test_device_cache.py tests/sampling/test_loader_threads.py tests/sampling/test_sampler_processes.py \
-  -k "cuda or gpu or pinned or feeder"
+  tests/training/test_trim.py -k "cuda or gpu or pinned or feeder"
 step data-wait 330 "$py" tools/bench_data_wait.py --device "$device" --epochs 3 --repeats "${DATA_WAIT_REPEATS:-1}" \
   --seed 1 --record "$out" --way "threads=" --way "p2=--loader-workers 2" --way "p4=--loader-workers 4" \
   --way "p4-gpu-cache=--loader-workers 4 --gpu-cache 256MB"

@@ -151,3 +151,29 @@ def test_a_link_model_encodes_once_and_in_blocks_down_to_its_seeds(name):
         torch.testing.assert_close(scores, (h[a] * h[b]).sum(-1), rtol=1e-5, atol=1e-5)
     beyond = torch.tensor([seeds])  # a scored node past the seeds: PyG's forward, every node's row
     torch.testing.assert_close(model(batch, (beyond, beyond)), (h[beyond] * h[beyond]).sum(-1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("name", TRIMMED_MODELS)
+def test_on_a_gpu_the_models_in_blocks_give_the_cpu_outputs_and_gradients(name):
+    """On CUDA the built-in models run in blocks through PyG's scatter path (the sparse product is the CPU's):
+    the seeds' outputs and the gradients are the CPU's, trimmed and untrimmed. Run by tools/device_checks.sh."""
+    torch.manual_seed(3)
+    batch = _batch(seed=3)
+    model = build_model(name, 8, 16, 3, 3, 0.0)
+    trim = trim_arguments(name, batch)
+    got = {}
+    for device in ("cpu", "cuda"):
+        for trimmed in (False, True):
+            here, on = model.to(device), batch.clone().to(device)
+            here.zero_grad()
+            out = here(on.x, on.edge_index, **(trim if trimmed else {}))[: on.batch_size]
+            out.square().sum().backward()
+            got[device, trimmed] = (out.detach().cpu(), [p.grad.cpu() for p in here.parameters() if p.grad is not None])
+    for trimmed in (False, True):
+        (cpu_out, cpu_grads), (gpu_out, gpu_grads) = got["cpu", trimmed], got["cuda", trimmed]
+        torch.testing.assert_close(gpu_out, cpu_out, rtol=1e-4, atol=1e-4)
+        assert len(gpu_grads) == len(cpu_grads) > 0
+        for a, b in zip(gpu_grads, cpu_grads):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
