@@ -93,3 +93,24 @@ def test_graphstore_train_writes_predictions_back(cora2, tmp_path):
     orig = fs[None, "orig_id", None]
     assert sorted(orig.tolist()) == list(range(2708))  # rows map back to Cora's input IDs
     assert metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"] > 0.7
+
+
+def test_inference_that_cannot_fit_a_ranks_memory_is_refused_at_the_door(cora2, monkeypatch):
+    """--infer-out holds the rank's rows of x (float32, twice while joined) and a layer's outputs: where that
+    exceeds the rank's memory, the trainer refuses before training (in one line naming both), not mid-write."""
+    from graphstore.errors import InvalidInputError
+    from training.loop import featurecache, inference
+
+    ds = graphstore.open_dataset(cora2)
+    node, edge = ds.manifest.node_types[0], ds.manifest.edge_types[0]
+    nodes, edges = int(node.offsets[1] - node.offsets[0]), int(edge.edges_per_part[0])
+    need = inference.inference_bytes(ds, (0,), hidden=64)
+    assert need == 4 * nodes * 2 * 1433 + 16 * (nodes + 1 + edges)  # x's 1,433 float32s twice, then the CSC
+    assert inference.inference_bytes(ds, (0, 1), hidden=64) > need  # both partitions: more rows
+    monkeypatch.setattr(featurecache, "memory_limit", lambda ranks: (2 * need - 2) // ranks)  # a host's share
+    inference.check_memory(ds, (0,), 64, local_ranks=1)  # fits: nothing said
+    with pytest.raises(InvalidInputError) as caught:
+        inference.check_memory(ds, (0,), 64, local_ranks=2)  # two ranks share it: half each
+    said = str(caught.value)
+    assert said.startswith("--infer-out") and f"about {need / 1e9:.2f} GB" in said and "drop --infer-out" in said
+    assert "\n" not in said

@@ -118,6 +118,35 @@ def _rows(i: int, nodes: torch.Tensor, h: torch.Tensor, lo: int, hi: int, datase
     return out
 
 
+def inference_bytes(dataset: Any, parts: tuple[int, ...], hidden: int) -> int:
+    """What :func:`layerwise_inference` holds at its peak on a rank of partitions ``parts``: their rows of ``x``
+    as float32 twice while they are joined, or a layer's input, output and its join (``hidden`` wide, at most
+    the features' width), and their CSC arrays (int64, twice while joined). An estimate, from the manifest."""
+    node, edge = dataset.manifest.node_types[0], dataset.manifest.edge_types[0]
+    nodes = sum(int(node.offsets[p + 1]) - int(node.offsets[p]) for p in parts)
+    edges = sum(int(edge.edges_per_part[p]) for p in parts)
+    features = int(np.prod(node.attrs["x"].shape)) if "x" in node.attrs else 0
+    width = max(2 * features, features + 2 * hidden, 3 * hidden)  # float32 values a node holds at the peak
+    return 4 * nodes * width + 16 * (nodes + 1 + edges)
+
+
+def check_memory(dataset: Any, parts: tuple[int, ...], hidden: int, local_ranks: int) -> None:
+    """``--infer-out``, at the door (before training, so that nothing is lost): refuse in one line, naming the
+    memory it needs, a rank whose inference would hold more than its memory (:func:`featurecache.memory_limit`:
+    its share of its cgroup limit, else of the host's memory)."""
+    from training.loop.featurecache import memory_limit
+
+    if dataset.is_hetero or "x" not in dataset.manifest.node_types[0].attrs:
+        return  # refused by write_outputs, or by the task, in their own words
+    need, have = inference_bytes(dataset, tuple(parts), hidden), memory_limit(local_ranks)
+    if need > have:
+        raise InvalidInputError(
+            f"--infer-out: its pass over the whole graph holds this rank's rows of x and a layer's outputs in memory, "
+            f"about {need / 1e9:.2f} GB, and this rank's memory is {have / 1e9:.2f} GB (its share of the memory "
+            "limit, or of the host's memory); drop --infer-out (the model trains without it), or run it with more "
+            "memory per rank")
+
+
 def write_outputs(trainer: Any, model: torch.nn.Module) -> None:
     """``--infer-out``: layer-wise inference over full neighbourhoods with the ``trainer``'s model; each
     partition's outputs written into the dataset by its first rank, committed to the manifest by rank 0
