@@ -279,17 +279,12 @@ class RowReader:
         never holds the cache twice; its gathers meanwhile read those rows from disk. Pickled through
         ``torch.multiprocessing``, the cache travels as a handle to that memory, not as its rows."""
         state = self._hot
-        if state.cache is not None and not state.cache.is_shared():
-            if self.unshared:  # shared memory had no room for it (said once): the processes get no cache
-                return SharedReader(self.kind, np.zeros(0, np.int64), None, self.where)
-            hot, state = state.hot, None
-            self._set_cache(np.zeros(0, np.int64), None)  # the private rows go with the last gather reading them
-            moved = self._shared_rows(len(hot))  # after: torch writes every page of it as it makes it
-            with self.counts.muted():  # (no room there: read again into private memory, as before)
-                self._set_cache(hot, self._read_hot(hot, moved))
-            if moved is None:  # the processes get no cache
-                return SharedReader(self.kind, np.zeros(0, np.int64), None, self.where)
+        if state.cache is not None and not state.cache.is_shared() and not self.unshared:
+            hot, state = state.hot, None  # (no reference to the private rows left here)
+            self.keep_hot(hot, shared=True)  # lets them go, then reads them again: into shared memory if it has room
         state = self._hot
+        if state.cache is None or not state.cache.is_shared():  # no room there (said once): no cache for them
+            return SharedReader(self.kind, np.zeros(0, np.int64), None, self.where)
         return SharedReader(self.kind, state.hot, state.cache, self.where)
 
     def adopt(self, shared: SharedReader) -> None:

@@ -205,6 +205,8 @@ def test_the_rows_a_short_rank_gathers_ahead_are_what_its_limit_leaves_beside_it
 class _Rows:
     """A row reader's size and kept rows, without the rows (fill_what_is_left sizes, it does not read)."""
 
+    cache = None
+
     def __init__(self, n: int, row_bytes: int) -> None:
         self.n, self.row_bytes, self.kept = n, row_bytes, 0
 

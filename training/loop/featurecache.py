@@ -201,9 +201,8 @@ def fill_what_is_left(features: FeatureReader, ahead: int, seeds: int, fanout: t
                     max(spare, 0) / 1e9, MIN_CACHE >> 20)
         return ahead
     features.fill(size, shared)
-    held = any(getattr(getattr(r, "cache", None), "is_shared", lambda: False)() for r in features.readers)
-    beside = ("the sampler processes' batches" + (", in shared memory" if held else "") if shared else
-              f"{batches_ahead} gathered ahead")
+    beside = ("the sampler processes' batches" + (", in shared memory" if features.in_shared_memory() else "")
+              if shared else f"{batches_ahead} gathered ahead")
     logger.warning("features: the hottest rows of x in RAM, %.2f GB: what the memory leaves beside the batch in "
                    "training and %s (--feature-cache SIZE sets it, 0 keeps none)", features.cache_bytes / 1e9, beside)
     return max(0, ahead - features.cache_bytes // row - margin // row)  # the margin is no batch's either
@@ -253,6 +252,10 @@ class FeatureReader:
     def own_bytes(self) -> int:
         """The bytes of the rows these readers serve."""
         return sum(len(r) * r.row_bytes for r in self.readers)
+
+    def in_shared_memory(self) -> bool:
+        """Whether its RAM caches lie in shared memory (where the rank's sampler processes read them)."""
+        return any(r.cache is not None and r.cache.is_shared() for r in self.readers)
 
     def fill(self, size: int, shared: bool = False) -> None:
         """Keep the hottest rows in RAM up to ``size`` bytes, split over the readers by their rows (each
