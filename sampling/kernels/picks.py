@@ -426,22 +426,63 @@ def _fetch_lines(values, first, count):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _cut(keys, start, deg, key):
-    """How many of the time-sorted ``keys[start:start + deg]`` are at or before ``key`` (``start``: where
-    the node's keys begin, :func:`sampling.graph.derived.key_at`): counted over a short segment (independent
-    compares, no branch to mispredict), else a branch-free halving search."""
+def _fetch_records(records, start, deg, key, latest):
+    """Start fetching the lines of blocked time records (:func:`sampling.graph.derived.time_records`) that a
+    node whose edges start at ``start`` will read under the limit ``key``: with every edge eligible (``key`` at
+    or after ``latest``) no key is read, so its pairs; else its keys and the first half of its pairs, where the
+    earliest edges are (an estimate of its cut from the limit fetched more lines than it saved, ``spread`` seed
+    times in ``tools/bench_variants.py``)."""
+    if key >= latest:
+        _fetch_lines(records, pair_at(start, start + deg), 2 * deg)
+    else:
+        _fetch_lines(records, key_at(start, True), 2 * deg)
+        if deg > 32:  # the line of the cut's first probe
+            prefetch(records, key_at(start, True) + _guess(deg, key, latest))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cut(keys, start, deg, key, latest):
+    """How many of the time-sorted ``keys[start:start + deg]`` (at most ``latest``) are at or before ``key``
+    (``start``: where the node's keys begin, :func:`sampling.graph.derived.key_at`): counted over a short
+    segment (independent compares, no branch to mispredict); over a long one searched from where the key would
+    be were the times spread evenly up to ``latest`` (:func:`_guess`, whose line is fetched ahead), widening
+    by doubling steps to a bracket, then halved branch-free within it. A hub's search reads a line or two
+    near its guess, not one line per halving; uneven times cost at most twice the halvings."""
     if deg <= 32:
         lo = 0
         segment = keys[start:start + deg]  # indices from 0: contiguous loads, no wraparound per key
         for j in range(deg):
             lo += 1 if segment[j] <= key else 0
         return lo
-    lo, n = 0, deg
-    while n > 1:
+    g = _guess(deg, key, latest)
+    step = 16  # keys per line at 32 bits
+    if keys[start + g] <= key:  # the answer is above g: keys[lo - 1] <= key
+        lo = g + 1
+        while lo + step <= deg and keys[start + lo + step - 1] <= key:
+            lo += step
+            step *= 2
+        n = min(step, deg - lo)
+    else:  # at or below g: keys[hi] > key
+        hi = g
+        while hi >= step and keys[start + hi - step] > key:
+            hi -= step
+            step *= 2
+        lo = max(hi - step, 0)
+        n = hi - lo
+    if n == 0:
+        return lo
+    while n > 1:  # the answer stays in [lo, lo + n]
         half = n >> 1
-        lo = lo + half if keys[start + lo + half] <= key else lo  # the answer stays in [lo, lo + n]
+        lo = lo + half if keys[start + lo + half] <= key else lo
         n -= half
     return lo + (1 if keys[start + lo] <= key else 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _guess(deg, key, latest):
+    """Where in a node's ``deg`` time-sorted keys ``key`` would fall were they spread evenly over
+    ``[0, latest]`` (``0 <= key < latest``): :func:`_cut`'s first probe."""
+    return min((deg * max(key, 0)) // max(latest, 1), deg - 1)
 
 
 @njit(cache=True, nogil=True)
@@ -453,13 +494,15 @@ def _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked):
     words = 64 // keys.itemsize  # keys per cache line
     for t in range(t_lo, t_hi):
         if t + _AHEAD_CUT < t_hi and limits[order[t + _AHEAD_CUT]] - base < latest:  # fetch its keys' lines
-            first = key_at(starts[t + _AHEAD_CUT], blocked)
-            end = first + min(degs[t + _AHEAD_CUT], 4 * words)
+            first, deg = key_at(starts[t + _AHEAD_CUT], blocked), degs[t + _AHEAD_CUT]
+            end = first + min(deg, 4 * words)
             for w in range(first - first % words, end, words):
                 prefetch(keys, w)
+            if deg > 32:  # the line of the cut's first probe
+                prefetch(keys, first + _guess(deg, limits[order[t + _AHEAD_CUT]] - base, latest))
         key = limits[order[t]] - base
         if key < latest:
-            degs[t] = _cut(keys, key_at(starts[t], blocked), degs[t], key)
+            degs[t] = _cut(keys, key_at(starts[t], blocked), degs[t], key, latest)
 
 
 @njit(cache=True, nogil=True)
@@ -547,11 +590,12 @@ def _pick_blocked(state, records, fr, t_lo, t_hi, hop, last, base, latest, out, 
     pos = out.pos
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
-        if t + _AHEAD_BLOCK < t_hi:  # its keys and the first half of its pairs, where the earliest edges are
-            _fetch_lines(records, key_at(starts[t + _AHEAD_BLOCK], True), 2 * degs[t + _AHEAD_BLOCK])
+        if t + _AHEAD_BLOCK < t_hi:
+            _fetch_records(records, starts[t + _AHEAD_BLOCK], degs[t + _AHEAD_BLOCK],
+                           limits[order[t + _AHEAD_BLOCK]] - base, latest)
         start, deg = starts[t], degs[t]
         key = limits[order[t]] - base
-        count = _cut(records, key_at(start, True), deg, key) if key < latest else deg
+        count = _cut(records, key_at(start, True), deg, key, latest) if key < latest else deg
         if count == 0:
             continue
         if last and 0 <= k < count:  # time order: the latest are the last k

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+from numba import njit
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -459,6 +460,37 @@ def test_the_cut_at_and_around_the_latest_edge_time():
         assert sorted(eid.tolist()) == sorted(np.flatnonzero(etime <= when).tolist()), when
         node, row, col = out.node.numpy(), out.row.numpy(), out.col.numpy()
         assert np.array_equal(dst[eid], seeds[col]) and np.array_equal(src[eid], node[row])
+
+
+def test_the_cut_counts_the_keys_at_or_before_the_limit_wherever_its_guess_lands():
+    """The cut over a long segment starts from where the limit would fall were the times even, and widens from
+    there: it counts what ``searchsorted`` counts for even, clustered and repeated times, limits below, among,
+    between and above the keys, and segments beside other nodes' keys (which it must not read)."""
+    from sampling.kernels.picks import _cut
+    cut = njit(_cut.py_func)
+    rng = np.random.default_rng(11)
+    latest = 1_000_000
+    for deg in (1, 5, 31, 32, 33, 47, 64, 100, 1000, 5000):
+        for shape in ("even", "early", "late", "clustered", "equal"):
+            if shape == "even":
+                keys = rng.integers(0, latest + 1, deg)
+            elif shape == "early":  # all far below where an even spread puts them
+                keys = rng.integers(0, latest // 100, deg)
+            elif shape == "late":
+                keys = rng.integers(latest - latest // 100, latest + 1, deg)
+            elif shape == "clustered":
+                keys = rng.integers(0, 4, deg) * (latest // 4) + rng.integers(0, 50, deg)
+            else:
+                keys = np.full(deg, latest // 3)
+            keys = np.sort(keys).astype(np.int32)
+            pad = rng.integers(0, latest, 40).astype(np.int32)  # other nodes' keys on both sides
+            row = np.concatenate([pad, keys, pad])
+            probes = {0, latest - 1, int(keys[0]), int(keys[0]) - 1, int(keys[-1]), int(keys[-1]) - 1}
+            probes |= set(int(v) for v in keys[rng.integers(0, deg, 8)])
+            probes |= set(int(v) for v in rng.integers(0, latest, 8))
+            for key in sorted(p for p in probes if 0 <= p < latest):
+                want = int(np.searchsorted(keys, key, side="right"))
+                assert cut(row, 40, deg, np.int64(key), np.int64(latest)) == want, (deg, shape, key)
 
 
 def test_edge_ranges_are_each_frontier_nodes_run_of_edges():
