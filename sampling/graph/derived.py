@@ -188,6 +188,32 @@ def _record(keys, pairs, order, key, src, eid, base, at, p, koff, poff):
     order[at] = p
 
 
+@njit(cache=True, nogil=True)
+def split_records(indptr, split, allowed, packed, pairs, order, counts):
+    """Each destination's edges with the link splits ``allowed`` admits first (bit ``1 << split`` set), the rest
+    after them, each part in CSC order: the ``i``-th edge in that order has its (source, edge ID) pair at
+    ``pairs[2i]``/``pairs[2i + 1]`` (from the packed pairs) and its CSC position in ``order[i]``;
+    ``counts[v]``: how many of destination ``v``'s edges are admitted. A masked pick is then a plain pick
+    over a prefix (:func:`sampling.kernels.picks._pick_prefix`)."""
+    for v in range(len(indptr) - 1):
+        s, n = indptr[v], indptr[v + 1] - indptr[v]
+        c = 0
+        for j in range(n):
+            c += 1 if (allowed >> split[s + j]) & 1 else 0
+        counts[v] = c
+        head, tail = s, s + c
+        for j in range(n):
+            p = s + j
+            if (allowed >> split[p]) & 1:
+                at = head
+                head += 1
+            else:
+                at = tail
+                tail += 1
+            pairs[2 * at], pairs[2 * at + 1] = packed[2 * p], packed[2 * p + 1]
+            order[at] = p
+
+
 @njit(cache=True, nogil=True, inline="always")
 def key_at(start, blocked):
     """Where the time-sorted keys of a destination whose edges start at ``start`` begin

@@ -12,7 +12,7 @@ from graphstore.errors import InvalidInputError
 from sampling.graph import derived
 from sampling.graph.topology import CSCBlock
 from sampling.kernels.hop_kernel import variants_csc
-from sampling.kernels.structs import ChunkFiles, TimeRecords, Topology, VariantArrays
+from sampling.kernels.structs import ChunkFiles, SplitRecords, TimeRecords, Topology, VariantArrays
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,13 @@ class BlockArgs:
         masked = any(len(b.split) for b in blocks)
         self.splits = tuple(_ready(b.split, np.int8) for b in blocks) if masked else None
         self.allowed = blocks[0].allowed if masked else 0
+        self.msort = None  # uniform picks under the mask alone: over each destination's admitted edges, first
+        mapped = all(getattr(b, "files", None) is None for b in blocks)
+        if masked and packs and mapped and not (variants.weighted or self.timed):
+            built = [_split_records(b, p, self.allowed) for b, p in zip(blocks, packed_pairs)]
+            n = arity(len(blocks))
+            pairs, order, counts = (padded(tuple(r[i] for r in built), n) for i in range(3))
+            self.msort = SplitRecords(pairs, order, counts, np.array([b.lo for b in blocks], np.int64))
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
         self.files = _unmapped(blocks)
         n = arity(len(blocks))  # the per-block tuples the kernels read, padded to their length
@@ -134,8 +141,9 @@ class BlockArgs:
     def csc_positions(self, pos: np.ndarray, block_edges: np.ndarray) -> np.ndarray:
         """``pos`` as CSC positions: a time-sorted pick's position is translated (in place) through its
         block's order; ``block_edges`` (rows of each block's first edge, as the kernels fill them)."""
-        if self.tsort is not None and len(pos):
-            variants_csc(self.tsort.order, np.ascontiguousarray(block_edges, np.int64).reshape(-1, len(self.blocks) + 1),
+        sorted_ = self.tsort if self.tsort is not None else self.msort
+        if sorted_ is not None and len(pos):
+            variants_csc(sorted_.order, np.ascontiguousarray(block_edges, np.int64).reshape(-1, len(self.blocks) + 1),
                          pos)
         return pos
 
@@ -143,7 +151,7 @@ class BlockArgs:
     def time_sorted(var: VariantArrays) -> bool:
         """Whether ``var`` (of :meth:`var`) has time-sorted records: its picks are positions in time order,
         until :meth:`csc_positions` translates them."""
-        return var.tsort is not None
+        return var.tsort is not None or var.msort is not None
 
     def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> VariantArrays:
         """The kernels' variant record; ``timed``: limits are given (else times are ignored); ``exclusion`` =
@@ -157,7 +165,7 @@ class BlockArgs:
                                     "read without mapping does not do yet; leave the dataset mapped for link prediction")
         return VariantArrays(self.src, self.stride, self.weights, self.aliases, self.astride, self.amask,
                              self.times if t else None, self.tsort if t else None, self.node_time if t else None,
-                             bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode), nodes)
+                             bool(last), self.splits, int(self.allowed), excl, int(mul), int(mode), nodes, self.msort)
 
 
 def _packs(block: CSCBlock) -> bool:
@@ -254,6 +262,23 @@ def _time_records(block: CSCBlock, node_time: np.ndarray | None, pairs: np.ndarr
         records, order, bounds = derived.derived(kind, sources, build, 3, *_origin(block, what))
         return records, records, order, bounds, True
     return (*derived.derived(kind, sources, build, 4, *_origin(block, what)), False)
+
+
+def _split_records(block: CSCBlock, pairs: np.ndarray, allowed: int) -> tuple[np.ndarray, ...]:
+    """The block's edges with the splits ``allowed`` admits first per destination
+    (:func:`sampling.graph.derived.split_records`): pairs, CSC positions, admitted counts."""
+    indptr = _ready(block.indptr, np.int64)
+    wide = block.num_edges >= 2**31
+
+    def build() -> tuple[np.ndarray, ...]:
+        out = np.empty(2 * block.num_edges, np.int32)
+        order = np.empty(block.num_edges, np.int64 if wide else np.int32)
+        counts = np.empty(len(indptr) - 1, np.int32)
+        derived.split_records(indptr, _ready(block.split, np.int8), np.int64(allowed), pairs, out, order, counts)
+        return out, order, counts
+
+    return derived.derived(f"msplit{allowed}-{64 if wide else 32}", (block.indptr, block.split), build, 3,
+                           *_origin(block, f"split-first-{allowed}"))
 
 
 def _origin(block: CSCBlock, what: str) -> tuple[str, str | None]:

@@ -275,8 +275,9 @@ def uniform_draws(s0, s1, s2, s3, count, k, replace, out, e, scratch, base):
     """:func:`draw_uniform` on a generator state held in locals, each offset written plus ``base``: all of
     them when ``k < 0`` or, without replacement, ``count <= k``; with replacement ``k`` draws; else
     Floyd's algorithm for small ``k``, a partial Fisher-Yates shuffle over ``scratch`` (≥ ``count``)
-    for large. Returns ``(how many, new state)``."""
-    if k < 0 or (not replace and count <= k):
+    for large; none of none (with replacement too: ``k`` draws of nothing once wrote ``k`` copies of offset 0,
+    an edge the filters had not admitted). Returns ``(how many, new state)``."""
+    if k < 0 or (not replace and count <= k) or count == 0:
         m = count
         drawn = out[e:e + count]  # indexed from 0: contiguous vector stores and loads (an index that may be
         for j in range(count):  # negative is wrapped per element, which turns them into scatters and gathers)

@@ -211,12 +211,12 @@ def pick_block(state, b, fr, hop, var, out, e, bufs, ends, gathered):
     Inlined: it hands the variants that may be off to :func:`_picks_of` as arguments, where numba prunes
     the branches of those that are (it does not prune on a record's fields)."""
     return _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, var.weights, var.aliases, var.times,
-                     var.tsort, var.node_time, hop.limits, var.splits, var.excl)
+                     var.tsort, var.node_time, hop.limits, var.splits, var.excl, var.msort)
 
 
 @borrowing
 def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, aliases, times, tsort, node_time, limits,
-              splits, excl):
+              splits, excl, msort):
     """:func:`pick_block` with the variants that may be off (``None``) as arguments."""
     t_lo, t_hi = fr.bounds[b], fr.bounds[b + 1]
     if tsort is not None:
@@ -229,6 +229,10 @@ def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, ali
         return pick_uniform(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, _NO_PAIRS)
     if weights is None:
         if limits is None:  # uniform picks under a mask or an exclusion alone
+            if msort is not None:  # the mask's admitted edges first (built only under a mask): plain picks of a prefix
+                return _pick_prefix(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, bufs.cand,
+                                    msort.pairs[b], msort.counts[b], msort.lo[b], excl, var.excl_mul, var.excl_mode,
+                                    var.excl_nodes)
             return _pick_masked(state, fr, t_lo, t_hi, hop.k, hop.replace, hop.lo, out, e, bufs.draws, bufs.cand,
                                var.src[b], var.stride, splits, b, var.allowed, excl, var.excl_mul, var.excl_mode,
                                var.excl_nodes, gathered)
@@ -366,6 +370,48 @@ def _pick_masked(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand,
             cols[j] = col
             if gathered:
                 rows[j], eids[j] = src[stride * p], src[stride * p + 1]
+        e += m
+    state[0], state[1], state[2], state[3] = s0, s1, s2, s3
+    return e
+
+
+@borrowing
+def _pick_prefix(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, cand, pairs, counts, lo, excl, excl_mul,
+                 excl_mode, excl_nodes):
+    """:func:`pick_block` for uniform picks under a split mask (and a link batch's exclusion) over records that
+    hold each destination's admitted edges first (:func:`sampling.graph.derived.split_records`: ``pairs`` in that
+    order, ``counts`` per destination from ``lo``): the plain picks over each node's prefix, no edge's split read.
+    Positions are sorted ones (:meth:`sampling.graph.kernel_args.BlockArgs.csc_positions` translates them), and
+    each pick's pair is read here. A node the filter of the links' ends holds tests its picks against the
+    exclusion: kept whole when none is excluded, else drawn again over a scan of its prefix without the excluded
+    ones, uniform either way (:func:`_pick_masked` says why). The draws are those of the scan over CSC order
+    (the prefix keeps that order); the scan's rejection draws for hubs are not needed, since no edge is scanned."""
+    starts, degs, order, ids, pos = fr.starts, fr.degs, fr.order, fr.ids, out.pos
+    for t in range(t_lo, t_hi):  # each node's admitted count: reads in ID order within a block, not at random
+        degs[t] = counts[ids[t] - lo]
+    s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
+    for t in range(t_lo, t_hi):
+        if t + _AHEAD_BLOCK < t_hi:
+            _fetch_lines(pairs, 2 * starts[t + _AHEAD_BLOCK], 2 * degs[t + _AHEAD_BLOCK])
+        count, start, dst = degs[t], starts[t], ids[t]
+        if count == 0:
+            continue
+        m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, count, k, replace, pos, e, scratch, start)
+        mode = _node_mode(excl, excl_nodes, excl_mode, dst)
+        if mode != 0:
+            kept = True
+            for j in range(m):
+                kept &= _admits(pairs, 2, None, 0, excl, excl_mul, mode, excl_nodes, pos[e + j], dst)
+            if not kept:
+                c = _scan(pairs, 2, None, 0, excl, excl_mul, mode, excl_nodes, start, count, dst, cand)
+                m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, c, k, replace, pos, e, scratch, 0)
+                for j in range(m):
+                    pos[e + j] = start + cand[pos[e + j]]
+        picked, cols, rows, eids = _node_outputs(out, e, m)
+        col = f_lo + order[t]
+        for j in range(m):
+            cols[j] = col
+            rows[j], eids[j] = pairs[2 * picked[j]], pairs[2 * picked[j] + 1]
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e

@@ -62,6 +62,18 @@ class TimeRecords(NamedTuple):
     blocked: np.ndarray
 
 
+class SplitRecords(NamedTuple):
+    """Each block's edges with the admitted link splits first within each destination
+    (:func:`sampling.graph.derived.split_records`). Per block: ``pairs`` (source and edge ID in that order),
+    ``order`` (each sorted position's CSC position), ``counts`` (admitted edges per destination, indexed from
+    the block's first destination, ``lo``: one entry per block)."""
+
+    pairs: tuple
+    order: tuple
+    counts: tuple
+    lo: np.ndarray
+
+
 class VariantArrays(NamedTuple):
     """The arrays and settings of a sampler's per-edge variants (:mod:`sampling.kernels.picks`); a variant
     that is off is ``None``.
@@ -73,7 +85,8 @@ class VariantArrays(NamedTuple):
     take the latest edges, not uniform ones; ``splits``: per block, each edge's link split, admitted when
     bit ``1 << split`` is in ``allowed``; ``excl``: sorted keys of links to drop (``excl_mode`` 1: key
     ``src * excl_mul + dst``, 2: ``dst * excl_mul + src``, 3: either), ``excl_nodes``: a filter of the links'
-    ends, the only nodes such a key holds (:func:`sampling.graph.edgemask.node_filter`; ``None`` with ``excl``)."""
+    ends, the only nodes such a key holds (:func:`sampling.graph.edgemask.node_filter`; ``None`` with ``excl``);
+    ``msort``: :class:`SplitRecords` (uniform picks under a split mask, without weights or times), else ``None``."""
 
     src: tuple
     stride: int
@@ -91,6 +104,7 @@ class VariantArrays(NamedTuple):
     excl_mul: int
     excl_mode: int
     excl_nodes: Any
+    msort: Any
 
 
 class Hop(NamedTuple):

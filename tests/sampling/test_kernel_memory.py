@@ -49,7 +49,8 @@ def test_the_picks_kernels_are_compiled_without_reference_counting():
     node: atomic operations, 7% of the plain path's time and 20% of the weighted one's (perf). The kernels
     numba inlines the draws into are compiled without it; what they call inherits that."""
     assert picks.pick_block.targetoptions.get("inline") == "always"  # its body is _picks_of's call
-    for kernel in (picks._picks_of, picks.pick_uniform, picks._pick_blocked, picks._pick_sorted, picks._pick_masked):
+    for kernel in (picks._picks_of, picks.pick_uniform, picks._pick_blocked, picks._pick_sorted, picks._pick_masked,
+                   picks._pick_prefix):
         assert kernel.targetoptions.get("_nrt") is False, kernel.py_func.__name__
         assert kernel.targetoptions.get("nogil") is True, kernel.py_func.__name__  # loader threads sample in parallel
 

@@ -131,10 +131,10 @@ def test_the_mask_is_applied_by_the_kernel_and_fanouts_count_admitted_edges(link
 
 
 @pytest.mark.parametrize("degree, admitted, k, replace", [
-    (400, 0.8, 5, False),  # many edges a pick: rejection draws
+    (400, 0.8, 5, False),  # many edges a pick (a scan would draw by rejection)
     (400, 0.8, 5, True),
-    (2000, 0.002, 3, False),  # 4 of 2,000 admitted: the rejection draws find too few, the node is scanned
-    (40, 0.5, 5, False),  # few edges a pick: a scan of the admitted edges, then the uniform draws
+    (2000, 0.002, 3, False),  # 4 of 2,000 admitted (rejection draws would find too few)
+    (40, 0.5, 5, False),  # few edges a pick
 ])
 def test_masked_picks_are_uniform_over_the_admitted_edges(degree, admitted, k, replace):
     """A star's in-edges, some held out: every pick is an admitted edge, without replacement never twice in a
@@ -158,6 +158,66 @@ def test_masked_picks_are_uniform_over_the_admitted_edges(degree, admitted, k, r
             counts[e] += 1
     observed = np.array(list(counts.values()))
     assert chisquare(observed).pvalue > 1e-3, observed  # about 19 picks expected of each admitted edge
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("links", [False, True])
+def test_masked_picks_over_the_admitted_prefix_are_the_scans_picks(replace, links):
+    """Over the packed pairs a masked pick draws from each destination's admitted edges placed first
+    (``split_records``); without them (the int64 arrays) it scans the split bytes. With no node of 32 edges a
+    pick (where the scan draws by rejection instead), the same seeds draw the same edges, nodes and CSC
+    positions either way, a link batch's exclusion included."""
+    from torch_geometric.data import Data
+    from torch_geometric.sampler import EdgeSamplerInput
+
+    from sampling.drivers.batch_driver import FastPath
+
+    rng = np.random.default_rng(7)
+    n, m = 300, 3000
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    split = rng.choice(3, m, p=(0.7, 0.2, 0.1)).astype(np.int8)
+    data = Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=n, link_split=torch.from_numpy(split))
+    outs = []
+    for packed in (True, False):
+        sampler = NeighborSampler(data, [6, 4], replace=replace, seed=5, message_edges=MessageEdges(allowed=(0,)),
+                                  exclude_seed_edges=links)
+        fast = sampler.fast_path
+        if not packed:
+            sampler._fast_path = FastPath(sampler.topology[None], sampler.num_nodes, sampler._fanouts, replace,
+                                          packed=False, variants=fast.variants)
+        assert (sampler.fast_path.blocks.msort is not None) == packed, "the prefix records exactly over the pairs"
+        sampler.fast_path.positions = True
+        if links:
+            out = sampler.sample_from_edges(EdgeSamplerInput(None, torch.from_numpy(src[:64]),
+                                                             torch.from_numpy(dst[:64])))
+        else:
+            out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.arange(0, n, 3)))
+        outs.append((out, out.edge_locator[None]()[1]))
+    (a, pos_a), (b, pos_b) = outs
+    assert a.row.numel() > 300 and (split[a.edge.numpy()] == 0).all()
+    for name in ("node", "row", "col", "edge"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+    assert np.array_equal(pos_a, pos_b)  # the prefix positions translated to CSC ones
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_node_with_no_admitted_edge_gets_none_with_replacement_too(packed):
+    """With replacement, a node none of whose edges the mask admits gets no edge (``k`` draws of nothing once
+    gave ``k`` copies of one of its held-out edges)."""
+    from torch_geometric.data import Data
+
+    from sampling.drivers.batch_driver import FastPath
+
+    src, dst = torch.tensor([1, 2, 3, 4, 6, 7, 8, 9]), torch.tensor([0, 0, 0, 0, 5, 5, 5, 5])
+    split = torch.tensor([1, 1, 2, 1, 0, 0, 0, 0], dtype=torch.int8)  # node 0: validation and test links only
+    data = Data(edge_index=torch.stack([src, dst]), num_nodes=10, link_split=split)
+    sampler = NeighborSampler(data, [3], replace=True, seed=0, message_edges=MessageEdges(allowed=(0,)))
+    if not packed:
+        sampler._fast_path = FastPath(sampler.topology[None], sampler.num_nodes, sampler._fanouts, True,
+                                      packed=False, variants=sampler.fast_path.variants)
+    for _ in range(5):
+        out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.tensor([5, 0])))
+        assert out.edge.numel() == 3 and (split[out.edge] == 0).all() and (out.col == 0).all()
 
 
 @pytest.mark.parametrize("degree, admitted, k, replace", [
