@@ -104,8 +104,7 @@ class BlockArgs:
         self.splits = tuple(_ready(b.split, np.int8) for b in blocks) if masked else None
         self.allowed = blocks[0].allowed if masked else 0
         self.msort = None  # uniform picks under the mask alone: over each destination's admitted edges, first
-        mapped = all(getattr(b, "files", None) is None for b in blocks)
-        if masked and packs and mapped and not (variants.weighted or self.timed):
+        if masked and packs and not (variants.weighted or self.timed):  # mapped: _refuse_unmapped said so
             built = [_split_records(b, p, self.allowed) for b, p in zip(blocks, packed_pairs)]
             n = arity(len(blocks))
             pairs, order, counts = (padded(tuple(r[i] for r in built), n) for i in range(3))
