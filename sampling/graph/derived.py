@@ -2,7 +2,7 @@
 alias tables of the edge weights and each destination's edges sorted by time (its times, then its
 sources and edge IDs).
 
-Built at first use (numba, one pass over the block) and kept per process; for dataset blocks of 16 MiB
+Built at first use (one pass over the block, numba or numpy) and kept per process; for dataset blocks of 16 MiB
 of sources or more also written to the dataset's cache directory (``<cache_dir>/derived``, keyed by the stored arrays'
 checksums, atomic rename) and memory-mapped from there, so every process and every later run on the
 machine shares one copy in page cache instead of building its own. Ingest is not involved. The stored
@@ -188,30 +188,36 @@ def _record(keys, pairs, order, key, src, eid, base, at, p, koff, poff):
     order[at] = p
 
 
-@njit(cache=True, nogil=True)
-def split_records(indptr, split, allowed, packed, pairs, order, counts):
+def split_records(indptr, split, allowed, packed, pairs, order, counts, chunk=1 << 20):
     """Each destination's edges with the link splits ``allowed`` admits first (bit ``1 << split`` set), the rest
     after them, each part in CSC order: the ``i``-th edge in that order has its (source, edge ID) pair at
     ``pairs[2i]``/``pairs[2i + 1]`` (from the packed pairs) and its CSC position in ``order[i]``;
     ``counts[v]``: how many of destination ``v``'s edges are admitted. A masked pick is then a plain pick
-    over a prefix (:func:`sampling.kernels.picks._pick_prefix`)."""
-    for v in range(len(indptr) - 1):
-        s, n = indptr[v], indptr[v + 1] - indptr[v]
-        c = 0
-        for j in range(n):
-            c += 1 if (allowed >> split[s + j]) & 1 else 0
-        counts[v] = c
-        head, tail = s, s + c
-        for j in range(n):
-            p = s + j
-            if (allowed >> split[p]) & 1:
-                at = head
-                head += 1
-            else:
-                at = tail
-                tail += 1
-            pairs[2 * at], pairs[2 * at + 1] = packed[2 * p], packed[2 * p + 1]
-            order[at] = p
+    over a prefix (:func:`sampling.kernels.picks._pick_prefix`).
+
+    numpy, not a kernel: one build per block, stored after (a kernel would be one more specialisation for
+    every warm-up to compile). Destinations go by in runs of about ``chunk`` edges (a hub's alone), so its
+    scratch is a few edge-sized int64 arrays of a run, not of the block."""
+    nodes = len(indptr) - 1
+    src_pairs, dst_pairs = packed.reshape(-1, 2), pairs.reshape(-1, 2)
+    v0 = 0
+    while v0 < nodes:
+        v1 = int(np.searchsorted(indptr, indptr[v0] + chunk, side="right")) - 1
+        v1 = min(max(v1, v0 + 1), nodes)  # at least one destination, a hub's run past ``chunk``
+        s0, s1 = int(indptr[v0]), int(indptr[v1])
+        starts, degs = indptr[v0:v1] - s0, np.diff(indptr[v0:v1 + 1])
+        admitted = (np.int64(allowed) >> split[s0:s1].astype(np.int64)) & 1
+        before = np.zeros(s1 - s0 + 1, np.int64)  # admitted edges before each position of the run
+        np.cumsum(admitted, out=before[1:])
+        owner = np.repeat(np.arange(v1 - v0), degs)  # each edge's destination, from the run's first
+        first, head = starts[owner], before[starts][owner]  # its destination's start, admitted before it
+        count = before[starts + degs] - before[starts]
+        rank = before[:-1] - head  # admitted edges of its destination before it
+        at = np.where(admitted == 1, first + rank, first + count[owner] + (np.arange(s1 - s0) - first - rank))
+        dst_pairs[s0 + at] = src_pairs[s0:s1]
+        order[s0 + at] = np.arange(s0, s1, dtype=order.dtype)
+        counts[v0:v1] = count
+        v0 = v1
 
 
 @njit(cache=True, nogil=True, inline="always")

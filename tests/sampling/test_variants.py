@@ -130,6 +130,31 @@ def test_compact_weighted_records_keep_every_offset_and_mark_weightless_destinat
     assert (np.abs(threshold.astype(np.int64) - alias[0::2].astype(np.int64))[drawable] < 4).all()
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
+def test_the_split_first_copy_puts_each_destinations_admitted_edges_first_in_csc_order(chunk):
+    """Built a run of destinations at a time (``chunk`` edges, a hub alone past it): per destination its
+    admitted edges, then the others, each part in CSC order, with the pairs alongside, whatever the runs."""
+    from sampling.graph import derived
+
+    rng = np.random.default_rng(5)
+    deg = rng.integers(0, 6, 40)
+    deg[[3, 17]] = 0, 30  # an empty destination and a hub longer than the small runs
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+    edges = int(indptr[-1])
+    split = rng.integers(0, 3, edges).astype(np.int8)
+    packed = rng.integers(0, 1 << 30, 2 * edges).astype(np.int32)
+    pairs, order, counts = np.full(2 * edges, -1, np.int32), np.full(edges, -1, np.int32), np.full(40, -1, np.int32)
+    derived.split_records(indptr, split, np.int64(0b101), packed, pairs, order, counts, chunk=chunk)
+    want = []
+    for v in range(40):
+        span = range(indptr[v], indptr[v + 1])
+        admitted = [p for p in span if split[p] in (0, 2)]
+        want += admitted + [p for p in span if split[p] == 1]
+        assert counts[v] == len(admitted)
+    assert order.tolist() == want
+    assert (pairs.reshape(-1, 2) == packed.reshape(-1, 2)[want]).all()
+
+
 def test_the_compact_weighted_layout_draws_what_the_full_one_draws(monkeypatch):
     """Where every degree fits the offset bits the packed weighted layout is 12 bytes an edge, else 16; the
     same seeds draw the same edges in both, zero weights never, a weightless destination nothing."""
