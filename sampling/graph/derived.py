@@ -213,9 +213,10 @@ def split_records(indptr, split, allowed, packed, pairs, order, counts, chunk=1 
         first, head = starts[owner], before[starts][owner]  # its destination's start, admitted before it
         count = before[starts + degs] - before[starts]
         rank = before[:-1] - head  # admitted edges of its destination before it
-        at = np.where(admitted == 1, first + rank, first + count[owner] + (np.arange(s1 - s0) - first - rank))
-        dst_pairs[s0 + at] = src_pairs[s0:s1]
-        order[s0 + at] = np.arange(s0, s1, dtype=order.dtype)
+        local = np.arange(s1 - s0)
+        at = s0 + np.where(admitted == 1, first + rank, first + count[owner] + (local - first - rank))
+        dst_pairs[at] = src_pairs[s0:s1]
+        order[at] = s0 + local
         counts[v0:v1] = count
         v0 = v1
 

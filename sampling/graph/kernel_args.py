@@ -103,15 +103,14 @@ class BlockArgs:
         masked = any(len(b.split) for b in blocks)
         self.splits = tuple(_ready(b.split, np.int8) for b in blocks) if masked else None
         self.allowed = blocks[0].allowed if masked else 0
-        self.msort = None  # uniform picks under the mask alone: over each destination's admitted edges, first
-        if masked and packs and not (variants.weighted or self.timed):  # mapped: _refuse_unmapped said so
-            built = [_split_records(b, p, self.allowed) for b, p in zip(blocks, packed_pairs)]
-            n = arity(len(blocks))
-            pairs, order, counts = (padded(tuple(r[i] for r in built), n) for i in range(3))
-            self.msort = SplitRecords(pairs, order, counts, np.array([b.lo for b in blocks], np.int64))
         self.plain = not (variants.weighted or variants.disjoint or self.timed or masked)
         self.files = _unmapped(blocks)
         n = arity(len(blocks))  # the per-block tuples the kernels read, padded to their length
+        self.msort = None  # uniform picks under the mask alone: over each destination's admitted edges, first
+        if masked and packs and not (variants.weighted or self.timed):  # mapped: _refuse_unmapped said so
+            built = [_split_records(b, p, self.allowed) for b, p in zip(blocks, packed_pairs)]
+            pairs, order, counts = (padded(tuple(r[i] for r in built), n) for i in range(3))
+            self.msort = SplitRecords(pairs, order, counts, self.offsets[:-1])
         self.topo = Topology(padded(indptrs, n), padded(indices, n), padded(eids, n), padded(packed_, n),
                              self.use_packed, self.offsets, self.files)
         self.src, self.weights, self.aliases, self.times, self.splits = (
@@ -148,8 +147,8 @@ class BlockArgs:
 
     @staticmethod
     def time_sorted(var: VariantArrays) -> bool:
-        """Whether ``var`` (of :meth:`var`) has time-sorted records: its picks are positions in time order,
-        until :meth:`csc_positions` translates them."""
+        """Whether ``var`` (of :meth:`var`) has re-sorted records (by time, or admitted splits first): its picks
+        are positions in that order, until :meth:`csc_positions` translates them."""
         return var.tsort is not None or var.msort is not None
 
     def var(self, last: bool, timed: bool, exclusion: tuple | None = None) -> VariantArrays:
