@@ -7,6 +7,7 @@ before the local work starts. Features: :mod:`sampling.distributed.dist_features
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -82,14 +83,18 @@ class RemoteBlock:
     returns: int = EDGE_IDS | POSITIONS  # edge IDs / CSC positions the batch needs (else -1 here, unsent)
     is_remote = True
 
+    @functools.cached_property
+    def peer(self) -> int:
+        """The rank of this partition that answers this rank's requests."""
+        return self.layout.server(self.part, self.transport.rank)
+
     def start(self, nodes: np.ndarray, fanout: int, replace: bool, limits: np.ndarray, strategy: int,
               exclusion: tuple | None, seed: int) -> Callable[[], tuple[Any, ...]]:
         """Send one hop's request for ``nodes`` (their time ``limits``, empty if none; ``seed`` seeds the
         server's draws, so a seeded sampler samples the same wherever it runs); returns a getter of the
         answer as it came over the wire (:func:`sampling.distributed.wire.pack_sample`: counts, neighbours, edge IDs, positions),
         which the driver reads straight into its arrays."""
-        peer = self.layout.server(self.part, self.transport.rank)
-        future = self.transport.call(peer, SAMPLE, self.edge_type, self.part, pack(nodes), fanout, replace,
+        future = self.transport.call(self.peer, SAMPLE, self.edge_type, self.part, pack(nodes), fanout, replace,
                                      pack(limits), strategy, self.options, exclusion, self.returns, seed)
         self.stats.add(requests=1)
         return lambda: waited(self.stats, future)

@@ -8,7 +8,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from numba import njit
 
 from graphstore.dataset.opened import Dataset
 from graphstore.errors import InvalidInputError
@@ -18,7 +17,7 @@ from sampling.drivers.hop_driver import run_kernel
 from sampling.kernels.picks import STRATEGY_LAST
 from sampling.graph.topology import from_dataset, node_times
 from sampling.distributed.transport import Transport
-from sampling.distributed.wire import EDGE_IDS, POSITIONS, pack, pack_sample, unpack
+from sampling.distributed.wire import EDGE_IDS, POSITIONS, pack, pack_sample, span, unpack
 
 SAMPLE, GATHER, EDGE_ATTR = "graphstore.sample", "graphstore.gather", "graphstore.edge_attr"
 
@@ -97,8 +96,7 @@ class PartitionServer:
         if len(args.blocks) > 1 and len(col) > 1 and (col[1:] < col[:-1]).any():  # in request order (one block: it is)
             order = np.argsort(col, kind="stable")
             row, col, eid, pos = row[order], col[order], eid[order], pos[order]
-        counts = _counts(col, len(nodes))
-        return pack_sample((counts, row, eid, pos), returns, self._tops[(options, edge_type, part)])
+        return pack_sample(col, len(nodes), (row, eid, pos), returns, self._tops[(options, edge_type, part)])
 
     def gather(self, node_type: Any, names: list[str], ids: Any, leave_out: tuple[str, Any] | None = None) -> list[Any]:
         """Rows of ``ids`` (packed or not; callers send one partition's IDs, its own or its halo's);
@@ -127,26 +125,17 @@ class PartitionServer:
         return pack(self.stores[part][1].edge_attr(name, edge_type, unpack(positions)))
 
 
-@njit(cache=True, nogil=True)
-def _counts(col, n):
-    """``np.bincount(col, minlength=n)`` (values in ``[0, n)``), int64: one write per run of equal values (a
-    node's picks are contiguous), not an increment per edge that waits for the store before it."""
-    out = np.zeros(n, np.int64)
-    x, m = 0, len(col)
-    while x < m:
-        c, y = col[x], x + 1
-        while y < m and col[y] == c:
-            y += 1
-        out[c] += y - x
-        x = y
-    return out
-
-
 def _check_request(nodes: np.ndarray, lo: int, hi: int, part: int, seed_time: np.ndarray) -> None:
     """A peer's sampling request names only nodes this partition owns (the kernels do not bounds-check)."""
     if nodes.ndim != 1 or nodes.dtype.kind not in "iu":
         raise InvalidInputError(f"partition {part} was sent node IDs of dtype {nodes.dtype} and shape {nodes.shape}")
-    if len(nodes) and (int(nodes.min()) < lo or int(nodes.max()) >= hi):
+    if not len(nodes):
+        low = high = lo
+    elif nodes.dtype == np.int64 and nodes.flags.c_contiguous:  # one kernel pass
+        low, high = span(nodes)
+    else:
+        low, high = nodes.min(), nodes.max()
+    if int(low) < lo or int(high) >= hi:
         bad = nodes[(nodes < lo) | (nodes >= hi)]
         raise InvalidInputError(f"partition {part} was sent node ID {int(bad[0])} outside its range [{lo}, {hi}) "
                                 f"({len(bad)} such IDs): the sender's data is damaged; run `graphstore verify`")

@@ -20,7 +20,7 @@ from sampling.kernels.idmap import PERHOP_DENSE_MAX_NODES
 from sampling.kernels.frontier import by_id
 from sampling.kernels.picks import STRATEGY_LAST, STRATEGY_UNIFORM
 from sampling.kernels.structs import Edges, Hop, Scratch
-from sampling.distributed.wire import answer_edges, unpack, unpack_into
+from sampling.distributed.wire import answer_edges, place_sample, span, unpack
 from sampling.drivers.batch_driver import fit_buffer
 
 _EMPTY_I = np.zeros(0, np.int64)
@@ -118,7 +118,10 @@ def sample(sampler: HopSource, local: Any, seeds: dict[Any, Any], times: dict[An
     types = {t: _Nodes(n, sampler.disjoint, maps[t]) for t, n in counts.items()}
     try:
         most = 0 if hetero else _most_picks(sum(len(ids) for ids in seeds.values()), sampler._fanouts)
-        seed_times = _seed(types, seeds, times, strict, most)
+        # nodes: room for as many as the thread's last batch sampled edges, and a margin (a hop that needs more
+        # grows the array), so that the batch's nodes fill it past half and are handed over without a copy
+        # (batch_driver.fit_buffer); a node array sized for the most picks was copied every batch
+        seed_times = _seed(types, seeds, times, strict, min(most, getattr(local, "hop_node_room", most)))
         edges = {et: _Edges() for et in sampler.edge_types}
         if most:  # room for the batch's most picks at once: no hop regrows the arrays, copying the last
             edges[None].room(most)
@@ -134,6 +137,8 @@ def sample(sampler: HopSource, local: Any, seeds: dict[Any, Any], times: dict[An
         raise
     for nodes in types.values():
         nodes.forget()
+    if most:
+        local.hop_node_room = edges[None].end + edges[None].end // 4
     return _output(types, edges, per_hop, sampler.disjoint, hetero)
 
 
@@ -191,7 +196,8 @@ class _Edges:
 
     def __init__(self) -> None:
         self.row = self.col = self.eid = self.pos = _EMPTY_I
-        self.runs: list[tuple[int, int]] = []  # (end of the run, partition), in edge order from 0
+        # (end of the run, partition, whether its CSC positions were written), in edge order from 0
+        self.runs: list[tuple[int, int, int]] = []
         self.end = 0
 
     def room(self, extra: int) -> None:
@@ -202,32 +208,33 @@ class _Edges:
             self.row, self.col, self.eid, self.pos = (_grown(a, size, self.end) for a in
                                                       (self.row, self.col, self.eid, self.pos))
 
-    def ran(self, end: int, part: int) -> None:
-        """The edges up to ``end`` since the last run are partition ``part``'s."""
-        if self.runs and self.runs[-1][1] == part:
-            self.runs[-1] = (end, part)
+    def ran(self, end: int, part: int, located: int = 1) -> None:
+        """The edges up to ``end`` since the last run are partition ``part``'s (``located``: their CSC positions
+        were written; else they are -1, written only if asked for: :func:`_pair`)."""
+        if self.runs and self.runs[-1][1:] == (part, located):
+            self.runs[-1] = (end, part, located)
         elif end > (self.runs[-1][0] if self.runs else 0):
-            self.runs.append((end, part))
+            self.runs.append((end, part, located))
 
     def put(self, answer: tuple[Any, ...], positions: np.ndarray, part: int, lo: int = 0) -> None:
         """Append a remote partition's answer (as it came over the wire: :func:`sampling.distributed.wire.pack_sample`)
         to the frontier ``positions`` it was asked for (written plus ``lo``), read straight into these arrays."""
         n = answer_edges(answer)
-        counts = np.asarray(unpack(answer[0]), np.int64)
         self.room(n)
         e, end = self.end, self.end + n
-        if len(counts) != len(positions) or not _repeat_into(positions, counts, self.col[e:end], lo):
+        located = answer[3] is not None  # else no pass writes -1 here: _pair does, if a batch asks
+        if not place_sample(answer, positions, lo, self.col[e:end], self.row[e:end], self.eid[e:end],
+                            self.pos[e:end] if located else self.pos[e:e]):
+            counts = np.asarray(unpack(answer[0]), np.int64)
             raise CorruptDatasetError(f"partition {part} answered {n} edges with counts for {len(counts)} nodes "
                                       f"summing to {int(counts.sum())}, for {len(positions)} nodes asked: its "
                                       f"rank's code or data is damaged; run `graphstore verify` on the dataset")
-        for value, column in zip(answer[1:], (self.row, self.eid, self.pos)):
-            unpack_into(value, column[e:end])
-        self.ran(end, part)
+        self.ran(end, part, int(located))
         self.end = end
 
     def columns(self) -> tuple[np.ndarray, ...]:
         e = self.end
-        return self.row[:e], self.col[:e], self.eid[:e], np.array(self.runs, np.int64).reshape(-1, 2), self.pos[:e]
+        return self.row[:e], self.col[:e], self.eid[:e], np.array(self.runs, np.int64).reshape(-1, 3), self.pos[:e]
 
 
 def _grown(a: np.ndarray, size: int, keep: int) -> np.ndarray:
@@ -286,7 +293,10 @@ def _by_id_order(topo: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
 
 def _check_owned(topo: Any, ids: np.ndarray) -> None:
     """Raise, naming them, when nodes of ``ids`` lie outside every block of ``topo`` (blocks are contiguous)."""
-    if len(ids) and (ids.min() < topo.offsets[0] or ids.max() >= topo.offsets[-1]):
+    if not len(ids):
+        return
+    lo, hi = span(ids) if ids.dtype == np.int64 and ids.flags.c_contiguous else (ids.min(), ids.max())
+    if lo < topo.offsets[0] or hi >= topo.offsets[-1]:
         topo.block_of(ids)
 
 
@@ -316,23 +326,6 @@ def _translate(col, positions, lo):
     """``col[i] = positions[col[i]] + lo`` in place."""
     for i in range(len(col)):
         col[i] = positions[col[i]] + lo
-
-
-@njit(cache=True, nogil=True)
-def _repeat_into(values, counts, out, lo):
-    """``np.repeat(values, counts) + lo`` written into ``out``; whether the counts (none negative) filled it
-    exactly."""
-    x = 0
-    for i in range(len(values)):
-        c = counts[i]
-        if c < 0 or x + c > len(out):
-            return False
-        run = out[x:x + c]  # indexed from 0: contiguous stores, not scatters (see sampling.kernels.draws.uniform_draws)
-        v = values[i] + lo
-        for j in range(c):
-            run[j] = v
-        x += c
-    return x == len(out)
 
 
 def run_kernel(args: BlockArgs, rng: np.ndarray, ids: np.ndarray, k: int, replace: bool, last: bool, limits: Any,
@@ -387,9 +380,13 @@ def _output(types: dict[Any, _Nodes], edges: dict[Any, _Edges], per_hop: dict[An
 
 
 def _pair(runs: torch.Tensor, pos: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """``(partition, CSC position)`` of every sampled edge, from the runs of each partition's edges."""
-    ends, parts = runs.numpy()[:, 0], runs.numpy()[:, 1]
-    return np.repeat(parts.astype(np.int32), np.diff(ends, prepend=0)), pos.numpy()
+    """``(partition, CSC position)`` of every sampled edge, from the runs of each partition's edges (-1 as the
+    position of a remote edge whose answer carried none)."""
+    ends, parts, located = runs.numpy()[:, 0], runs.numpy()[:, 1], runs.numpy()[:, 2]
+    positions = pos.numpy()
+    for r in np.flatnonzero(located == 0):
+        positions[(ends[r - 1] if r else 0):ends[r]] = -1
+    return np.repeat(parts.astype(np.int32), np.diff(ends, prepend=0)), positions
 
 
 def _numpy(value: Any) -> np.ndarray:

@@ -183,11 +183,12 @@ def node_filter(nodes: np.ndarray) -> np.ndarray:
     """A bitmap (uint64 words) with the bit of each of ``nodes`` set: a node whose bit is clear is none of
     them; a set bit may belong to another node (about 1 in ``FILTER_BITS_PER_NODE``), so it is a hint to
     test exactly, never an answer."""
-    nodes = sorted_unique(np.asarray(nodes, np.int64))
-    words = np.zeros(max(1, -(-FILTER_BITS_PER_NODE * len(nodes) // 64)), np.uint64)
-    bit = filter_bit(nodes, 64 * len(words))
-    np.bitwise_or.at(words, bit >> np.uint64(6), np.uint64(1) << (bit & np.uint64(63)))
-    return words
+    nodes = np.asarray(nodes, np.int64)  # a node given twice sets its bit twice: no de-duplication needed
+    bits = 64 * max(1, -(-FILTER_BITS_PER_NODE * len(nodes) // 64))
+    flags = np.zeros(bits, np.bool_)
+    flags[filter_bit(nodes, bits)] = True
+    # bit b of word w is flag 64 w + b: the flags packed little-endian, read as little-endian words
+    return np.packbits(flags, bitorder="little").view("<u8").astype(np.uint64, copy=False)
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:

@@ -224,3 +224,37 @@ def test_a_homogeneous_batch_sizes_its_arrays_once():
     assert _most_picks(1024, [{None: 15}, {None: 10}, {None: 5}]) == 1024 * (15 + 150 + 750)
     assert _most_picks(1024, [{None: 15}, {None: -1}]) == 0  # every neighbour: no bound, the arrays grow
     assert _most_picks(10**6, [{None: 25}, {None: 20}]) == 0  # above the cap: they grow as needed
+
+
+def test_remote_edges_answered_without_positions_locate_at_minus_one_and_local_ones_at_their_csc_place(ds, graphs,
+                                                                                                      monkeypatch):
+    """An answer without CSC positions (no edge attribute asks for them) leaves its edges' positions unwritten
+    until a batch asks where its edges are: then they are -1, and the local edges' are where their edge IDs are."""
+    from sampling.distributed.wire import EDGE_IDS
+
+    monkeypatch.setattr(DistributedSampler, "_returns", lambda self, edge_type: EDGE_IDS)
+    transports = _group(ds)
+    lo, hi = ds.node_offsets()[:2]
+    out = DistributedSampler(ds, [6, 6], transports[0], RankLayout(3, 3), seed=1).sample_from_nodes(
+        NodeSamplerInput(None, torch.arange(lo, min(hi, lo + 40))))
+    part, pos = out.edge_locator[None]()
+    eid = out.edge.numpy()
+    assert (part != 0).any() and (part == 0).any()
+    assert (pos[part != 0] == -1).all()
+    store = ds.partition(0)[1]
+    local = pos[part == 0]
+    assert np.array_equal(store.edge_attr("weight", None, torch.from_numpy(local)).numpy(),
+                          graphs["dataset3"].weight[eid[part == 0]])
+
+
+def test_a_batch_larger_than_the_last_grows_its_arrays_and_samples_real_edges(ds, graphs):
+    """Each thread sizes a batch's node array by its last batch's edges: a larger batch after a small one grows it."""
+    g = graphs["dataset3"]
+    transports = _group(ds)
+    lo, hi = ds.node_offsets()[:2]
+    sampler = DistributedSampler(ds, [5, 5], transports[0], RankLayout(3, 3), seed=3)
+    for seeds in (torch.arange(lo, lo + 1), torch.arange(lo, hi), torch.arange(lo, lo + 2)):
+        out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds))
+        node, eid = out.node.numpy(), out.edge.numpy()
+        assert len(np.unique(node)) == len(node) and np.array_equal(node[:len(seeds)], seeds.numpy())
+        assert np.array_equal(node[out.row.numpy()], g.src[eid]) and np.array_equal(node[out.col.numpy()], g.dst[eid])

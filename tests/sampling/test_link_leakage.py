@@ -436,6 +436,21 @@ def test_a_node_filter_holds_its_nodes_for_the_kernels_and_few_others():
     assert _node_mode(None, None, 3, 5) == 0
 
 
+@pytest.mark.parametrize("size", [0, 1, 5, 700])
+def test_a_node_filter_sets_the_bit_of_each_node_and_no_other(size):
+    from sampling.graph.edgemask import FILTER_BITS_PER_NODE, filter_bit, node_filter
+
+    rng = np.random.default_rng(size)
+    ends = rng.integers(0, 10**12, size)
+    ends = np.concatenate([ends, ends[: size // 2]])  # repeats: their bits set once
+    words = node_filter(ends)
+    assert words.dtype == np.uint64 and len(words) == max(1, -(-FILTER_BITS_PER_NODE * len(ends) // 64))
+    bits = np.zeros(64 * len(words), bool)
+    bits[filter_bit(ends, 64 * len(words))] = True
+    got = (words[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)  # bit b of word w: node bit 64 w + b
+    assert np.array_equal(got.ravel().astype(bool), bits)
+
+
 @pytest.mark.parametrize("size", [0, 1, 2, 700])
 def test_a_link_batchs_keys_and_ends_are_sorted_and_unique_as_numpy_gives_them(size):
     from sampling.graph.edgemask import exclusion, node_filter, sorted_unique
@@ -447,4 +462,4 @@ def test_a_link_batchs_keys_and_ends_are_sorted_and_unique_as_numpy_gives_them(s
     row, col = rng.integers(0, 50, size), rng.integers(0, 50, size)
     [(keys, mul, mode, nodes)] = exclusion([None], None, torch.from_numpy(row), torch.from_numpy(col), 50).values()
     assert np.array_equal(keys, np.unique(row * 50 + col)) and (mul, mode) == (50, 3)
-    assert np.array_equal(nodes, node_filter(np.unique(np.concatenate([row, col]))))
+    assert np.array_equal(nodes, node_filter(np.concatenate([row, col])))

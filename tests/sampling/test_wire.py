@@ -11,7 +11,8 @@ import graphstore
 from sampling.distributed.dist_loader import DistributedNeighborLoader
 from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
-from sampling.distributed.wire import Packed, WireStats, answer_edges, pack, pack_sample, payload_bytes, totals, unpack, unpack_into
+from sampling.distributed.wire import (Packed, WireStats, answer_edges, pack, pack_sample, payload_bytes, place_sample, totals,
+                                      unpack, unpack_into)
 
 
 def test_payload_bytes_counts_arrays_tensors_strings_and_scalars():
@@ -54,8 +55,57 @@ def test_unpack_into_writes_what_unpack_returns(values):
 
 
 def test_a_sampling_answer_carries_its_edges():
-    answer = pack_sample((np.array([2, 0, 1]), np.array([5, 6, 7]), np.array([1, 2, 3]), np.array([0, 1, 2])), 0)
+    col, columns = np.array([0, 0, 2]), (np.array([5, 6, 7]), np.array([1, 2, 3]), np.array([0, 1, 2]))
+    answer = pack_sample(col, 3, columns, 0, (9, 9, 9))
     assert answer_edges(answer) == 3 and answer[2] is None and answer[3] is None
+    assert unpack(answer[0]).tolist() == [2, 0, 1] and unpack(answer[1]).tolist() == [5, 6, 7]
+
+
+@pytest.mark.parametrize("top", [200, 60_000, 2**31, 2**40])  # source IDs, edge IDs, positions of 1, 2, 4, 8 bytes
+@pytest.mark.parametrize("returns", [0, 1, 2, 3])
+@pytest.mark.parametrize("fanout", [3, 300])  # counts of 1 and 2 bytes
+def test_a_sampling_answer_is_placed_exactly_where_its_nodes_were_asked(top, returns, fanout):
+    rng = np.random.default_rng(top + returns)
+    counts = rng.integers(0, fanout + 1, 40)
+    counts[5] = fanout
+    col = np.repeat(np.arange(40), counts)
+    columns = tuple(rng.integers(0, top + 1, len(col)) for _ in range(3))
+    answer = pack_sample(col, 40, columns, returns, (top, top, top))
+    assert all(isinstance(a, Packed) for a in answer[:2]) and answer[0].values.dtype.itemsize == (1 if fanout < 256 else 2)
+    assert answer[1].values.dtype.itemsize == {200: 1, 60_000: 2, 2**31: 4, 2**40: 8}[top]
+    positions = rng.permutation(100)[:40]
+    out = [np.full(len(col) + 2, 99, np.int64) for _ in range(4)]
+    assert place_sample(answer, positions, 7, *(o[1:-1] for o in out))
+    assert all(o[0] == o[-1] == 99 for o in out)  # nothing outside its places is written
+    assert out[0][1:-1].tolist() == (np.repeat(positions, counts) + 7).tolist()
+    assert out[1][1:-1].tolist() == columns[0].tolist()
+    for sent, o, column in ((returns & 1, out[2], columns[1]), (returns & 2, out[3], columns[2])):
+        assert o[1:-1].tolist() == (column.tolist() if sent else [-1] * len(col))
+
+
+def test_a_damaged_answer_is_not_placed():
+    col, columns = np.array([0, 0, 1]), (np.array([5, 6, 7]), np.array([1, 2, 3]), np.array([0, 1, 2]))
+    answer = pack_sample(col, 2, columns, 3, (9, 9, 9))
+    places = lambda n: [np.zeros(n, np.int64) for _ in range(4)]  # noqa: E731
+    assert place_sample(answer, np.array([4, 9]), 0, *places(3))
+    assert not place_sample(answer, np.array([4, 9, 1]), 0, *places(3))  # counts for 2 nodes, 3 asked
+    assert not place_sample(answer, np.array([4, 9]), 0, *places(4))  # counts summing to 3, 4 places
+    short = (answer[0], answer[1], pack(np.array([1, 2])), answer[3])  # 2 edge IDs for 3 edges
+    assert not place_sample(short, np.array([4, 9]), 0, *places(3))
+    plain = (np.array([2, 1]), np.array([5, 6, 7]), None, np.array([0, 1, 2]))  # unpacked columns: numpy's passes
+    out = places(3)
+    assert place_sample(plain, np.array([4, 9]), 1, *out)
+    assert [o.tolist() for o in out] == [[5, 5, 10], [5, 6, 7], [-1, -1, -1], [0, 1, 2]]
+    assert not place_sample((np.array([2, 2]),) + plain[1:], np.array([4, 9]), 1, *places(3))
+
+
+def test_a_column_beyond_its_top_is_packed_by_its_span_and_arrives_exact():
+    col, columns = np.array([0, 1, 1]), (np.array([5, 2**40, 7]), np.array([1, 2, 3]), np.array([0, 1, 2]))
+    answer = pack_sample(col, 2, columns, 3, (255, 255, 255))
+    assert answer[1].base == 5 and answer[1].values.dtype == np.uint64
+    out = [np.zeros(3, np.int64) for _ in range(4)]
+    assert place_sample(answer, np.array([0, 1]), 0, *out)
+    assert out[1].tolist() == [5, 2**40, 7] and out[0].tolist() == [0, 1, 1]
 
 
 def test_pack_leaves_floats_bytes_and_uint64_alone():
@@ -180,7 +230,7 @@ def test_edge_ids_must_be_a_bool(plain):
 
 
 def test_a_servers_pick_counts_are_bincount_in_any_order():
-    from sampling.distributed.server import _counts
+    from sampling.distributed.wire import _counts
 
     rng = np.random.default_rng(0)
     for col in (np.sort(rng.integers(0, 50, 400)), rng.integers(0, 50, 400), np.zeros(0, np.int64),
@@ -199,3 +249,17 @@ def test_packing_within_known_bounds_is_exact_and_falls_back_to_the_span_outside
     assert wrong.base == -7 and unpack(wrong).tolist() == [3, 2**40, -7]
     assert pack(np.zeros(0, np.int64), (0, 9)).values.size == 0
     assert pack(np.array([1, 2], np.int32), (0, 9)).dtype == "<i4"  # not int64: pack's own rules
+
+
+def test_every_width_packs_and_unpacks_in_one_specialisation():
+    """The widths a graph's size picks (uint32 IDs above 65,536 nodes) run the kernels the warm-up compiled on its
+    tiny graphs (uint8), not one compiled at the first batch."""
+    from sampling.distributed import wire
+
+    for top in (200, 60_000, 2**31, 2**40):
+        values = np.array([0, top // 3, top], np.int64)
+        assert unpack(pack(values)).tolist() == values.tolist() == unpack(pack(values, (0, top))).tolist()
+        out = np.empty(3, np.int64)
+        unpack_into(pack(values), out)
+        assert out.tolist() == values.tolist()
+    assert len(wire._narrow_raw.signatures) == len(wire._widen_raw.signatures) == 1
