@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import math
 import numbers
 import os
 import threading
@@ -17,9 +18,9 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSample
                                      NodeSamplerInput, NumNeighbors, SamplerOutput)
 from torch_geometric.sampler.neighbor_sampler import edge_sample, node_sample
 
-from graphstore.errors import InvalidInputError
+from graphstore.errors import InvalidInputError, NotOwnedError
 from sampling.drivers import hop_driver, subgraph
-from sampling.graph.edgemask import MessageEdges, exclusion
+from sampling.graph.edgemask import MessageEdges, exclusion, link_batch
 from sampling.graph.kernel_args import Variants
 from sampling.drivers.batch_driver import FastPath
 from sampling.kernels.picks import STRATEGY_LAST, STRATEGY_UNIFORM
@@ -254,6 +255,11 @@ class NeighborSampler(BaseSampler):
 
     def sample_from_edges(self, index: EdgeSamplerInput, neg_sampling: NegativeSampling | None = None
                           ) -> SamplerOutput | HeteroSamplerOutput:
+        if (not self.disjoint and not self.is_hetero and index.time is None and self.num_nodes <= 1 << 31
+                and (neg_sampling is None or not self.node_time)):
+            out = self._link_batch(index, neg_sampling)  # seeds and exclusion in one kernel call
+            if out is not None:
+                return out
         node_time = None
         if self.node_time:
             node_time = {k: torch.from_numpy(v) for k, v in self.node_time.items()}
@@ -267,9 +273,58 @@ class NeighborSampler(BaseSampler):
             self._local.edge_input = None
             self._local.input_id = None
 
+    def _link_batch(self, index: EdgeSamplerInput, neg_sampling: NegativeSampling | None) -> SamplerOutput | None:
+        """A homogeneous link batch without times, sampled as PyG's ``edge_sample`` samples it: the same
+        negatives drawn in the same order, the pairs' ends de-duplicated and sorted as the seeds, ``metadata``
+        saying where each pair's ends are among them; the seeds and the exclusion of the batch's links are made
+        in one kernel call (:func:`sampling.graph.edgemask.link_batch`). ``None`` for a batch PyG refuses
+        (the general path then raises as it does)."""
+        src, dst, label = index.row, index.col, index.label
+        num_pos = src.numel()
+        triplet = neg_sampling is not None and neg_sampling.is_triplet()
+        if triplet and label is not None:
+            return None  # PyG's edge_sample refuses labels with triplet negatives
+        if neg_sampling is not None:
+            num_neg = math.ceil(num_pos * neg_sampling.amount)
+            if not triplet:  # binary: a source and a destination per negative, the source drawn first
+                src = torch.cat([src, neg_sampling.sample(num_neg, "src", self.num_nodes)])
+                label = torch.ones(num_pos) if label is None else label
+                label = torch.cat([label, label.new_zeros((num_neg, *label.size()[1:]))])
+            dst = torch.cat([dst, neg_sampling.sample(num_neg, "dst", self.num_nodes)])
+        links = None
+        if self.config.exclude_seed_edges:  # the given links, not the negatives drawn
+            links = (_seed_array(index.row), _seed_array(index.col))
+            if index.label is not None and index.label.dim() == 1:
+                given = (index.label != 0).cpu().numpy()  # given negatives are not links
+                links = (links[0][given], links[1][given])
+        ends = np.concatenate([_seed_array(src), _seed_array(dst)])
+        made = link_batch(ends, links, self.num_nodes)
+        if made is None:  # an ID below 0 or from 2**31 (no node here: there are at most 2**31)
+            bad = ends[(ends < 0) | (ends >= 1 << 31)]
+            raise NotOwnedError(f"link ends {bad[:5].tolist()} are outside [0, {self.num_nodes}), the node IDs of "
+                                "this graph; pass IDs of existing nodes")
+        seeds, inverse, exclude = made
+        self._local.link_exclusion = ({None: (exclude[0], self.num_nodes, 3, exclude[1])} if exclude else {}), False
+        self._local.input_id = index.input_id
+        try:
+            out = self._sample(torch.from_numpy(seeds))
+        finally:
+            self._local.link_exclusion = None
+            self._local.input_id = None
+        where = torch.from_numpy(inverse)
+        if triplet:
+            out.metadata = (index.input_id, where[:num_pos], where[num_pos:2 * num_pos],
+                            where[2 * num_pos:].view(num_pos, -1).squeeze(-1), None)
+        else:
+            out.metadata = (index.input_id, where.view(2, -1), label, None)
+        return self._subgraph(out)
+
     def exclusion(self) -> tuple[dict[Any, tuple], bool]:
         """For the link batch being sampled (``exclude_seed_edges``): per edge type the links the kernels
         must drop, and whether seed times are strict; ``({}, False)`` otherwise."""
+        made = getattr(self._local, "link_exclusion", None)
+        if made is not None:
+            return made
         index = getattr(self._local, "edge_input", None)
         if index is None:
             return {}, False

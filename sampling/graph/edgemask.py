@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 
 from graphstore.dataset import layout
 from graphstore.errors import InvalidInputError
@@ -173,9 +174,67 @@ def exclusion(edge_types: list[Any], input_type: Any, row: Any, col: Any, num_ds
     return out
 
 
+def link_batch(ends: np.ndarray, links: tuple[np.ndarray, np.ndarray] | None, num_dst: int
+               ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None] | None:
+    """A homogeneous link batch's seeds in one kernel call: its pairs' ``ends`` (sources then destinations,
+    negatives included) as ``torch.unique(ends, return_inverse=True)`` gives them (sorted, and where each end is
+    among them), and, when ``links`` (the sources and destinations of the pairs that are links) are given, the
+    sorted keys and the node filter :func:`exclusion` makes of them. ``None`` when an end is negative or not
+    below 2**31 (the caller names it)."""
+    ends = np.ascontiguousarray(ends, np.int64)
+    link_row, link_col = (_NO_IDS, _NO_IDS) if links is None else (np.ascontiguousarray(a, np.int64) for a in links)
+    bits = 64 * max(1, -(-FILTER_BITS_PER_NODE * 2 * len(link_row) // 64)) if links is not None else 0
+    if len(ends) >= 1 << 31:
+        return None
+    ok, seeds, inverse, keys, words = _link_batch(ends, link_row, link_col, np.int64(num_dst), np.int64(bits))
+    if not ok:
+        return None
+    return seeds, inverse, (keys, words) if links is not None else None
+
+
+_NO_IDS = np.zeros(0, np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _link_batch(ends, link_row, link_col, num_dst, bits):
+    """:func:`link_batch`'s pass: ``(whether every end was below 2**31 and not negative, seeds, each end's
+    place among them, keys, filter words)``."""
+    n = len(ends)
+    words = np.empty(n, np.int64)  # (ID << 32) | position: sorted, each end's ID and where it came from
+    for j in range(n):
+        if ends[j] < 0 or ends[j] >= 1 << 31:
+            return False, words[:0], words[:0], words[:0], np.zeros(0, np.uint64)
+        words[j] = (ends[j] << 32) | j
+    words.sort()
+    seeds, inverse = np.empty(n, np.int64), np.empty(n, np.int64)
+    u = -1
+    for j in range(n):
+        v = words[j] >> 32
+        if u < 0 or v != seeds[u]:
+            u += 1
+            seeds[u] = v
+        inverse[words[j] & 0xFFFFFFFF] = u
+    keys = np.empty(len(link_row), np.int64)
+    for i in range(len(link_row)):
+        keys[i] = link_row[i] * num_dst + link_col[i]
+    keys.sort()
+    m = 0
+    for i in range(len(keys)):  # sorted, repeats dropped
+        if m == 0 or keys[i] != keys[m - 1]:
+            keys[m] = keys[i]
+            m += 1
+    filt = np.zeros(bits // 64, np.uint64)
+    for nodes in (link_row, link_col):  # node_filter's bits
+        for i in range(len(nodes)):
+            bit = (((np.uint64(nodes[i]) * _MIX) >> np.uint64(32)) * np.uint64(bits)) >> np.uint64(32)
+            filt[bit >> np.uint64(6)] |= np.uint64(1) << (bit & np.uint64(63))
+    return True, seeds[:u + 1], inverse, keys[:m], filt
+
+
 # A node's bit in a node filter: its ID times an odd constant (mod 2^64, Fibonacci hashing), whose high 32
 # bits are scaled onto the filter's bits. sampling.kernels.picks reads it with the same arithmetic.
 FILTER_MIX = 0x9E3779B97F4A7C15
+_MIX = np.uint64(FILTER_MIX)
 FILTER_BITS_PER_NODE = 32  # a node not in the set finds its bit set about once in 32
 
 

@@ -415,6 +415,7 @@ def test_a_link_batch_samples_the_same_whether_its_node_filter_holds_its_ends_or
     filtered = batches()
     every = np.full(1, np.iinfo(np.uint64).max, np.uint64)
     monkeypatch.setattr(edgemask, "node_filter", lambda nodes: every)
+    monkeypatch.setattr(NeighborSampler, "_link_batch", lambda self, index, negatives: None)  # node_filter's path
     assert all(np.array_equal(a, b) for x, y in zip(filtered, batches()) for a, b in zip(x, y))
     for links, sample in zip(rng_links, filtered):  # and the links themselves are left out
         picked = set(sample[3].tolist())
@@ -463,3 +464,65 @@ def test_a_link_batchs_keys_and_ends_are_sorted_and_unique_as_numpy_gives_them(s
     [(keys, mul, mode, nodes)] = exclusion([None], None, torch.from_numpy(row), torch.from_numpy(col), 50).values()
     assert np.array_equal(keys, np.unique(row * 50 + col)) and (mul, mode) == (50, 3)
     assert np.array_equal(nodes, node_filter(np.concatenate([row, col])))
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+@pytest.mark.parametrize("negatives, labels", [(None, False), (None, True), ("binary", False), ("binary", True),
+                                               ("triplet", False)])
+def test_a_link_batch_made_in_one_kernel_call_samples_what_pygs_edge_sample_does(monkeypatch, exclude, negatives,
+                                                                                 labels):
+    """The negatives, seeds, exclusion and metadata of a homogeneous link batch (one kernel call) are those of PyG's
+    ``edge_sample`` with :func:`~sampling.graph.edgemask.exclusion`: same samples, repeated ends and given
+    negatives included."""
+    from torch_geometric.data import Data
+    from torch_geometric.sampler import EdgeSamplerInput, NegativeSampling
+
+    rng = np.random.default_rng(3)
+    n, e = 500, 8000
+    src, dst = rng.integers(0, n, e), (rng.random(e) ** 2 * n).astype(np.int64)  # hubs: repeated ends
+    data = Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=n)
+    neg = NegativeSampling(negatives, 2) if negatives else None
+
+    def batches() -> list:
+        sampler = NeighborSampler(data, [4, 3], seed=2, exclude_seed_edges=exclude)
+        out = []
+        for i in range(4):
+            picked = np.random.default_rng(i).choice(e, 50, replace=False)
+            row, col = data.edge_index[0, picked].clone(), data.edge_index[1, picked].clone()
+            row[:5] = row[5]  # an end repeated
+            label = torch.from_numpy((np.arange(50) % 3 != 0).astype(np.int64)) if labels else None
+            torch.manual_seed(i)  # the negatives' draws
+            s = sampler.sample_from_edges(EdgeSamplerInput(torch.arange(50) + i, row, col, label=label), neg)
+            out.append([s.node, s.row, s.col, s.edge] + [torch.tensor([-1]) if m is None else m for m in s.metadata])
+        return out
+
+    fast = batches()
+    monkeypatch.setattr(NeighborSampler, "_link_batch", lambda self, index, negatives: None)  # PyG's edge_sample
+    general = batches()
+    assert all(len(x) == len(y) and all(torch.equal(a, b) for a, b in zip(x, y)) for x, y in zip(fast, general))
+
+
+def test_a_link_batchs_seeds_and_exclusion_in_one_call_and_the_ids_it_refuses():
+    from graphstore.errors import NotOwnedError
+    from sampling.graph.edgemask import exclusion, link_batch
+
+    row, col = np.array([3, 7, 3]), np.array([9, 2, 9])
+    seeds, inverse, (keys, words) = link_batch(np.concatenate([row, col]), (row, col), 10)
+    assert seeds.tolist() == [2, 3, 7, 9] and inverse.tolist() == [1, 2, 1, 3, 0, 3]
+    [(want_keys, _, _, want_words)] = exclusion([None], None, row, col, 10).values()
+    assert np.array_equal(keys, want_keys) and np.array_equal(words, want_words)
+    assert link_batch(np.array([2**31, 1]), None, 10) is None
+    assert link_batch(np.array([-1, 1]), None, 10) is None
+    assert link_batch(np.concatenate([row, col]), None, 10)[2] is None
+    sampler = NeighborSampler(_tiny(), [2], exclude_seed_edges=True)
+    from torch_geometric.sampler import EdgeSamplerInput
+
+    for bad in (2**31, -3, 7):  # beyond what the kernel takes, negative, not a node: one line naming it
+        with pytest.raises(NotOwnedError, match=rf"\[{bad}\] are outside \[0, 3\)"):
+            sampler.sample_from_edges(EdgeSamplerInput(None, torch.tensor([bad]), torch.tensor([1])))
+
+
+def _tiny():
+    from torch_geometric.data import Data
+
+    return Data(edge_index=torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)

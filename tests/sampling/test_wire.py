@@ -11,8 +11,8 @@ import graphstore
 from sampling.distributed.dist_loader import DistributedNeighborLoader
 from sampling.distributed.server import PartitionServer
 from sampling.distributed.transport import LoopbackTransport
-from sampling.distributed.wire import (Packed, WireStats, answer_edges, pack, pack_sample, payload_bytes, place_sample, totals,
-                                      unpack, unpack_into)
+from sampling.distributed.wire import (Packed, WireStats, answer_edges, pack, pack_sample, payload_bytes, place_sample,
+                                      totals, unpack, unpack_into)
 
 
 def test_payload_bytes_counts_arrays_tensors_strings_and_scalars():
@@ -71,7 +71,8 @@ def test_a_sampling_answer_is_placed_exactly_where_its_nodes_were_asked(top, ret
     col = np.repeat(np.arange(40), counts)
     columns = tuple(rng.integers(0, top + 1, len(col)) for _ in range(3))
     answer = pack_sample(col, 40, columns, returns, (top, top, top))
-    assert all(isinstance(a, Packed) for a in answer[:2]) and answer[0].values.dtype.itemsize == (1 if fanout < 256 else 2)
+    assert all(isinstance(a, Packed) for a in answer[:2])
+    assert answer[0].values.dtype.itemsize == (1 if fanout < 256 else 2)
     assert answer[1].values.dtype.itemsize == {200: 1, 60_000: 2, 2**31: 4, 2**40: 8}[top]
     positions = rng.permutation(100)[:40]
     out = [np.full(len(col) + 2, 99, np.int64) for _ in range(4)]
