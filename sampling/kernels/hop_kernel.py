@@ -113,7 +113,7 @@ def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, out):
     they are used, else the separate arrays."""
     pos, row, eid = out.pos, out.row, out.eid
     if tsort is not None:  # the picks are time-sorted positions: their pairs (apart) are in that order
-        _gather_strided(tsort.pairs, np.int64(2), block_edges, pos, row, eid)  # as the packed pairs' stride
+        _gather_sorted(tsort.pairs, indices, eids, block_edges, pos, row, eid)
     elif use_packed:
         _gather_strided(packed, int(use_packed), block_edges, pos, row, eid)
     else:
@@ -134,14 +134,34 @@ def _gather_strided(packed, stride, edge_bounds, pos, row, eid):
 
 
 @njit(cache=True, nogil=True)
+def _gather_sorted(pairs, indices, eids, edge_bounds, pos, row, eid):
+    """Phase 3 over apart time records: a time-sorted position's pair from ``pairs``, a CSC one (complemented,
+    negative: a node whose every edge was eligible, :func:`sampling.kernels.picks._csc_where_eligible`) from
+    the CSC arrays."""
+    for b in range(len(edge_bounds) - 1):
+        pk, src, ids = pairs[b], indices[b], eids[b]
+        for x in range(edge_bounds[b], edge_bounds[b + 1]):
+            p = pos[x]
+            if x + AHEAD_EDGES < edge_bounds[b + 1] and pos[x + AHEAD_EDGES] >= 0:
+                prefetch(pk, 2 * pos[x + AHEAD_EDGES])
+            if p >= 0:
+                row[x], eid[x] = pk[2 * p], pk[2 * p + 1]
+            else:
+                row[x], eid[x] = src[~p], ids[~p]
+
+
+@njit(cache=True, nogil=True)
 def variants_csc(orders, block_edges, pos):
     """Time-sorted positions to CSC positions, in place: ``block_edges`` rows (one per hop) of each
-    block's first edge and the end, ``orders[b]`` block ``b``'s CSC position of each sorted one."""
+    block's first edge and the end, ``orders[b]`` block ``b``'s CSC position of each sorted one. A negative
+    position is a CSC one already, complemented (``~p``: a node whose every edge was eligible,
+    :func:`sampling.kernels.picks._pick_blocked`)."""
     for h in range(block_edges.shape[0]):
         for b in range(block_edges.shape[1] - 1):
             order = orders[b]
             for x in range(block_edges[h, b], block_edges[h, b + 1]):
-                pos[x] = order[pos[x]]
+                p = pos[x]
+                pos[x] = order[p] if p >= 0 else ~p
 
 
 @njit(cache=True, nogil=True)

@@ -586,12 +586,16 @@ def _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, src, stride, we
     scratch, cand, _, wkeys = bufs
     indirect = weight is not None or split is not None or excl is not None
     if blocked and not indirect:  # cut, picks and pairs in one pass over each node's block
-        return _pick_blocked(state, keys, fr, t_lo, t_hi, hop, last, base, latest, out, e, scratch)
+        if stride == 2 and not last:  # over the CSC pairs where every edge is eligible
+            return _pick_blocked(state, keys, fr, t_lo, t_hi, hop, last, base, latest, out, e, scratch, src)
+        return _pick_blocked(state, keys, fr, t_lo, t_hi, hop, last, base, latest, out, e, scratch, _NO_PAIRS)
     for t in range(t_lo, t_hi if blocked else t_lo):  # each node's end (its pairs' place in the block) before the cut
         ends[t] = starts[t] + degs[t]
     _cuts(keys, starts, degs, order, limits, base, latest, t_lo, t_hi, blocked)
     if not indirect and not last:  # uniform over each node's prefix (apart records): the plain picks
-        return pick_uniform(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, _NO_PAIRS)
+        end = pick_uniform(state, fr, t_lo, t_hi, k, replace, f_lo, out, e, scratch, _NO_PAIRS)
+        _csc_where_eligible(pos, e, starts, degs, order, limits, base, latest, t_lo, t_hi, k, replace)
+        return end
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
         count, start, dst = degs[t], starts[t], f_lo + order[t]
@@ -627,20 +631,41 @@ def _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, src, stride, we
 
 
 @borrowing
-def _pick_blocked(state, records, fr, t_lo, t_hi, hop, last, base, latest, out, e, scratch):
+def _pick_blocked(state, records, fr, t_lo, t_hi, hop, last, base, latest, out, e, scratch, packed):
     """Picks over blocked time records (uniform, or ``last``: the end of the prefix), each node in one pass:
     its lines fetched ahead, the cut, the picks, and their pairs read into ``out.row``/``out.eid`` (no phase
     3), rather than the cut, picks and gather as three passes over the frontier (faster: the
-    ``temporal-uniform`` rows of ``tools/bench_variants.py``)."""
+    ``temporal-uniform`` rows of ``tools/bench_variants.py``).
+
+    With the CSC ``packed`` pairs (uniform picks; else empty), a node whose limit is at or after the block's
+    latest time (every edge eligible) takes the plain picks over its CSC pairs instead: the same draws over 8
+    bytes an edge rather than 12, so it samples what disjoint sampling does. Its positions are CSC ones,
+    written complemented (``~p``, negative): :func:`sampling.kernels.hop_kernel.variants_csc` keeps them."""
     starts, degs, order, limits, k, replace, f_lo = fr.starts, fr.degs, fr.order, hop.limits, hop.k, hop.replace, hop.lo
     pos = out.pos
+    csc = len(packed) > 0
     s0, s1, s2, s3 = state[0], state[1], state[2], state[3]
     for t in range(t_lo, t_hi):
         if t + _AHEAD_BLOCK < t_hi:
-            _fetch_records(records, starts[t + _AHEAD_BLOCK], degs[t + _AHEAD_BLOCK],
-                           limits[order[t + _AHEAD_BLOCK]] - base, latest)
+            ahead = limits[order[t + _AHEAD_BLOCK]] - base
+            if csc and ahead >= latest:
+                _fetch_lines(packed, 2 * starts[t + _AHEAD_BLOCK], 2 * degs[t + _AHEAD_BLOCK])
+            else:
+                _fetch_records(records, starts[t + _AHEAD_BLOCK], degs[t + _AHEAD_BLOCK], ahead, latest)
         start, deg = starts[t], degs[t]
         key = limits[order[t]] - base
+        if csc and key >= latest:  # every edge eligible: the plain picks, over the CSC pairs
+            if deg == 0:
+                continue
+            m, s0, s1, s2, s3 = uniform_draws(s0, s1, s2, s3, deg, k, replace, pos, e, scratch, start)
+            dst = f_lo + order[t]
+            picked, cols, rows, eids = _node_outputs(out, e, m)
+            for j in range(m):
+                cols[j] = dst
+                rows[j], eids[j] = packed[2 * picked[j]], packed[2 * picked[j] + 1]
+                picked[j] = ~picked[j]  # a CSC position, kept as it is by variants_csc
+            e += m
+            continue
         count = _cut(records, key_at(start, True), deg, key, latest) if key < latest else deg
         if count == 0:
             continue
@@ -660,6 +685,21 @@ def _pick_blocked(state, records, fr, t_lo, t_hi, hop, last, base, latest, out, 
         e += m
     state[0], state[1], state[2], state[3] = s0, s1, s2, s3
     return e
+
+
+@borrowing
+def _csc_where_eligible(pos, e, starts, degs, order, limits, base, latest, t_lo, t_hi, k, replace):
+    """After the plain picks over apart time records (positions from ``e``, node after node): the picks of a node
+    whose limit is at or after ``latest`` (every edge eligible) complemented into CSC positions (``~p``), as
+    :func:`_pick_blocked` draws them over the packed pairs, so both layouts sample the same edges."""
+    x = e
+    for t in range(t_lo, t_hi):
+        count = degs[t]
+        m = count if k < 0 or (not replace and count <= k) or count == 0 else k  # as uniform_draws takes
+        if limits[order[t]] - base >= latest:
+            for j in range(x, x + m):
+                pos[j] = ~pos[j]
+        x += m
 
 
 @njit(cache=True, nogil=True)

@@ -78,24 +78,25 @@ def test_edge_locator_points_at_the_sampled_edges(graphs):
         assert np.array_equal(eid[pos[part == p]], out.edge.numpy()[part == p])
 
 
-def test_time_sorted_picks_are_located_when_asked_and_before_pickling(graphs):
+@pytest.mark.parametrize("time", [60, 5000])  # some edges eligible; every edge (CSC picks, ~p positions)
+def test_time_sorted_picks_are_located_when_asked_and_before_pickling(graphs, time):
     """Temporal picks are positions in time order; their CSC positions are computed only when edge attributes
     are fetched (or before a batch is pickled to another process), and then point at the sampled edges."""
     import pickle
 
     ds = graphs["dataset3"].data
     sampler = NeighborSampler(ds, [4, 4, 3], time_attr="edge_time", seed=0)
-    seeds, when = torch.tensor([5, 50, 150, 300]), torch.tensor([60, 60, 60, 60])
+    seeds, when = torch.tensor([5, 50, 150, 300]), torch.tensor([time] * 4)
     located = []
-    for _ in range(2):  # the same draws: seeded per batch
-        out = sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when))
-        located.append(out)
+    for _ in range(2):
+        located.append(sampler.sample_from_nodes(NodeSamplerInput(None, seeds, when)))
     pickled = pickle.loads(pickle.dumps(located[1].edge_locator[None]))  # translated before it leaves
-    for part, pos in (located[0].edge_locator[None](), located[0].edge_locator[None](), pickled()):  # once only
+    for out, (part, pos) in ((located[0], located[0].edge_locator[None]()),
+                             (located[0], located[0].edge_locator[None]()), (located[1], pickled())):  # once only
         for p in np.unique(part):
             eid, edge_time = ds.partition(int(p))[1].csc_arrays()[2], ds.partition(int(p))[1].edge_attr("edge_time")
             assert np.array_equal(eid[pos[part == p]], out.edge.numpy()[part == p])
-            assert (edge_time.numpy()[pos[part == p]] <= 60).all()
+            assert (edge_time.numpy()[pos[part == p]] <= time).all()
 
 
 @pytest.mark.parametrize("fanout, replace", [(5, False), (35, False), (6, True)])

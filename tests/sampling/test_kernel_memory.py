@@ -104,7 +104,8 @@ def test_the_picks_write_each_nodes_picks_with_contiguous_stores():
     for replace in (False, True):
         uniform(state, fr, 0, n, 15, replace, 0, out, 0, scratch, packed)
         hop = Hop(order, 0, n, 15, replace, False, limits)
-        blocked(state, records, fr, 0, n, hop, False, np.int64(0), np.int64(1000), out, 0, scratch)
+        for pairs in (packed, packed[:0]):  # the CSC pairs where every edge is eligible, and without them
+            blocked(state, records, fr, 0, n, hop, False, np.int64(0), np.int64(1000), out, 0, scratch, pairs)
     for kernel in (uniform, blocked):
         for signature in kernel.signatures:
             asm = kernel.inspect_asm(signature)
