@@ -113,7 +113,7 @@ def _gather_picks(tsort, packed, use_packed, indices, eids, block_edges, out):
     they are used, else the separate arrays."""
     pos, row, eid = out.pos, out.row, out.eid
     if tsort is not None:  # the picks are time-sorted positions: their pairs (apart) are in that order
-        _gather_sorted(tsort.pairs, indices, eids, block_edges, pos, row, eid)
+        _gather_sorted(tsort.pairs, packed, int(use_packed), indices, eids, block_edges, pos, row, eid)
     elif use_packed:
         _gather_strided(packed, int(use_packed), block_edges, pos, row, eid)
     else:
@@ -134,18 +134,21 @@ def _gather_strided(packed, stride, edge_bounds, pos, row, eid):
 
 
 @njit(cache=True, nogil=True)
-def _gather_sorted(pairs, indices, eids, edge_bounds, pos, row, eid):
+def _gather_sorted(pairs, packed, stride, indices, eids, edge_bounds, pos, row, eid):
     """Phase 3 over apart time records: a time-sorted position's pair from ``pairs``, a CSC one (complemented,
     negative: a node whose every edge was eligible, :func:`sampling.kernels.picks._csc_where_eligible`) from
-    the CSC arrays."""
+    the CSC pairs (``packed``, ``stride`` values an edge, when the blocks have them: apart records of 64-bit
+    keys) or the CSC arrays."""
     for b in range(len(edge_bounds) - 1):
-        pk, src, ids = pairs[b], indices[b], eids[b]
+        pk, csc, src, ids = pairs[b], packed[b], indices[b], eids[b]
         for x in range(edge_bounds[b], edge_bounds[b + 1]):
             p = pos[x]
             if x + AHEAD_EDGES < edge_bounds[b + 1] and pos[x + AHEAD_EDGES] >= 0:
                 prefetch(pk, 2 * pos[x + AHEAD_EDGES])
             if p >= 0:
                 row[x], eid[x] = pk[2 * p], pk[2 * p + 1]
+            elif stride:
+                row[x], eid[x] = csc[stride * ~p], csc[stride * ~p + 1]
             else:
                 row[x], eid[x] = src[~p], ids[~p]
 

@@ -527,3 +527,20 @@ def test_edge_ranges_are_each_frontier_nodes_run_of_edges():
     first, count = _edge_ranges(col, 1, 7, 10, 15)  # frontier nodes 10..14
     assert count.tolist() == [1, 0, 2, 0, 3]
     assert first[[0, 2, 4]].tolist() == [3, 1, 4]
+
+
+@pytest.mark.parametrize("wide", [False, True])  # blocked records (32-bit keys), apart ones beside the pairs (64-bit)
+def test_temporal_uniform_with_every_edge_eligible_samples_what_disjoint_sampling_does(wide):
+    """A node whose limit is at or after its block's latest time draws the plain picks over its CSC pairs: the
+    same samples as disjoint sampling, over either layout of the time records."""
+    from sampling.warmup.groups import pyg_data
+
+    data = pyg_data(seed=4, wide=wide)
+    seeds = torch.arange(0, 60, 3)
+    after = torch.full((len(seeds),), int(data.etime.max()) + 1)
+    temporal = NeighborSampler(data, [3, 2], time_attr="etime", seed=8).sample_from_nodes(
+        NodeSamplerInput(None, seeds, after))
+    disjoint = NeighborSampler(data, [3, 2], disjoint=True, seed=8).sample_from_nodes(NodeSamplerInput(None, seeds))
+    assert temporal.row.numel() > 20
+    for name in ("node", "row", "col", "edge", "batch"):
+        assert torch.equal(getattr(temporal, name), getattr(disjoint, name)), name
