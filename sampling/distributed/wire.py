@@ -241,8 +241,8 @@ def pack_sample(col: np.ndarray, num_nodes: int, columns: tuple[np.ndarray, np.n
     (by its span if a value lies outside: exact either way), in one kernel call with the counts."""
     sent = (True, bool(returns & EDGE_IDS), bool(returns & POSITIONS))  # a column not asked for is not packed
     widths = np.array([_width(int(top)) if on else 0 for top, on in zip(tops, sent)], np.int64)
-    counts, most, raws, inside = _answer(col, num_nodes, *columns, widths, np.array(tops, np.int64))
-    out: list[Any] = [Packed(0, counts.view(_UNSIGNED[_width(int(most))]), "<i8")]
+    counts, width, raws, inside = _answer(col, num_nodes, *columns, widths, np.array(tops, np.int64))
+    out: list[Any] = [Packed(0, counts.view(_UNSIGNED[int(width)]), "<i8")]
     for j, column in enumerate(columns):
         if not sent[j]:
             out.append(None)
@@ -257,7 +257,7 @@ def pack_sample(col: np.ndarray, num_nodes: int, columns: tuple[np.ndarray, np.n
 def _answer(col, n, row, eid, pos, widths, tops):
     """:func:`pack_sample`'s pass: the picks of each of ``n`` nodes (run lengths of ``col``) narrowed to the
     width of the largest, and each column with a width narrowed from 0 to its top; returns ``(counts bytes,
-    largest count, column bytes, whether each column lay within its top)``."""
+    their width, column bytes, whether each column lay within its top)``."""
     counts = _counts(col, n)
     most = np.int64(0)
     for i in range(n):
@@ -267,7 +267,7 @@ def _answer(col, n, row, eid, pos, widths, tops):
     rows, row_in = _narrow_sent(row, tops[0], widths[0])
     eids, eid_in = _narrow_sent(eid, tops[1], widths[1])
     poss, pos_in = _narrow_sent(pos, tops[2], widths[2])
-    return counts_raw, most, (rows, eids, poss), (row_in, eid_in, pos_in)
+    return counts_raw, w, (rows, eids, poss), (row_in, eid_in, pos_in)
 
 
 @njit(cache=True, nogil=True)
