@@ -28,6 +28,13 @@ from sampling.kernels.cacheline import prefetch
 from sampling.kernels.structs import Edges, Frontier, Hop, Scratch
 from sampling.kernels.rng import next_u64
 
+# A hop makes room for its picks a run of frontier nodes at a time, each run's most picks (at most this many,
+# or one node's), so the room a batch reports needing ends near what it wrote, not at its frontier's most
+# picks: under a time limit, a mask or an exclusion it writes far fewer, and the next batch's buffers, sized
+# by that room, were then copied out half empty every batch (``fit_buffer``: a tenth of a temporal batch's
+# time at [20, 20] with half the edges eligible)
+_RUN_PICKS = 1 << 14
+
 # a run that has to compile the kernels says so once, instead of a silent first batch
 announce_compiles("sampling", "about a minute")
 
@@ -59,7 +66,8 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
     first edge; with time-sorted edges (``var.tsort``) the positions are theirs (:func:`variants_csc`
     translates them). Blocks read, not mapped (``topo.files``), take the plain picks of
     :mod:`sampling.kernels.unmapped`. Returns ``(end, out, bufs, need)``, ``need`` the room ``out`` had to
-    have for the hop (``n_edges`` plus each frontier node's most picks).
+    have for the hop: room is made for a run of frontier nodes at a time (:data:`_RUN_PICKS`), so it is the
+    most, over the runs, of the edges before a run and its nodes' most picks.
     """
     nf = hop.hi - hop.lo
     offsets, files = topo.offsets, topo.files
@@ -72,14 +80,13 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
     k, replace, degs = hop.k, hop.replace, fr.degs
     total, max_deg = 0, np.int64(0)  # see the note on literal zeros
     for t in range(nf):
-        d = degs[t]
-        total += d if (k < 0 or (not replace and d < k)) else (k if d > 0 else 0)
-        max_deg = max(max_deg, d)
-    need = n_edges + total
-    out, bufs = _room(out, bufs, need, max_deg)
-    e = unmapped.picks(files, state, fr, k, replace, hop.lo, out, n_edges, bufs.draws, block_edges)
-    if e >= 0:  # read, not mapped: the plain picks over this hop's copy of the frontier's pairs
-        return e, out, bufs, need
+        total += _most_picks(degs[t], k, replace)
+        max_deg = max(max_deg, degs[t])
+    if files is not None:  # read, not mapped: the plain picks over this hop's copy of the frontier's pairs
+        out, bufs = _room(out, bufs, n_edges + total, max_deg)
+        e = unmapped.picks(files, state, fr, k, replace, hop.lo, out, n_edges, bufs.draws, block_edges)
+        return e, out, bufs, n_edges + total
+    out, bufs = _room(out, bufs, n_edges, max_deg)  # the draws' scratch; the edges' room run by run below
     tsort, aliases, use_packed = var.tsort, var.aliases, topo.use_packed
     # the picks read each picked pair themselves (no phase 3) over the layouts that hold it beside what they
     # read anyway: the weighted packed records, the plain packed pairs, blocked time records
@@ -88,14 +95,29 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
                 or _blocked(tsort))
     indirect = var.weights is not None or var.splits is not None or var.excl is not None
     ends = np.empty(nf if indirect and _blocked(tsort) else 0, np.int64)  # the picks over time records need them
-    e = n_edges
+    e = need = n_edges
     for b in range(len(offsets) - 1):
         block_edges[b] = e
-        e = pick_block(state, b, fr, hop, var, out, e, bufs, ends, gathered)
+        t_lo = fr.bounds[b]
+        while t_lo < fr.bounds[b + 1]:  # in runs of at most _RUN_PICKS picks (or one node), room made for each
+            t_hi, most = t_lo + 1, _most_picks(degs[t_lo], k, replace)
+            while t_hi < fr.bounds[b + 1] and most + _most_picks(degs[t_hi], k, replace) <= _RUN_PICKS:
+                most += _most_picks(degs[t_hi], k, replace)
+                t_hi += 1
+            need = max(need, e + most)
+            out, bufs = _room(out, bufs, e + most, max_deg)
+            e = pick_block(state, b, t_lo, t_hi, fr, hop, var, out, e, bufs, ends, gathered)
+            t_lo = t_hi
     block_edges[len(offsets) - 1] = e
     if not gathered:
         _gather_picks(tsort, topo.packed, use_packed, topo.indices, topo.eids, block_edges, out)
     return e, out, bufs, need
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _most_picks(deg, k, replace):
+    """The most edges a node of ``deg`` edges can yield to ``k`` picks (every one when ``k < 0``)."""
+    return deg if (k < 0 or (not replace and deg < k)) else (k if deg > 0 else 0)
 
 
 @njit(cache=True, nogil=True)

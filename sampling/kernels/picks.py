@@ -198,8 +198,8 @@ def _choose_weighted(state, count, k, replace, latest, tkeys_buf, wkeys, pos, e)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def pick_block(state, b, fr, hop, var, out, e, bufs, ends, gathered):
-    """The picks of block ``b``'s frontier nodes (``t`` in ``fr.bounds[b]:fr.bounds[b + 1]``, a
+def pick_block(state, b, t_lo, t_hi, fr, hop, var, out, e, bufs, ends, gathered):
+    """The picks of frontier nodes ``t_lo:t_hi`` of block ``b`` (within ``fr.bounds[b]:fr.bounds[b + 1]``, a
     :class:`~sampling.kernels.structs.Frontier`) under the variants ``var``
     (:class:`~sampling.kernels.structs.VariantArrays`): their CSC positions into ``out.pos[e:]`` and their
     frontier positions ``hop.lo + fr.order[t]`` into ``out.col[e:]``; returns the end. With time-sorted
@@ -210,15 +210,14 @@ def pick_block(state, b, fr, hop, var, out, e, bufs, ends, gathered):
 
     Inlined: it hands the variants that may be off to :func:`_picks_of` as arguments, where numba prunes
     the branches of those that are (it does not prune on a record's fields)."""
-    return _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, var.weights, var.aliases, var.times,
-                     var.tsort, var.node_time, hop.limits, var.splits, var.excl, var.msort)
+    return _picks_of(state, b, t_lo, t_hi, fr, hop, var, out, e, bufs, ends, gathered, var.weights, var.aliases,
+                     var.times, var.tsort, var.node_time, hop.limits, var.splits, var.excl, var.msort)
 
 
 @borrowing
-def _picks_of(state, b, fr, hop, var, out, e, bufs, ends, gathered, weights, aliases, times, tsort, node_time, limits,
-              splits, excl, msort):
+def _picks_of(state, b, t_lo, t_hi, fr, hop, var, out, e, bufs, ends, gathered, weights, aliases, times, tsort,
+              node_time, limits, splits, excl, msort):
     """:func:`pick_block` with the variants that may be off (``None``) as arguments."""
-    t_lo, t_hi = fr.bounds[b], fr.bounds[b + 1]
     if tsort is not None:
         return _pick_sorted(state, fr, t_lo, t_hi, hop, out, e, bufs, ends, var.src[b], var.stride, _at(weights, b),
                             _at(splits, b), var.allowed, excl, var.excl_mul, var.excl_mode, var.excl_nodes, var.last,

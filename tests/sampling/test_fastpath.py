@@ -252,6 +252,27 @@ def test_buffers_sized_by_the_last_batch_sample_what_the_largest_buffers_do(grap
     assert grown.num_sampled_edges == largest.num_sampled_edges and len(grown.edge) > 100
 
 
+def test_a_temporal_batch_needs_room_for_the_edges_it_can_pick_not_for_every_edge_of_its_frontier():
+    """A hop makes room for its picks a run of nodes at a time, so the room a batch reports needing (the next
+    batch's buffers) ends near the edges it wrote: with a tenth of the edges before the seeds' times, far
+    under its frontier's most picks (``fit_buffer`` would copy every batch out of buffers that large)."""
+    from sampling.kernels.hop_kernel import _RUN_PICKS
+    from torch_geometric.data import Data
+
+    n, deg = 6000, 20
+    rng = np.random.default_rng(5)
+    dst = np.repeat(np.arange(n), deg)
+    data = Data(edge_index=torch.from_numpy(np.stack([rng.integers(0, n, n * deg), dst])), num_nodes=n,
+                time=torch.from_numpy(rng.integers(0, 1000, n * deg)))
+    sampler, seeds = NeighborSampler(data, [20, 20], time_attr="time"), np.arange(0, n, 3)
+    out = sampler.sample_from_nodes(NodeSamplerInput(None, torch.as_tensor(seeds), torch.full((len(seeds),), 99)))
+    edges = out.num_sampled_edges
+    most = len(seeds) * deg + edges[0] * deg  # every edge of the seeds and of the first hop's nodes
+    need = int(sampler._local.sizes[2])
+    assert edges[0] + edges[1] <= need <= edges[0] + edges[1] + _RUN_PICKS, (need, edges)
+    assert need < most // 2, (need, most)
+
+
 def test_a_pair_of_dataset_stores_returns_input_edge_ids(graphs):
     from graphstore.dataset.whole import DatasetFeatureStore, DatasetGraphStore
 
