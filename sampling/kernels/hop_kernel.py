@@ -100,9 +100,12 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
         block_edges[b] = e
         t_lo = fr.bounds[b]
         while t_lo < fr.bounds[b + 1]:  # in runs of at most _RUN_PICKS picks (or one node), room made for each
-            t_hi, most = t_lo + 1, _most_picks(degs[t_lo], k, replace)
-            while t_hi < fr.bounds[b + 1] and most + _most_picks(degs[t_hi], k, replace) <= _RUN_PICKS:
-                most += _most_picks(degs[t_hi], k, replace)
+            t_hi, most = t_lo, np.int64(0)
+            while t_hi < fr.bounds[b + 1]:
+                m = _most_picks(degs[t_hi], k, replace)
+                if most + m > _RUN_PICKS and t_hi > t_lo:
+                    break
+                most += m
                 t_hi += 1
             need = max(need, e + most)
             out, bufs = _room(out, bufs, e + most, max_deg)
