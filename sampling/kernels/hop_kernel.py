@@ -96,6 +96,7 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
     indirect = var.weights is not None or var.splits is not None or var.excl is not None
     ends = np.empty(nf if indirect and _blocked(tsort) else 0, np.int64)  # the picks over time records need them
     e = need = n_edges
+    done = np.int64(0)  # the most picks of the runs before
     for b in range(len(offsets) - 1):
         block_edges[b] = e
         t_lo = fr.bounds[b]
@@ -108,13 +109,25 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
                 most += m
                 t_hi += 1
             need = max(need, e + most)
-            out, bufs = _room(out, bufs, e + most, max_deg)
+            if e + most > len(out.row):  # grown once a hop at most: room for the rest of its most picks
+                out = _grown(out, e, max(e + total - done, 2 * len(out.row)))
             e = pick_block(state, b, t_lo, t_hi, fr, hop, var, out, e, bufs, ends, gathered)
+            done += most
             t_lo = t_hi
     block_edges[len(offsets) - 1] = e
     if not gathered:
         _gather_picks(tsort, topo.packed, use_packed, topo.indices, topo.eids, block_edges, out)
     return e, out, bufs, need
+
+
+@njit(cache=True, nogil=True)
+def _grown(out, used, size):
+    """``out``'s arrays in new ones of ``size`` entries, their first ``used`` copied (the rest was never written)."""
+    grown = Edges(np.empty(size, out.row.dtype), np.empty(size, out.col.dtype), np.empty(size, out.eid.dtype),
+                  np.empty(size, out.pos.dtype))
+    grown.row[:used], grown.col[:used], grown.eid[:used], grown.pos[:used] = (out.row[:used], out.col[:used],
+                                                                              out.eid[:used], out.pos[:used])
+    return grown
 
 
 @njit(cache=True, nogil=True, inline="always")
