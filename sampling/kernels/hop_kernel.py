@@ -28,11 +28,11 @@ from sampling.kernels.cacheline import prefetch
 from sampling.kernels.structs import Edges, Frontier, Hop, Scratch
 from sampling.kernels.rng import next_u64
 
-# A hop makes room for its picks a run of frontier nodes at a time, each run's most picks (at most this many,
-# or one node's), so the room a batch reports needing ends near what it wrote, not at its frontier's most
-# picks: under a time limit, a mask or an exclusion it writes far fewer, and the next batch's buffers, sized
-# by that room, were then copied out half empty every batch (``fit_buffer``: a tenth of a temporal batch's
-# time at [20, 20] with half the edges eligible)
+# Under a time limit, a mask or an exclusion a hop makes room for its picks a run of frontier nodes at a
+# time, each run's most picks (at most this many, or one node's), so the room a batch reports needing ends
+# near what it wrote, not at its frontier's most picks: it writes far fewer, and the next batch's buffers,
+# sized by that room, were then copied out half empty every batch (``fit_buffer``: a tenth of a temporal
+# batch's time at [20, 20] with half the edges eligible). Other picks write their most: one run a block.
 _RUN_PICKS = 1 << 14
 
 # a run that has to compile the kernels says so once, instead of a silent first batch
@@ -97,6 +97,9 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
     ends = np.empty(nf if indirect and _blocked(tsort) else 0, np.int64)  # the picks over time records need them
     e = need = n_edges
     done = np.int64(0)  # the most picks of the runs before
+    # runs only where a node may yield fewer than its most picks (a time limit, a mask, an exclusion): else one
+    # run a block, as the most picks are what it writes
+    run_picks = _RUN_PICKS if hop.limits is not None or var.splits is not None or var.excl is not None else total
     for b in range(len(offsets) - 1):
         block_edges[b] = e
         t_lo = fr.bounds[b]
@@ -104,7 +107,7 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
             t_hi, most = t_lo, np.int64(0)
             while t_hi < fr.bounds[b + 1]:
                 m = _most_picks(degs[t_hi], k, replace)
-                if most + m > _RUN_PICKS and t_hi > t_lo:
+                if most + m > run_picks and t_hi > t_lo:
                     break
                 most += m
                 t_hi += 1

@@ -195,24 +195,16 @@ def insert_seeds_disjoint(table, seeds, nodes, batch_of, num_nodes, first):
 @njit(cache=True, nogil=True)
 def _edge_ranges(col, lo, hi, f_lo, f_hi):
     """First edge and edge count of each frontier node (a node's edges are contiguous): one write per run of
-    equal ``col``, not a count incremented per edge (each increment waited for the store before it). The runs'
-    starts are found without a branch (every edge writes its position where the next run's start goes, and
-    the slot moves on only where ``col`` changes: a loop that stopped at each run's end mispredicted there,
-    once a node), then each run's node gets its first edge and count."""
-    nf = f_hi - f_lo
-    first, count = np.zeros(nf, np.int64), np.zeros(nf, np.int64)
-    runs = np.empty(nf + 1, np.int64)  # each run's start, then the end: a run a node
+    equal ``col``, not a count incremented per edge (each increment waited for the store before it)."""
+    first, count = np.zeros(f_hi - f_lo, np.int64), np.zeros(f_hi - f_lo, np.int64)
     cols = col[lo:hi]  # indexed from 0 (see sampling.kernels.draws.uniform_draws)
-    n, r, prev = hi - lo, 0, np.int64(-1)
-    for x in range(n):
-        c = cols[x]
-        runs[r] = x
-        r += 1 if (c != prev and r < nf) else 0
-        prev = c
-    runs[r] = n
-    for i in range(r):
-        c = cols[runs[i]] - f_lo
-        first[c], count[c] = lo + runs[i], runs[i + 1] - runs[i]
+    x, n = 0, hi - lo
+    while x < n:
+        c, y = cols[x], x + 1
+        while y < n and cols[y] == c:
+            y += 1
+        first[c - f_lo], count[c - f_lo] = lo + x, y - x
+        x = y
     return first, count
 
 

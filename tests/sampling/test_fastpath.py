@@ -274,9 +274,9 @@ def test_a_temporal_batch_needs_room_for_the_edges_it_can_pick_not_for_every_edg
 
 
 def test_a_hop_from_empty_buffers_makes_its_room_in_one_allocation_and_keeps_what_it_wrote():
-    """A partition server's hop starts from empty buffers: its runs of nodes grow them once, to the hop's most
-    picks (not by doublings from the first run's room, each a copy), and the picks are those of a caller
-    whose buffers already had room (an edge source's picks in the ``row`` they came from)."""
+    """A partition server's hop starts from empty buffers: under a time limit its runs of nodes grow them once,
+    to the hop's most picks (not by doublings from the first run's room, each a copy), and the picks are those
+    of a caller whose buffers already had room (an edge source's picks in the ``row`` they came from)."""
     from torch_geometric.data import Data
     from sampling.drivers.hop_driver import run_kernel
     from sampling.kernels.hop_kernel import _RUN_PICKS
@@ -285,15 +285,16 @@ def test_a_hop_from_empty_buffers_makes_its_room_in_one_allocation_and_keeps_wha
     n, deg = 6000, 20
     rng = np.random.default_rng(7)
     data = Data(edge_index=torch.from_numpy(np.stack([rng.integers(0, n, n * deg), np.repeat(np.arange(n), deg)])),
-                num_nodes=n)
-    args = NeighborSampler(data, [15]).fast_path.blocks
-    ids = np.arange(n)
-    row, col, eid, pos, _ = run_kernel(args, rng_state(3), ids, 15, False, False, None, None, True)
-    assert len(ids) * 15 > 3 * _RUN_PICKS and len(row) == len(ids) * 15
+                num_nodes=n, time=torch.from_numpy(rng.integers(0, 100, n * deg)))
+    args = NeighborSampler(data, [15], time_attr="time").fast_path.blocks
+    ids, limits = np.arange(n), np.full(n, 98)  # most nodes keep 15 or more of their 20 edges
+    row, col, eid, pos, _ = run_kernel(args, rng_state(3), ids, 15, False, False, limits, None, True)
+    assert len(ids) * 15 > 3 * _RUN_PICKS and len(row) > 3 * _RUN_PICKS
     assert len(row.base) == len(ids) * 15, "one allocation of the hop's most picks"
     src, dst = data.edge_index.numpy()
     assert np.array_equal(src[eid], row) and np.array_equal(dst[eid], ids[col])
-    again = run_kernel(args, rng_state(3), ids, 15, False, False, None, None, True)
+    assert (data.time.numpy()[eid] <= 98).all()
+    again = run_kernel(args, rng_state(3), ids, 15, False, False, limits, None, True)
     assert all(np.array_equal(a, b) for a, b in zip((row, col, eid, pos), again[:4]))
 
 
