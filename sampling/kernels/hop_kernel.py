@@ -66,8 +66,9 @@ def hop_picks(topo, var, hop, state, out, n_edges, block_edges, bufs):
     first edge; with time-sorted edges (``var.tsort``) the positions are theirs (:func:`variants_csc`
     translates them). Blocks read, not mapped (``topo.files``), take the plain picks of
     :mod:`sampling.kernels.unmapped`. Returns ``(end, out, bufs, need)``, ``need`` the room ``out`` had to
-    have for the hop: room is made for a run of frontier nodes at a time (:data:`_RUN_PICKS`), so it is the
-    most, over the runs, of the edges before a run and its nodes' most picks.
+    have for the hop: room is made for a run of frontier nodes at a time (:data:`_RUN_PICKS`; a block at a time
+    when every node writes its most picks), so it is the most, over the runs, of the edges before a run and its
+    nodes' most picks.
     """
     nf = hop.hi - hop.lo
     offsets, files = topo.offsets, topo.files
