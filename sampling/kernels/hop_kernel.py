@@ -23,7 +23,7 @@ from sampling.kernels.idmap import (dedup_dense, dedup_disjoint, dedup_hash, ded
                             insert_seeds, insert_seeds_disjoint, pow2, rehash)
 from sampling.kernels.frontier import AHEAD_EDGES, by_block, by_id, gather_picked, grow, start_len
 from sampling.kernels import unmapped
-from sampling.kernels.picks import pick_block
+from sampling.kernels.picks import most_picks as _most_picks, pick_block
 from sampling.kernels.cacheline import prefetch
 from sampling.kernels.structs import Edges, Frontier, Hop, Scratch
 from sampling.kernels.rng import next_u64
@@ -132,12 +132,6 @@ def _grown(out, used, size):
     grown.row[:used], grown.col[:used], grown.eid[:used], grown.pos[:used] = (out.row[:used], out.col[:used],
                                                                               out.eid[:used], out.pos[:used])
     return grown
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _most_picks(deg, k, replace):
-    """The most edges a node of ``deg`` edges can yield to ``k`` picks (every one when ``k < 0``)."""
-    return deg if (k < 0 or (not replace and deg < k)) else (k if deg > 0 else 0)
 
 
 @njit(cache=True, nogil=True)

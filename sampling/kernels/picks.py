@@ -52,6 +52,13 @@ _NO_PAIRS = np.zeros(0, np.int32)  # pick_uniform without packed pairs: position
 
 
 @njit(cache=True, nogil=True, inline="always")
+def most_picks(deg, k, replace):
+    """The most edges a node of ``deg`` edges can yield to ``k`` picks (every one when ``k < 0``): as many as
+    :func:`~sampling.kernels.draws.uniform_draws` takes."""
+    return deg if (k < 0 or (not replace and deg < k)) else (k if deg > 0 else 0)
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _holds(keys, key):
     i = np.searchsorted(keys, key)
     return i < len(keys) and keys[i] == key
@@ -693,8 +700,7 @@ def _csc_where_eligible(pos, e, starts, degs, order, limits, base, latest, t_lo,
     :func:`_pick_blocked` draws them over the packed pairs, so both layouts sample the same edges."""
     x = e
     for t in range(t_lo, t_hi):
-        count = degs[t]
-        m = count if k < 0 or (not replace and count <= k) or count == 0 else k  # as uniform_draws takes
+        m = most_picks(degs[t], k, replace)
         if limits[order[t]] - base >= latest:
             for j in range(x, x + m):
                 pos[j] = ~pos[j]
