@@ -105,20 +105,23 @@ def _big_source(folder: Path, n: int = 150_000, width: int = 1024):
 def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk(tmp_path):
     """600 MB of features, the job (launcher and rank) limited to 1.1 GB, page cache included (torch
     alone takes ~0.3 GB a process): the rank reads rows from disk by itself (automatic), keeps its hottest rows
-    in RAM in what the limit leaves, is not killed, and trains the same model as without the limit; so does
-    the job with a sampler process beside the rank."""
+    in RAM in what the limit leaves, is not killed, trains the same model as without the limit and writes the
+    same outputs of every node (``--infer-out``: x read batch by batch, never whole); so does the job with a
+    sampler process beside the rank."""
     import graphstore
+    import torch
 
     data = tmp_path / "big"
     graphstore.ingest(_big_source(tmp_path), data, num_parts=1)
     (tmp_path / "x.f32").unlink()
-    free = run_train(data, *FLAGS, "--feature-cache", "off", "--metrics-out", tmp_path / "free.json")
+    free = run_train(data, *FLAGS, "--feature-cache", "off", "--infer-out", "h_free", "--metrics-out",
+                     tmp_path / "free.json")
     assert free.returncode == 0, free.stderr
     memcgroup.drop_from_page_cache(data)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with memcgroup.MemoryCgroup(1_100_000_000) as group:
-        done = subprocess.run(train_cmd(data, *FLAGS, "--metrics-out", tmp_path / "limited.json"), env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=600, preexec_fn=group.join)
+        done = subprocess.run(train_cmd(data, *FLAGS, "--infer-out", "h", "--metrics-out", tmp_path / "limited.json"),
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, preexec_fn=group.join)
         memcgroup.drop_from_page_cache(data)
         workers = subprocess.run(train_cmd(data, *FLAGS, "--loader-workers", 1, "--metrics-out", tmp_path / "w.json"),
                                  env=env, cwd=ROOT, capture_output=True, text=True, timeout=600, preexec_fn=group.join)
@@ -133,6 +136,13 @@ def test_a_rank_in_a_memory_limit_smaller_than_its_features_reads_them_from_disk
     assert len(refusal) == 1 and refusal[0].startswith("graphstore-train: error: rank 0: memory: "), wide.stderr
     assert "--batch-size 4096 --fanout 10,10: up to 499,712 feature rows of 4,096 bytes" in refusal[0]
     assert "exceeds half of its memory" in done.stderr
+    # every node's outputs, written in the limit (x twice its half, as the refusal before streaming it counted)
+    # equal to those of the job without it
+    from graphstore.dataset.whole import DatasetFeatureStore
+
+    outputs = DatasetFeatureStore(graphstore.open_dataset(data))
+    h, h_free = outputs[None, "h", None], outputs[None, "h_free", None]
+    assert h.shape == (150_000, 4) and torch.allclose(h, h_free, atol=1e-5), float((h - h_free).abs().max())
     a, b = _epoch(tmp_path / "free.json"), _epoch(tmp_path / "limited.json")
     assert (a["loss"], a["train_acc"], a["val_acc"]) == (b["loss"], b["train_acc"], b["val_acc"])
     # its hottest rows in RAM in what the limit leaves beside its batches: more than none, less than half the limit

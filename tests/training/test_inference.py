@@ -96,19 +96,36 @@ def test_graphstore_train_writes_predictions_back(cora2, tmp_path):
 
 
 def test_inference_that_cannot_fit_a_ranks_memory_is_refused_at_the_door(cora2, monkeypatch):
-    """--infer-out holds the rank's rows of x (float32, twice while joined) and a layer's outputs: where that
-    exceeds the rank's memory, the trainer refuses before training (in one line naming both), not mid-write."""
+    """--infer-out holds a layer's input and outputs for the rank's nodes (float32, ``hidden`` wide), its CSC and
+    a batch's rows, not x (read batch by batch): where that exceeds the rank's memory, the trainer refuses before
+    training (in one line naming both), not mid-write."""
     from graphstore.errors import InvalidInputError
     from training.loop import featurecache, inference
 
     ds = graphstore.open_dataset(cora2)
     node, edge = ds.manifest.node_types[0], ds.manifest.edge_types[0]
     nodes, edges = int(node.offsets[1] - node.offsets[0]), int(edge.edges_per_part[0])
-    need = inference.inference_bytes(ds, (0,), hidden=64)
-    assert need == 4 * nodes * 2 * 1433 + 16 * (nodes + 1 + edges)  # x's 1,433 float32s twice, then the CSC
-    assert inference.inference_bytes(ds, (0, 1), hidden=64) > need  # both partitions: more rows
+    full = inference.inference_bytes(ds, (0,), hidden=64)
+    assert inference.inference_bytes(ds, (0,), hidden=96) - full == 4 * nodes * 2 * 32  # a layer in and out
+    batch = full - 4 * nodes * 2 * 64 - 16 * (nodes + 1 + edges)  # one batch: every own node's in-edges here
+    assert batch == 4 * 1433 * 2 * (min(nodes + edges, 2708) + edges) + 32 * edges  # rows and messages of x, twice
+    assert inference.batch_bytes(ds, (0,), 64, 4096) == batch
+    assert inference.inference_bytes(ds, (0, 1), hidden=64) > full  # both partitions: more rows
+    # batches shrink to fit an eighth of the memory (halved from 4,096 to at least 64)
+    assert inference.inference_batch(ds, (0,), 64, 8 * batch) == 4096
+    small = inference.inference_batch(ds, (0,), 64, 8 * batch - 1)
+    assert small < 4096 and inference.batch_bytes(ds, (0,), 64, small) <= batch - 1
+    assert inference.inference_batch(ds, (0,), 64, 1) == 64
+    need = inference.inference_bytes(ds, (0,), hidden=64, batch_size=64)  # with the smallest batches
+    assert need < full
     monkeypatch.setattr(featurecache, "memory_limit", lambda ranks: (2 * need - 2) // ranks)  # a host's share
+    monkeypatch.setattr(inference, "resident_bytes", lambda: 0)
     inference.check_memory(ds, (0,), 64, local_ranks=1)  # fits: nothing said
+    monkeypatch.setattr(inference, "resident_bytes", lambda: need)  # unless the rank holds as much already
+    with pytest.raises(InvalidInputError) as held:
+        inference.check_memory(ds, (0,), 64, local_ranks=1)
+    assert f"beside the {need / 1e9:.2f} GB the rank holds already" in str(held.value)
+    monkeypatch.setattr(inference, "resident_bytes", lambda: 0)
     with pytest.raises(InvalidInputError) as caught:
         inference.check_memory(ds, (0,), 64, local_ranks=2)  # two ranks share it: half each
     said = str(caught.value)

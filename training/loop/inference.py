@@ -5,6 +5,10 @@ nodes it owns, computes layer i for them from their complete in-neighbourhood (a
 and fetches the rows of remote in-neighbours from their owners in one request per partition per
 batch. No sampling noise: for mean/sum/attention layers (GraphSAGE, GIN, GAT) the result equals a
 full-graph forward pass.
+
+Layer 0's input, ``x``, is never held whole: each batch reads the rows it needs from the partitions' stores
+(through the rank's disk tier where ``x`` is larger than its memory: :mod:`training.loop.featurecache`), so
+a rank holds its CSC, a layer's input and output (``hidden`` wide) and one batch's rows.
 """
 
 from __future__ import annotations
@@ -25,6 +29,36 @@ from sampling.distributed.transport import Transport
 logger = logging.getLogger(__name__)
 LAYER = "graphstore.layer_rows"
 EXACT_MODELS = ("sage", "gin", "gat")
+BATCH = 4096  # destinations a rank computes at once
+
+
+class OwnRows:
+    """Layer 0's input: the rows of ``x`` of a contiguous block of partitions (IDs ``[lo, hi)``), read from
+    their feature stores batch by batch (:meth:`take`) as float32, never all at once."""
+
+    def __init__(self, dataset: Any, parts: tuple[int, ...]) -> None:
+        offsets = dataset.node_offsets()
+        self.stores = [dataset.partition(p)[0] for p in parts]
+        self.bounds = [int(offsets[p]) for p in parts] + [int(offsets[parts[-1] + 1])]
+        self.lo = self.bounds[0]
+        shape = dataset.manifest.node_types[0].attrs["x"].shape
+        self.width = int(np.prod(shape)) if shape else 1
+
+    def take(self, local: torch.Tensor) -> torch.Tensor:
+        """Rows of the block-local IDs ``local`` (int64), in their order."""
+        ids = local.to(torch.int64) + self.lo
+        if len(self.stores) == 1:
+            return self.stores[0][None, "x", ids].float().reshape(len(ids), self.width)
+        out = torch.empty((len(ids), self.width), dtype=torch.float32)
+        part = torch.bucketize(ids, torch.tensor(self.bounds[1:-1], dtype=torch.int64), right=True)
+        for p in torch.unique(part).tolist():
+            sel = torch.nonzero(part == p).view(-1)
+            out[sel] = self.stores[p][None, "x", ids[sel]].float().reshape(len(sel), self.width)
+        return out
+
+
+def _take(table: torch.Tensor | OwnRows, local: torch.Tensor) -> torch.Tensor:
+    return table.take(local) if isinstance(table, OwnRows) else table[local]
 
 
 class LayerServer:
@@ -33,64 +67,69 @@ class LayerServer:
     def __init__(self, lo: int) -> None:
         self.lo, self.layers, self._lock = lo, {}, threading.Lock()
 
-    def publish(self, layer: int, rows: torch.Tensor) -> None:
+    def publish(self, layer: int, rows: torch.Tensor | OwnRows) -> None:
         with self._lock:
             self.layers[layer] = rows
 
     def rows(self, layer: int, ids: torch.Tensor) -> torch.Tensor:
         with self._lock:
             table = self.layers[layer]
-        return table[ids - self.lo]
+        return _take(table, ids - self.lo)
 
 
 @torch.no_grad()
 def layerwise_inference(model: torch.nn.Module, dataset: Any, parts: int | tuple[int, ...], transport: Transport,
-                        layout: RankLayout, model_name: str, batch_size: int = 4096) -> torch.Tensor:
+                        layout: RankLayout, model_name: str, batch_size: int = BATCH) -> torch.Tensor:
     """Outputs of ``model`` (a PyG BasicGNN) for every node the partitions ``parts`` own (a contiguous
     block of them), in global-ID order."""
     if model_name not in EXACT_MODELS:
         raise InvalidInputError(f"--infer-out supports {EXACT_MODELS} (GCN's normalisation needs global degrees)")
     model.eval()
     parts = (parts,) if isinstance(parts, int) else tuple(parts)
-    lo, hi, indptr, indices, h = _owned(dataset, parts)
+    lo, hi, indptr, indices = _owned(dataset, parts)
+    h: torch.Tensor | OwnRows = OwnRows(dataset, parts)
     server = LayerServer(lo)
     transport.register(LAYER, server.rows)
     for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
         server.publish(i, h)
         dist.barrier()  # every rank's layer-i rows are served before anyone asks
-        out = [_layer_batch(model, conv, norm, i, h, indptr, indices, lo, start, min(start + batch_size, hi - lo),
-                            dataset, transport, layout) for start in range(0, hi - lo, batch_size)]
-        h = torch.cat(out) if out else torch.zeros(0)
+        out = torch.zeros(0)
+        for start in range(0, hi - lo, batch_size):  # into one output: a layer's rows are held once, not twice
+            y = _layer_batch(model, conv, norm, i, h, indptr, indices, lo, hi, start, min(start + batch_size, hi - lo),
+                             dataset, transport, layout)
+            if start == 0:
+                out = torch.empty((hi - lo, *y.shape[1:]), dtype=y.dtype)
+            out[start:start + len(y)] = y
+        h = out
         dist.barrier()  # nobody still needs layer i
         server.layers.pop(i, None)
     return h
 
 
-def _owned(dataset: Any, parts: tuple[int, ...]) -> tuple[int, int, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The ID range ``[lo, hi)`` of a contiguous block of partitions, their CSC arrays joined (indptr
-    over the range's destinations) and their features ``x``."""
-    ptrs, idx, xs, lo, hi, offset = [], [], [], None, None, 0
+def _owned(dataset: Any, parts: tuple[int, ...]) -> tuple[int, int, torch.Tensor, torch.Tensor]:
+    """The ID range ``[lo, hi)`` of a contiguous block of partitions and their CSC arrays joined (indptr
+    over the range's destinations)."""
+    ptrs, idx, lo, hi, offset = [], [], None, None, 0
     for part in parts:
-        fs, gs = dataset.partition(part)
+        _, gs = dataset.partition(part)
         start, stop = gs.dst_range()
         lo, hi = start if lo is None else lo, stop
         indptr, indices, _ = (torch.from_numpy(np.asarray(a)) for a in gs.csc_arrays())
         ptrs.append(indptr[(1 if ptrs else 0):] + offset)
         offset += int(indptr[-1])
         idx.append(indices)
-        xs.append(fs[None, "x", None].float())
-    return int(lo), int(hi), torch.cat(ptrs), torch.cat(idx), torch.cat(xs)
+    return int(lo), int(hi), torch.cat(ptrs), torch.cat(idx)
 
 
-def _layer_batch(model: Any, conv: Any, norm: Any, i: int, h: torch.Tensor, indptr: torch.Tensor,
-                 indices: torch.Tensor, lo: int, start: int, stop: int, dataset: Any, transport: Transport,
+def _layer_batch(model: Any, conv: Any, norm: Any, i: int, h: torch.Tensor | OwnRows, indptr: torch.Tensor,
+                 indices: torch.Tensor, lo: int, hi: int, start: int, stop: int, dataset: Any, transport: Transport,
                  layout: RankLayout) -> torch.Tensor:
     a, b = int(indptr[start]), int(indptr[stop])
     src = indices[a:b]
     dst_local = torch.repeat_interleave(torch.arange(stop - start), torch.diff(indptr[start: stop + 1]))
     targets = torch.arange(lo + start, lo + stop)
     nodes, inverse = torch.unique(torch.cat([targets, src]), return_inverse=True)
-    x = _rows(i, nodes, h, lo, lo + len(h), dataset, transport, layout)
+    x = _rows(i, nodes, h, lo, hi, dataset, transport, layout)
     edge_index = torch.stack([inverse[len(targets):], inverse[dst_local]])
     y = conv(x, edge_index)[inverse[: len(targets)]]
     if i < model.num_layers - 1:
@@ -102,12 +141,15 @@ def _layer_batch(model: Any, conv: Any, norm: Any, i: int, h: torch.Tensor, indp
     return y
 
 
-def _rows(i: int, nodes: torch.Tensor, h: torch.Tensor, lo: int, hi: int, dataset: Any, transport: Transport,
-          layout: RankLayout) -> torch.Tensor:
+def _rows(i: int, nodes: torch.Tensor, h: torch.Tensor | OwnRows, lo: int, hi: int, dataset: Any,
+          transport: Transport, layout: RankLayout) -> torch.Tensor:
     """Layer-i input rows of ``nodes``: own ones from ``h``, the rest from their owners (batched)."""
-    out = torch.empty((len(nodes), h.size(1)), dtype=h.dtype)
     own = (nodes >= lo) & (nodes < hi)
-    out[own] = h[nodes[own] - lo]
+    if bool(own.all()):  # every row this rank's: read straight into the batch, not copied again
+        return _take(h, nodes - lo)
+    width = h.width if isinstance(h, OwnRows) else h.size(1)
+    out = torch.empty((len(nodes), width), dtype=torch.float32 if isinstance(h, OwnRows) else h.dtype)
+    out[own] = _take(h, nodes[own] - lo)
     owners = torch.from_numpy(dataset.owner(nodes.numpy()))
     pending = []
     for p in torch.unique(owners[~own]).tolist():
@@ -118,33 +160,68 @@ def _rows(i: int, nodes: torch.Tensor, h: torch.Tensor, lo: int, hi: int, datase
     return out
 
 
-def inference_bytes(dataset: Any, parts: tuple[int, ...], hidden: int) -> int:
-    """What :func:`layerwise_inference` holds at its peak on a rank of partitions ``parts``: their rows of ``x``
-    as float32 twice while they are joined, or a layer's input, output and its join (``hidden`` wide, at most
-    the features' width), and their CSC arrays (int64, twice while joined). An estimate, from the manifest."""
+def inference_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int = BATCH) -> int:
+    """What :func:`layerwise_inference` holds at its peak on a rank of partitions ``parts``: their CSC arrays
+    (int64, twice while joined), a layer's input and output for their nodes (``hidden`` wide, float32), and
+    the largest batch's working set (:func:`batch_bytes`). ``x`` itself is read batch by batch, never held
+    whole. An estimate, from the manifest and the mapped pointers."""
     node, edge = dataset.manifest.node_types[0], dataset.manifest.edge_types[0]
     nodes = sum(int(node.offsets[p + 1]) - int(node.offsets[p]) for p in parts)
     edges = sum(int(edge.edges_per_part[p]) for p in parts)
+    return 4 * nodes * 2 * hidden + 16 * (nodes + 1 + edges) + batch_bytes(dataset, parts, hidden, batch_size)
+
+
+def batch_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int) -> int:
+    """The largest working set of a batch of ``batch_size`` destinations: its rows (``x``'s width at layer 0)
+    for them and every in-neighbour, read and then assembled, and a row per in-edge (the messages) and its
+    aggregate, from the CSC's pointers."""
+    node = dataset.manifest.node_types[0]
     features = int(np.prod(node.attrs["x"].shape)) if "x" in node.attrs else 0
-    width = max(2 * features, features + 2 * hidden, 3 * hidden)  # float32 values a node holds at the peak
-    return 4 * nodes * width + 16 * (nodes + 1 + edges)
+    width, most = max(features, hidden), 0  # a batch's rows are x's at layer 0, then a layer's
+    for p in parts:
+        indptr = np.asarray(dataset.partition(p)[1].csc_arrays()[0])
+        ends = indptr[np.minimum(np.arange(0, len(indptr) - 1 + batch_size, batch_size), len(indptr) - 1)]
+        edges = int(np.diff(ends).max(initial=0))  # most in-edges of a batch's destinations
+        rows = min(min(batch_size, len(indptr) - 1) + edges, node.num_nodes)  # its nodes, at most every one
+        most = max(most, 4 * width * 2 * (rows + edges) + 32 * edges)
+    return most
+
+
+def inference_batch(dataset: Any, parts: tuple[int, ...], hidden: int, memory: int) -> int:
+    """How many destinations a batch of inference computes at once: :data:`BATCH`, halved (down to 64) while
+    its working set (:func:`batch_bytes`) exceeds an eighth of the rank's ``memory``: wide rows of ``x`` read
+    from disk in a memory limit take smaller batches, not the OOM killer."""
+    size = BATCH
+    while size > 64 and batch_bytes(dataset, parts, hidden, size) > memory // 8:
+        size //= 2
+    return size
 
 
 def check_memory(dataset: Any, parts: tuple[int, ...], hidden: int, local_ranks: int) -> None:
     """``--infer-out``, at the door (before training, so that nothing is lost): refuse in one line, naming the
     memory it needs, a rank whose inference would hold more than its memory (:func:`featurecache.memory_limit`:
-    its share of its cgroup limit, else of the host's memory)."""
+    its share of its cgroup limit, else of the host's memory) beside what the rank holds already (torch, the
+    dataset's open arrays: its resident set now; training's batches and RAM cache are let go before the pass)."""
     from training.loop.featurecache import memory_limit
 
     if dataset.is_hetero or "x" not in dataset.manifest.node_types[0].attrs:
         return  # refused by write_outputs, or by the task, in their own words
-    need, have = inference_bytes(dataset, tuple(parts), hidden), memory_limit(local_ranks)
-    if need > have:
+    have, held = memory_limit(local_ranks), resident_bytes()
+    need = inference_bytes(dataset, tuple(parts), hidden, inference_batch(dataset, tuple(parts), hidden, have))
+    if need + held > have:
         raise InvalidInputError(
-            f"--infer-out: its pass over the whole graph holds this rank's rows of x and a layer's outputs in memory, "
-            f"about {need / 1e9:.2f} GB, and this rank's memory is {have / 1e9:.2f} GB (its share of the memory "
-            "limit, or of the host's memory); drop --infer-out (the model trains without it), or run it with more "
-            "memory per rank")
+            f"--infer-out: its pass over the whole graph holds a layer's outputs ({hidden} wide) for this rank's "
+            f"nodes, their CSC and a batch's rows in memory, about {need / 1e9:.2f} GB beside the "
+            f"{held / 1e9:.2f} GB the rank holds already, and this rank's memory is {have / 1e9:.2f} GB (its share "
+            "of the memory limit, or of the host's memory); drop --infer-out (the model trains without it), lower "
+            "--hidden, or run it with more memory per rank")
+
+
+def resident_bytes() -> int:
+    """This process's resident set now."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
 
 
 def write_outputs(trainer: Any, model: torch.nn.Module) -> None:
@@ -158,7 +235,12 @@ def write_outputs(trainer: Any, model: torch.nn.Module) -> None:
     if config.task != "node" or dataset.is_hetero:
         raise InvalidInputError("--infer-out supports homogeneous node classification in this version")
     start_time = time.perf_counter()
-    out = layerwise_inference(model, dataset, parts, trainer.transport, layout, config.model)
+    from training.loop.featurecache import memory_limit
+
+    if trainer.features is not None:  # a pass reading every row once: the RAM cache of hot rows makes room for it
+        trainer.features.fill(0)
+    batch = inference_batch(dataset, tuple(parts), config.hidden, memory_limit(world.local_world_size))
+    out = layerwise_inference(model, dataset, parts, trainer.transport, layout, config.model, batch_size=batch)
     writer = OutputWriter(dataset, config.infer_out, row_shape=tuple(out.shape[1:]),
                           description=f"graphstore-train {config.model} outputs")
     offsets, first = dataset.node_offsets(), int(dataset.node_offsets()[parts[0]])
