@@ -15,11 +15,14 @@ from tests.conftest import join_spawned, spawn_ranks
 pytestmark = [pytest.mark.distributed]
 
 
-def _model(seed: int = 0):
+def _model(seed: int = 0, **options):
     from torch_geometric.nn import GraphSAGE
 
     torch.manual_seed(seed)
-    return GraphSAGE(8, 16, num_layers=3, out_channels=5).eval()
+    return GraphSAGE(8, 16, num_layers=3, out_channels=5, **options).eval()
+
+
+MODELS = {"mean": {}, "sum": {"aggr": "sum", "normalize": True}, "max": {"aggr": "max"}}  # max: x's rows per batch
 
 
 def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> None:
@@ -33,8 +36,9 @@ def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> No
         transport = start(World(rank, world_size, rank, rdzv), timeout=60, use_rpc=True)
         ds = graphstore.open_dataset(url)
         PartitionServer(ds, rank).register(transport)
-        out = layerwise_inference(_model(), ds, rank, transport, RankLayout(2, 2), "sage", batch_size=64)
-        torch.save(out, f"{out_dir}/out{rank}.pt")
+        for name, options in MODELS.items():
+            out = layerwise_inference(_model(**options), ds, rank, transport, RankLayout(2, 2), "sage", batch_size=64)
+            torch.save(out, f"{out_dir}/{name}{rank}.pt")
         torch.distributed.barrier()
         stop(transport, graceful=True)
         result = {"ok": True}
@@ -59,11 +63,24 @@ def test_layerwise_inference_matches_full_graph_forward(tmp_path):
         assert "error" not in got, got.get("error")
     x = DatasetFeatureStore(ds)[None, "x", None].float()
     src, dst = DatasetGraphStore(ds).get_edge_index(None, "coo")
-    with torch.no_grad():
-        full = _model()(x, torch.stack([src, dst]))
-    layered = torch.cat([torch.load(tmp_path / f"out{r}.pt") for r in range(2)])
-    assert layered.shape == full.shape
-    assert torch.allclose(layered, full, atol=1e-5), float((layered - full).abs().max())
+    for name, options in MODELS.items():  # layer 0 projected first (mean, sum) or not (max): the same outputs
+        with torch.no_grad():
+            full = _model(**options)(x, torch.stack([src, dst]))
+        layered = torch.cat([torch.load(tmp_path / f"{name}{r}.pt") for r in range(2)])
+        assert layered.shape == full.shape
+        assert torch.allclose(layered, full, atol=1e-5), (name, float((layered - full).abs().max()))
+
+
+def test_sages_mean_and_sum_layers_project_first_and_the_others_read_x_per_batch():
+    from torch_geometric.nn import GATConv, GINConv, SAGEConv
+
+    from training.loop.inference import projects_first
+    from training.loop.models import MODELS as BUILT_IN
+
+    assert projects_first(BUILT_IN["sage"](8, 16, num_layers=2, out_channels=4).convs[0])  # graphstore-train's
+    assert projects_first(SAGEConv(8, 4, aggr="sum")) and projects_first(SAGEConv(8, 4, root_weight=False))
+    assert not projects_first(SAGEConv(8, 4, aggr="max")) and not projects_first(SAGEConv(8, 4, project=True))
+    assert not projects_first(GINConv(torch.nn.Linear(8, 4))) and not projects_first(GATConv(8, 4))
 
 
 @pytest.mark.slow

@@ -6,9 +6,11 @@ and fetches the rows of remote in-neighbours from their owners in one request pe
 batch. No sampling noise: for mean/sum/attention layers (GraphSAGE, GIN, GAT) the result equals a
 full-graph forward pass.
 
-Layer 0's input, ``x``, is never held whole: each batch reads the rows it needs from the partitions' stores
+Layer 0's input, ``x``, is never held whole: it is read from the partitions' stores a batch at a time
 (through the rank's disk tier where ``x`` is larger than its memory: :mod:`training.loop.featurecache`), so
-a rank holds its CSC, a layer's input and output (``hidden`` wide) and one batch's rows.
+a rank holds its CSC, a layer's input and output (``hidden`` wide) and one batch's rows. GraphSAGE's layer 0
+reads it once, in ID order, projected first (:func:`projects_first`); GIN and GAT read each batch's
+in-neighbours' rows.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class OwnRows:
         self.lo = self.bounds[0]
         shape = dataset.manifest.node_types[0].attrs["x"].shape
         self.width = int(np.prod(shape)) if shape else 1
+
+    def __len__(self) -> int:
+        return self.bounds[-1] - self.lo
 
     def take(self, local: torch.Tensor) -> torch.Tensor:
         """Rows of the block-local IDs ``local`` (int64), in their order."""
@@ -91,19 +96,79 @@ def layerwise_inference(model: torch.nn.Module, dataset: Any, parts: int | tuple
     server = LayerServer(lo)
     transport.register(LAYER, server.rows)
     for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
+        root = None
+        if i == 0 and projects_first(conv):  # x read once, in order, and projected: its neighbours' rows are narrow
+            h, root = _project(conv, h, batch_size)
         server.publish(i, h)
         dist.barrier()  # every rank's layer-i rows are served before anyone asks
-        out = torch.zeros(0)
+        out = root if root is not None else torch.zeros(0)  # a batch's own rows of ``root`` are its output's
         for start in range(0, hi - lo, batch_size):  # into one output: a layer's rows are held once, not twice
-            y = _layer_batch(model, conv, norm, i, h, indptr, indices, lo, hi, start, min(start + batch_size, hi - lo),
-                             dataset, transport, layout)
-            if start == 0:
+            stop = min(start + batch_size, hi - lo)
+            if root is not None:
+                y = _projected_batch(model, conv, norm, h, root[start:stop], indptr, indices, lo, hi, start, stop,
+                                     dataset, transport, layout)
+            else:
+                y = _layer_batch(model, conv, norm, i, h, indptr, indices, lo, hi, start, stop, dataset, transport,
+                                 layout)
+            if start == 0 and root is None:
                 out = torch.empty((hi - lo, *y.shape[1:]), dtype=y.dtype)
-            out[start:start + len(y)] = y
+            out[start:stop] = y
         h = out
         dist.barrier()  # nobody still needs layer i
         server.layers.pop(i, None)
     return h
+
+
+def projects_first(conv: Any) -> bool:
+    """Whether a layer is PyG's ``SAGEConv`` with a sum or mean of its neighbours (no projection of its own, as
+    :class:`training.loop.models.GraphSAGE` builds it): linear in each neighbour's row, so each node's row of
+    ``x`` can be projected first, once, and the narrow projections aggregated (:func:`_project`)."""
+    from torch_geometric.nn.conv import SAGEConv
+
+    return type(conv) is SAGEConv and str(conv.aggr) in ("mean", "sum", "add") and not conv.project
+
+
+def _project(conv: Any, rows: OwnRows, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer 0's rows of ``x`` read once, in ID order, a batch at a time: each node's neighbour projection
+    (``lin_l`` without its bias: what its in-neighbours aggregate) and its own term (``lin_r``, with
+    ``lin_l``'s bias, which a mean or sum of projections leaves out), both ``conv.out_channels`` wide."""
+    n, width = len(rows), conv.out_channels
+    z, root = torch.empty((n, width)), torch.empty((n, width))
+    for start in range(0, n, batch_size):
+        x = rows.take(torch.arange(start, min(start + batch_size, n)))
+        z[start:start + len(x)] = torch.nn.functional.linear(x, conv.lin_l.weight)
+        own = conv.lin_r(x) if conv.root_weight else torch.zeros((len(x), width))
+        root[start:start + len(x)] = own + conv.lin_l.bias if conv.lin_l.bias is not None else own
+    return z, root
+
+
+def _projected_batch(model: Any, conv: Any, norm: Any, z: torch.Tensor, root: torch.Tensor, indptr: torch.Tensor,
+                     indices: torch.Tensor, lo: int, hi: int, start: int, stop: int, dataset: Any,
+                     transport: Transport, layout: RankLayout) -> torch.Tensor:
+    """Layer 0 of destinations ``[start, stop)`` from the projections ``z`` of their in-neighbours (remote ones
+    from their owners) and their own terms ``root``: what ``conv`` computes from ``x``, in another order."""
+    from torch_geometric.utils import scatter
+
+    a, b = int(indptr[start]), int(indptr[stop])
+    nodes, inverse = torch.unique(indices[a:b], return_inverse=True)
+    dst_local = torch.repeat_interleave(torch.arange(stop - start), torch.diff(indptr[start: stop + 1]))
+    rows = _rows(0, nodes, z, lo, hi, dataset, transport, layout)[inverse]
+    reduce = "sum" if str(conv.aggr) == "add" else str(conv.aggr)
+    y = scatter(rows, dst_local, dim=0, dim_size=stop - start, reduce=reduce) + root
+    if conv.normalize:
+        y = torch.nn.functional.normalize(y, p=2.0, dim=-1)
+    return _after(model, norm, 0, y)
+
+
+def _after(model: Any, norm: Any, i: int, y: torch.Tensor) -> torch.Tensor:
+    """Layer ``i``'s activation and norm, as the model applies them (none after the last)."""
+    if i < model.num_layers - 1:
+        if model.act is not None and model.act_first:
+            y = model.act(y)
+        y = norm(y)
+        if model.act is not None and not model.act_first:
+            y = model.act(y)
+    return y
 
 
 def _owned(dataset: Any, parts: tuple[int, ...]) -> tuple[int, int, torch.Tensor, torch.Tensor]:
@@ -131,14 +196,7 @@ def _layer_batch(model: Any, conv: Any, norm: Any, i: int, h: torch.Tensor | Own
     nodes, inverse = torch.unique(torch.cat([targets, src]), return_inverse=True)
     x = _rows(i, nodes, h, lo, hi, dataset, transport, layout)
     edge_index = torch.stack([inverse[len(targets):], inverse[dst_local]])
-    y = conv(x, edge_index)[inverse[: len(targets)]]
-    if i < model.num_layers - 1:
-        if model.act is not None and model.act_first:
-            y = model.act(y)
-        y = norm(y)
-        if model.act is not None and not model.act_first:
-            y = model.act(y)
-    return y
+    return _after(model, norm, i, conv(x, edge_index)[inverse[: len(targets)]])
 
 
 def _rows(i: int, nodes: torch.Tensor, h: torch.Tensor | OwnRows, lo: int, hi: int, dataset: Any,
