@@ -36,8 +36,10 @@ def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> No
         transport = start(World(rank, world_size, rank, rdzv), timeout=60, use_rpc=True)
         ds = graphstore.open_dataset(url)
         PartitionServer(ds, rank).register(transport)
+        layout = RankLayout(2, world_size)  # one rank: both partitions, joined
         for name, options in MODELS.items():
-            out = layerwise_inference(_model(**options), ds, rank, transport, RankLayout(2, 2), "sage", batch_size=64)
+            out = layerwise_inference(_model(**options), ds, layout.parts_of(rank), transport, layout, "sage",
+                                      batch_size=64)
             torch.save(out, f"{out_dir}/{name}{rank}.pt")
         torch.distributed.barrier()
         stop(transport, graceful=True)
@@ -56,19 +58,22 @@ def test_layerwise_inference_matches_full_graph_forward(tmp_path):
     source, _ = small_graph(n=500, e=4000, seed=11)
     graphstore.ingest(source, tmp_path / "ds", num_parts=2)
     ds = graphstore.open_dataset(tmp_path / "ds")
-    ctx = spawn_ranks(_worker, (2, f"file://{tmp_path}/rdzv", str(tmp_path / "ds"), str(tmp_path)), 2)
-    join_spawned(ctx, 120)
-    for rank in range(2):
-        got = json.loads((tmp_path / f"rank{rank}.json").read_text())
-        assert "error" not in got, got.get("error")
     x = DatasetFeatureStore(ds)[None, "x", None].float()
     src, dst = DatasetGraphStore(ds).get_edge_index(None, "coo")
-    for name, options in MODELS.items():  # layer 0 projected first (mean, sum) or not (max): the same outputs
-        with torch.no_grad():
-            full = _model(**options)(x, torch.stack([src, dst]))
-        layered = torch.cat([torch.load(tmp_path / f"{name}{r}.pt") for r in range(2)])
-        assert layered.shape == full.shape
-        assert torch.allclose(layered, full, atol=1e-5), (name, float((layered - full).abs().max()))
+    for world in (2, 1):  # a rank a partition, then one rank over both
+        out = tmp_path / f"world{world}"
+        out.mkdir()
+        ctx = spawn_ranks(_worker, (world, f"file://{out}/rdzv", str(tmp_path / "ds"), str(out)), world)
+        join_spawned(ctx, 120)
+        for rank in range(world):
+            got = json.loads((out / f"rank{rank}.json").read_text())
+            assert "error" not in got, got.get("error")
+        for name, options in MODELS.items():  # layer 0 projected first (mean, sum) or not (max): the same outputs
+            with torch.no_grad():
+                full = _model(**options)(x, torch.stack([src, dst]))
+            layered = torch.cat([torch.load(out / f"{name}{r}.pt") for r in range(world)])
+            assert layered.shape == full.shape
+            assert torch.allclose(layered, full, atol=1e-5), (world, name, float((layered - full).abs().max()))
 
 
 def test_sages_mean_and_sum_layers_project_first_and_the_others_read_x_per_batch():
