@@ -15,14 +15,16 @@ from tests.conftest import join_spawned, spawn_ranks
 pytestmark = [pytest.mark.distributed]
 
 
-def _model(seed: int = 0, **options):
-    from torch_geometric.nn import GraphSAGE
+def _model(kind: str = "sage", seed: int = 0, **options):
+    from torch_geometric.nn import GAT, GIN, GraphSAGE
 
     torch.manual_seed(seed)
-    return GraphSAGE(8, 16, num_layers=3, out_channels=5, **options).eval()
+    return {"sage": GraphSAGE, "gin": GIN, "gat": GAT}[kind](8, 16, num_layers=3, out_channels=5, **options).eval()
 
 
-MODELS = {"mean": {}, "sum": {"aggr": "sum", "normalize": True}, "max": {"aggr": "max"}}  # max: x's rows per batch
+# layer 0 projected first (SAGE's mean and sum, GIN) or reading x per batch (SAGE's max, GAT)
+MODELS = {"mean": ("sage", {}), "sum": ("sage", {"aggr": "sum", "normalize": True}), "max": ("sage", {"aggr": "max"}),
+          "gin": ("gin", {"train_eps": True}), "gat": ("gat", {})}
 
 
 def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> None:
@@ -37,9 +39,11 @@ def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> No
         ds = graphstore.open_dataset(url)
         PartitionServer(ds, rank).register(transport)
         layout = RankLayout(2, world_size)  # one rank: both partitions, joined
-        for name, options in MODELS.items():
-            out = layerwise_inference(_model(**options), ds, layout.parts_of(rank), transport, layout, "sage",
-                                      batch_size=64)
+        for name, (kind, options) in MODELS.items():
+            model = _model(kind, **options)
+            if kind == "gin":  # a learned eps, not 0: its own term counts
+                model.convs[0].eps.data.fill_(0.3)
+            out = layerwise_inference(model, ds, layout.parts_of(rank), transport, layout, kind, batch_size=64)
             torch.save(out, f"{out_dir}/{name}{rank}.pt")
         torch.distributed.barrier()
         stop(transport, graceful=True)
@@ -68,21 +72,27 @@ def test_layerwise_inference_matches_full_graph_forward(tmp_path):
         for rank in range(world):
             got = json.loads((out / f"rank{rank}.json").read_text())
             assert "error" not in got, got.get("error")
-        for name, options in MODELS.items():  # layer 0 projected first (mean, sum) or not (max): the same outputs
+        for name, (kind, options) in MODELS.items():  # projected first or not: the same outputs
+            model = _model(kind, **options)
+            if kind == "gin":
+                model.convs[0].eps.data.fill_(0.3)
             with torch.no_grad():
-                full = _model(**options)(x, torch.stack([src, dst]))
+                full = model(x, torch.stack([src, dst]))
             layered = torch.cat([torch.load(out / f"{name}{r}.pt") for r in range(world)])
             assert layered.shape == full.shape
             assert torch.allclose(layered, full, atol=1e-5), (world, name, float((layered - full).abs().max()))
 
 
-def test_sages_mean_and_sum_layers_project_first_and_the_others_read_x_per_batch():
-    from torch_geometric.nn import GATConv, GINConv, SAGEConv
+def test_sage_and_gin_layers_project_first_and_the_others_read_x_per_batch():
+    from torch_geometric.nn import MLP, GATConv, GINConv, SAGEConv
 
     from training.loop.inference import projects_first
     from training.loop.models import MODELS as BUILT_IN
 
-    assert projects_first(BUILT_IN["sage"](8, 16, num_layers=2, out_channels=4).convs[0])  # graphstore-train's
+    for kind in ("sage", "gin"):  # graphstore-train's
+        assert projects_first(BUILT_IN[kind](8, 16, num_layers=2, out_channels=4).convs[0]), kind
+    assert not projects_first(BUILT_IN["gat"](8, 16, num_layers=2, out_channels=4).convs[0])
+    assert projects_first(GINConv(MLP([8, 4, 4])))
     assert projects_first(SAGEConv(8, 4, aggr="sum")) and projects_first(SAGEConv(8, 4, root_weight=False))
     assert not projects_first(SAGEConv(8, 4, aggr="max")) and not projects_first(SAGEConv(8, 4, project=True))
     assert not projects_first(GINConv(torch.nn.Linear(8, 4))) and not projects_first(GATConv(8, 4))
@@ -130,7 +140,7 @@ def test_inference_that_cannot_fit_a_ranks_memory_is_refused_at_the_door(cora2, 
     full = inference.inference_bytes(ds, (0,), hidden=64)
     assert inference.inference_bytes(ds, (0,), hidden=96) - full == 4 * nodes * 2 * 32  # a layer in and out
     batch = full - 4 * nodes * 2 * 64 - 16 * (nodes + 1 + edges)  # one batch: every own node's in-edges here
-    assert batch == 4 * 1433 * 2 * (min(nodes + edges, 2708) + edges) + 32 * edges  # rows and messages of x, twice
+    assert batch == 4 * 1433 * (4 * min(nodes + edges, 2708) + 2 * edges) + 32 * edges  # rows and messages of x
     assert inference.batch_bytes(ds, (0,), 64, 4096) == batch
     assert inference.inference_bytes(ds, (0, 1), hidden=64) > full  # both partitions: more rows
     # batches shrink to fit an eighth of the memory (halved from 4,096 to at least 64)

@@ -8,13 +8,14 @@ full-graph forward pass.
 
 Layer 0's input, ``x``, is never held whole: it is read from the partitions' stores a batch at a time
 (through the rank's disk tier where ``x`` is larger than its memory: :mod:`training.loop.featurecache`), so
-a rank holds its CSC, a layer's input and output (``hidden`` wide) and one batch's rows. GraphSAGE's layer 0
-reads it once, in ID order, projected first (:func:`projects_first`); GIN and GAT read each batch's
+a rank holds its CSC, a layer's input and output (``hidden`` wide) and one batch's rows. GraphSAGE's and GIN's
+layer 0 read it once, in ID order, projected first (:func:`projects_first`); GAT reads each batch's
 in-neighbours' rows.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -96,17 +97,18 @@ def layerwise_inference(model: torch.nn.Module, dataset: Any, parts: int | tuple
     server = LayerServer(lo)
     transport.register(LAYER, server.rows)
     for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
-        root = None
+        root = finish = None
         if i == 0 and projects_first(conv):  # x read once, in order, and projected: its neighbours' rows are narrow
             h, root = _project(conv, h, batch_size)
+            finish = _finish(conv)
         server.publish(i, h)
         dist.barrier()  # every rank's layer-i rows are served before anyone asks
         out = root if root is not None else torch.zeros(0)  # a batch's own rows of ``root`` are its output's
         for start in range(0, hi - lo, batch_size):  # into one output: a layer's rows are held once, not twice
             stop = min(start + batch_size, hi - lo)
             if root is not None:
-                y = _projected_batch(model, conv, norm, h, root[start:stop], indptr, indices, lo, hi, start, stop,
-                                     dataset, transport, layout)
+                y = _projected_batch(model, conv, finish, norm, h, root[start:stop], indptr, indices, lo, hi, start,
+                                     stop, dataset, transport, layout)
             else:
                 y = _layer_batch(model, conv, norm, i, h, indptr, indices, lo, hi, start, stop, dataset, transport,
                                  layout)
@@ -120,33 +122,44 @@ def layerwise_inference(model: torch.nn.Module, dataset: Any, parts: int | tuple
 
 
 def projects_first(conv: Any) -> bool:
-    """Whether a layer is PyG's ``SAGEConv`` with a sum or mean of its neighbours (no projection of its own, as
-    :class:`training.loop.models.GraphSAGE` builds it): linear in each neighbour's row, so each node's row of
-    ``x`` can be projected first, once, and the narrow projections aggregated (:func:`_project`)."""
-    from torch_geometric.nn.conv import SAGEConv
+    """Whether a layer is linear in each neighbour's row before it aggregates, so that each node's row of ``x`` can
+    be projected first, once, and the narrow projections aggregated (:func:`_project`): PyG's ``SAGEConv`` with a
+    mean or sum (no projection of its own), and ``GINConv`` (a sum) whose network is an ``MLP`` (its first layer
+    linear), as :mod:`training.loop.models` builds them."""
+    from torch_geometric.nn import MLP
+    from torch_geometric.nn.conv import GINConv, SAGEConv
 
-    return type(conv) is SAGEConv and str(conv.aggr) in ("mean", "sum", "add") and not conv.project
+    if type(conv) is SAGEConv:
+        return str(conv.aggr) in ("mean", "sum", "add") and not conv.project
+    return type(conv) is GINConv and str(conv.aggr) in ("sum", "add") and type(conv.nn) is MLP
 
 
 def _project(conv: Any, rows: OwnRows, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Layer 0's rows of ``x`` read once, in ID order, a batch at a time: each node's neighbour projection
-    (``lin_l`` without its bias: what its in-neighbours aggregate) and its own term (``lin_r``, with
-    ``lin_l``'s bias, which a mean or sum of projections leaves out), both ``conv.out_channels`` wide."""
-    n, width = len(rows), conv.out_channels
+    """Layer 0's rows of ``x`` read once, in ID order, a batch at a time: each node's neighbour projection ``z``
+    (the first linear layer without its bias: what its in-neighbours aggregate) and its own term: SAGE's
+    ``lin_r`` plus ``lin_l``'s bias (which a mean or sum of projections leaves out); GIN's ``(1 + eps) z`` (its
+    bias comes after the sum: :func:`_finish`)."""
+    first = conv.lin_l if hasattr(conv, "lin_l") else conv.nn.lins[0]
+    n, width = len(rows), first.weight.shape[0]
     z, root = torch.empty((n, width)), torch.empty((n, width))
     for start in range(0, n, batch_size):
-        x = rows.take(torch.arange(start, min(start + batch_size, n)))
-        z[start:start + len(x)] = torch.nn.functional.linear(x, conv.lin_l.weight)
-        own = conv.lin_r(x) if conv.root_weight else torch.zeros((len(x), width))
-        root[start:start + len(x)] = own + conv.lin_l.bias if conv.lin_l.bias is not None else own
+        stop = min(start + batch_size, n)
+        x = rows.take(torch.arange(start, stop))
+        z[start:stop] = torch.nn.functional.linear(x, first.weight)
+        if hasattr(conv, "lin_l"):  # SAGE
+            own = conv.lin_r(x) if conv.root_weight else torch.zeros((stop - start, width))
+            root[start:stop] = own + first.bias if first.bias is not None else own
+        else:  # GIN
+            root[start:stop] = (1 + conv.eps) * z[start:stop]
     return z, root
 
 
-def _projected_batch(model: Any, conv: Any, norm: Any, z: torch.Tensor, root: torch.Tensor, indptr: torch.Tensor,
-                     indices: torch.Tensor, lo: int, hi: int, start: int, stop: int, dataset: Any,
+def _projected_batch(model: Any, conv: Any, finish: Any, norm: Any, z: torch.Tensor, root: torch.Tensor,
+                     indptr: torch.Tensor, indices: torch.Tensor, lo: int, hi: int, start: int, stop: int, dataset: Any,
                      transport: Transport, layout: RankLayout) -> torch.Tensor:
     """Layer 0 of destinations ``[start, stop)`` from the projections ``z`` of their in-neighbours (remote ones
-    from their owners) and their own terms ``root``: what ``conv`` computes from ``x``, in another order."""
+    from their owners) and their own terms ``root``, then ``finish``: what ``conv`` computes from ``x``, in
+    another order."""
     from torch_geometric.utils import scatter
 
     a, b = int(indptr[start]), int(indptr[stop])
@@ -154,10 +167,31 @@ def _projected_batch(model: Any, conv: Any, norm: Any, z: torch.Tensor, root: to
     dst_local = torch.repeat_interleave(torch.arange(stop - start), torch.diff(indptr[start: stop + 1]))
     rows = _rows(0, nodes, z, lo, hi, dataset, transport, layout)[inverse]
     reduce = "sum" if str(conv.aggr) == "add" else str(conv.aggr)
-    y = scatter(rows, dst_local, dim=0, dim_size=stop - start, reduce=reduce) + root
-    if conv.normalize:
-        y = torch.nn.functional.normalize(y, p=2.0, dim=-1)
-    return _after(model, norm, 0, y)
+    return _after(model, norm, 0, finish(scatter(rows, dst_local, dim=0, dim_size=stop - start, reduce=reduce) + root))
+
+
+class _Bias(torch.nn.Module):
+    """A linear layer's bias alone: the layer itself applied before the sum (:func:`_finish`)."""
+
+    def __init__(self, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.bias is None else x + self.bias
+
+
+def _finish(conv: Any) -> Any:
+    """What a projected-first layer applies after its sum: SAGE's normalisation where set; GIN's network, its
+    first layer's weights already applied (a copy of the MLP whose first layer adds the bias alone)."""
+    if hasattr(conv, "lin_l"):
+        if conv.normalize:
+            return lambda y: torch.nn.functional.normalize(y, p=2.0, dim=-1)
+        return lambda y: y
+    rest = copy.copy(conv.nn)
+    rest._modules = dict(conv.nn._modules)  # its own table of submodules: the model's MLP keeps its layers
+    rest.lins = torch.nn.ModuleList([_Bias(conv.nn.lins[0].bias), *conv.nn.lins[1:]])
+    return rest
 
 
 def _after(model: Any, norm: Any, i: int, y: torch.Tensor) -> torch.Tensor:
@@ -230,9 +264,11 @@ def inference_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_siz
 
 
 def batch_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int) -> int:
-    """The largest working set of a batch of ``batch_size`` destinations: its rows (``x``'s width at layer 0)
-    for them and every in-neighbour, read and then assembled, and a row per in-edge (the messages) and its
-    aggregate, from the CSC's pointers."""
+    """The largest working set of a batch of ``batch_size`` destinations, from the CSC's pointers: its rows
+    (``x``'s width at layer 0) for them and every in-neighbour about four times over (read, assembled, and a
+    layer's own intermediates over all of them: GIN's sum and ``(1 + eps) x``, its network's input), and a row per
+    in-edge twice (the messages and what the layer makes of them). GIN with ``x`` 4 KiB a row was OOM-killed in a
+    1.1 GB limit with twice each (before it projected first)."""
     node = dataset.manifest.node_types[0]
     features = int(np.prod(node.attrs["x"].shape)) if "x" in node.attrs else 0
     width, most = max(features, hidden), 0  # a batch's rows are x's at layer 0, then a layer's
@@ -241,7 +277,7 @@ def batch_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: i
         ends = indptr[np.minimum(np.arange(0, len(indptr) - 1 + batch_size, batch_size), len(indptr) - 1)]
         edges = int(np.diff(ends).max(initial=0))  # most in-edges of a batch's destinations
         rows = min(min(batch_size, len(indptr) - 1) + edges, node.num_nodes)  # its nodes, at most every one
-        most = max(most, 4 * width * 2 * (rows + edges) + 32 * edges)
+        most = max(most, 4 * width * (4 * rows + 2 * edges) + 32 * edges)
     return most
 
 
