@@ -19,7 +19,8 @@ import copy
 import logging
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -97,18 +98,18 @@ def layerwise_inference(model: torch.nn.Module, dataset: Any, parts: int | tuple
     server = LayerServer(lo)
     transport.register(LAYER, server.rows)
     for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
-        root = finish = None
-        if i == 0 and projects_first(conv):  # x read once, in order, and projected: its neighbours' rows are narrow
-            h, root = _project(conv, h, batch_size)
-            finish = _finish(conv)
+        how = projection(conv) if i == 0 else None
+        root = None
+        if how is not None:  # x read once, in order, and projected: its neighbours' rows are narrow
+            h, root = _project(how, h, batch_size)
         server.publish(i, h)
         dist.barrier()  # every rank's layer-i rows are served before anyone asks
         out = root if root is not None else torch.zeros(0)  # a batch's own rows of ``root`` are its output's
         for start in range(0, hi - lo, batch_size):  # into one output: a layer's rows are held once, not twice
             stop = min(start + batch_size, hi - lo)
             if root is not None:
-                y = _projected_batch(model, conv, finish, norm, h, root[start:stop], indptr, indices, lo, hi, start,
-                                     stop, dataset, transport, layout)
+                y = _projected_batch(model, how, norm, h, root[start:stop], indptr, indices, lo, hi, start, stop,
+                                     dataset, transport, layout)
             else:
                 y = _layer_batch(model, conv, norm, i, h, indptr, indices, lo, hi, start, stop, dataset, transport,
                                  layout)
@@ -121,57 +122,51 @@ def layerwise_inference(model: torch.nn.Module, dataset: Any, parts: int | tuple
     return h
 
 
-def projects_first(conv: Any) -> bool:
-    """Whether a layer is linear in each neighbour's row before it aggregates, so that each node's row of ``x`` can
-    be projected first, once, and the narrow projections aggregated (:func:`_project`): PyG's ``SAGEConv`` with a
-    mean or sum (no projection of its own), and ``GINConv`` (a sum) whose network is an ``MLP`` (its first layer
-    linear), as :mod:`training.loop.models` builds them."""
+@dataclass(frozen=True)
+class Projection:
+    """How a layer linear in each neighbour's row is computed projection first: ``first``, the linear layer
+    whose weights project each row of ``x`` (its bias left out: a mean or sum of projections would count it
+    once per neighbour); ``own(x, z)``, a node's own term from its row and projection; ``finish``, what the
+    layer applies after the aggregate plus the own term; ``reduce``, the aggregate."""
+
+    first: Any
+    own: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    finish: Callable[[torch.Tensor], torch.Tensor]
+    reduce: str
+
+
+def projection(conv: Any) -> Projection | None:
+    """A layer's :class:`Projection` where it is linear in each neighbour's row before it aggregates, else
+    ``None``: PyG's ``SAGEConv`` with a mean or sum (no projection of its own), and ``GINConv`` (a sum) whose
+    network is an ``MLP`` (its first layer linear), as :mod:`training.loop.models` builds them."""
     from torch_geometric.nn import MLP
     from torch_geometric.nn.conv import GINConv, SAGEConv
 
-    if type(conv) is SAGEConv:
-        return str(conv.aggr) in ("mean", "sum", "add") and not conv.project
-    return type(conv) is GINConv and str(conv.aggr) in ("sum", "add") and type(conv.nn) is MLP
+    reduce = {"mean": "mean", "sum": "sum", "add": "sum"}.get(str(conv.aggr))
+    if type(conv) is SAGEConv and reduce is not None and not conv.project:
+        def own(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # lin_r, and lin_l's bias
+            term = conv.lin_r(x) if conv.root_weight else torch.zeros_like(z)
+            return term + conv.lin_l.bias if conv.lin_l.bias is not None else term
+
+        def finish(y: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.normalize(y, p=2.0, dim=-1) if conv.normalize else y
+
+        return Projection(conv.lin_l, own, finish, reduce)
+    if type(conv) is GINConv and reduce == "sum" and type(conv.nn) is MLP:
+        rest = copy.copy(conv.nn)  # the network after its first layer's weights: that layer adds its bias alone
+        rest._modules = dict(conv.nn._modules)  # its own table of submodules: the model's MLP keeps its layers
+        rest.lins = torch.nn.ModuleList([_Bias(conv.nn.lins[0].bias), *conv.nn.lins[1:]])
+        return Projection(conv.nn.lins[0], lambda x, z: (1 + conv.eps) * z, rest, reduce)
+    return None
 
 
-def _project(conv: Any, rows: OwnRows, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Layer 0's rows of ``x`` read once, in ID order, a batch at a time: each node's neighbour projection ``z``
-    (the first linear layer without its bias: what its in-neighbours aggregate) and its own term: SAGE's
-    ``lin_r`` plus ``lin_l``'s bias (which a mean or sum of projections leaves out); GIN's ``(1 + eps) z`` (its
-    bias comes after the sum: :func:`_finish`)."""
-    first = conv.lin_l if hasattr(conv, "lin_l") else conv.nn.lins[0]
-    n, width = len(rows), first.weight.shape[0]
-    z, root = torch.empty((n, width)), torch.empty((n, width))
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        x = rows.take(torch.arange(start, stop))
-        z[start:stop] = torch.nn.functional.linear(x, first.weight)
-        if hasattr(conv, "lin_l"):  # SAGE
-            own = conv.lin_r(x) if conv.root_weight else torch.zeros((stop - start, width))
-            root[start:stop] = own + first.bias if first.bias is not None else own
-        else:  # GIN
-            root[start:stop] = (1 + conv.eps) * z[start:stop]
-    return z, root
-
-
-def _projected_batch(model: Any, conv: Any, finish: Any, norm: Any, z: torch.Tensor, root: torch.Tensor,
-                     indptr: torch.Tensor, indices: torch.Tensor, lo: int, hi: int, start: int, stop: int, dataset: Any,
-                     transport: Transport, layout: RankLayout) -> torch.Tensor:
-    """Layer 0 of destinations ``[start, stop)`` from the projections ``z`` of their in-neighbours (remote ones
-    from their owners) and their own terms ``root``, then ``finish``: what ``conv`` computes from ``x``, in
-    another order."""
-    from torch_geometric.utils import scatter
-
-    a, b = int(indptr[start]), int(indptr[stop])
-    nodes, inverse = torch.unique(indices[a:b], return_inverse=True)
-    dst_local = torch.repeat_interleave(torch.arange(stop - start), torch.diff(indptr[start: stop + 1]))
-    rows = _rows(0, nodes, z, lo, hi, dataset, transport, layout)[inverse]
-    reduce = "sum" if str(conv.aggr) == "add" else str(conv.aggr)
-    return _after(model, norm, 0, finish(scatter(rows, dst_local, dim=0, dim_size=stop - start, reduce=reduce) + root))
+def projects_first(conv: Any) -> bool:
+    """Whether layer 0 reads each row of ``x`` once and aggregates its projection (:func:`projection`)."""
+    return projection(conv) is not None
 
 
 class _Bias(torch.nn.Module):
-    """A linear layer's bias alone: the layer itself applied before the sum (:func:`_finish`)."""
+    """A linear layer's bias alone: the layer's weights applied before the sum (:func:`projection`)."""
 
     def __init__(self, bias: torch.Tensor | None) -> None:
         super().__init__()
@@ -181,17 +176,32 @@ class _Bias(torch.nn.Module):
         return x if self.bias is None else x + self.bias
 
 
-def _finish(conv: Any) -> Any:
-    """What a projected-first layer applies after its sum: SAGE's normalisation where set; GIN's network, its
-    first layer's weights already applied (a copy of the MLP whose first layer adds the bias alone)."""
-    if hasattr(conv, "lin_l"):
-        if conv.normalize:
-            return lambda y: torch.nn.functional.normalize(y, p=2.0, dim=-1)
-        return lambda y: y
-    rest = copy.copy(conv.nn)
-    rest._modules = dict(conv.nn._modules)  # its own table of submodules: the model's MLP keeps its layers
-    rest.lins = torch.nn.ModuleList([_Bias(conv.nn.lins[0].bias), *conv.nn.lins[1:]])
-    return rest
+def _project(how: Projection, rows: OwnRows, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Layer 0's rows of ``x`` read once, in ID order, a batch at a time, into each node's projection ``z``
+    (what its in-neighbours aggregate) and its own term."""
+    n, width = len(rows), how.first.weight.shape[0]
+    z, root = torch.empty((n, width)), torch.empty((n, width))
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        x = rows.take(torch.arange(start, stop))
+        z[start:stop] = torch.nn.functional.linear(x, how.first.weight)
+        root[start:stop] = how.own(x, z[start:stop])
+    return z, root
+
+
+def _projected_batch(model: Any, how: Projection, norm: Any, z: torch.Tensor, root: torch.Tensor,
+                     indptr: torch.Tensor, indices: torch.Tensor, lo: int, hi: int, start: int, stop: int, dataset: Any,
+                     transport: Transport, layout: RankLayout) -> torch.Tensor:
+    """Layer 0 of destinations ``[start, stop)`` from the projections ``z`` of their in-neighbours (remote ones
+    from their owners) and their own terms ``root``: what the layer computes from ``x``, in another order."""
+    from torch_geometric.utils import scatter
+
+    a, b = int(indptr[start]), int(indptr[stop])
+    nodes, inverse = torch.unique(indices[a:b], return_inverse=True)
+    dst_local = torch.repeat_interleave(torch.arange(stop - start), torch.diff(indptr[start: stop + 1]))
+    rows = _rows(0, nodes, z, lo, hi, dataset, transport, layout)[inverse]
+    aggregate = scatter(rows, dst_local, dim=0, dim_size=stop - start, reduce=how.reduce)
+    return _after(model, norm, 0, how.finish(aggregate + root))
 
 
 def _after(model: Any, norm: Any, i: int, y: torch.Tensor) -> torch.Tensor:
