@@ -148,18 +148,23 @@ def test_inference_that_cannot_fit_a_ranks_memory_is_refused_at_the_door(cora2, 
     small = inference.inference_batch(ds, (0,), 64, 8 * batch - 1)
     assert small < 4096 and inference.batch_bytes(ds, (0,), 64, small) <= batch - 1
     assert inference.inference_batch(ds, (0,), 64, 1) == 64
+    # layer 0 projected first (SAGE, GIN): a batch's rows and messages are 64 wide, not x's 1,433
+    rows = min(nodes + edges, 2708)
+    assert inference.batch_bytes(ds, (0,), 64, 4096, projected=True) == max(
+        4 * 64 * (4 * rows + 2 * edges) + 32 * edges, 4 * nodes * (1433 + 2 * 64)) < batch
     need = inference.inference_bytes(ds, (0,), hidden=64, batch_size=64)  # with the smallest batches
     assert need < full
     monkeypatch.setattr(featurecache, "memory_limit", lambda ranks: (2 * need - 2) // ranks)  # a host's share
     monkeypatch.setattr(inference, "resident_bytes", lambda: 0)
-    inference.check_memory(ds, (0,), 64, local_ranks=1)  # fits: nothing said
+    inference.check_memory(ds, (0,), 64, local_ranks=1, model="gat")  # fits: nothing said (GAT reads x per batch)
     monkeypatch.setattr(inference, "resident_bytes", lambda: need)  # unless the rank holds as much already
     with pytest.raises(InvalidInputError) as held:
-        inference.check_memory(ds, (0,), 64, local_ranks=1)
+        inference.check_memory(ds, (0,), 64, local_ranks=1, model="gat")
     assert f"beside the {need / 1e9:.2f} GB the rank holds already" in str(held.value)
     monkeypatch.setattr(inference, "resident_bytes", lambda: 0)
     with pytest.raises(InvalidInputError) as caught:
-        inference.check_memory(ds, (0,), 64, local_ranks=2)  # two ranks share it: half each
+        inference.check_memory(ds, (0,), 64, local_ranks=2, model="gat")  # two ranks share it: half each
     said = str(caught.value)
     assert said.startswith("--infer-out") and f"about {need / 1e9:.2f} GB" in said and "drop --infer-out" in said
     assert "\n" not in said
+    inference.check_memory(ds, (0,), 64, local_ranks=2, model="sage")  # projected first: it fits there

@@ -262,56 +262,66 @@ def _rows(i: int, nodes: torch.Tensor, h: torch.Tensor | OwnRows, lo: int, hi: i
     return out
 
 
-def inference_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int = BATCH) -> int:
+def inference_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int = BATCH,
+                    projected: bool = False) -> int:
     """What :func:`layerwise_inference` holds at its peak on a rank of partitions ``parts``: their CSC arrays
     (int64, twice while joined), a layer's input and output for their nodes (``hidden`` wide, float32), and
-    the largest batch's working set (:func:`batch_bytes`). ``x`` itself is read batch by batch, never held
-    whole. An estimate, from the manifest and the mapped pointers."""
+    the largest batch's working set (:func:`batch_bytes`; ``projected``: layer 0 projects first). ``x`` itself is
+    read batch by batch, never held whole. An estimate, from the manifest and the mapped pointers."""
     node, edge = dataset.manifest.node_types[0], dataset.manifest.edge_types[0]
     nodes = sum(int(node.offsets[p + 1]) - int(node.offsets[p]) for p in parts)
     edges = sum(int(edge.edges_per_part[p]) for p in parts)
-    return 4 * nodes * 2 * hidden + 16 * (nodes + 1 + edges) + batch_bytes(dataset, parts, hidden, batch_size)
+    return (4 * nodes * 2 * hidden + 16 * (nodes + 1 + edges)
+            + batch_bytes(dataset, parts, hidden, batch_size, projected))
 
 
-def batch_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int) -> int:
+def batch_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int, projected: bool = False) -> int:
     """The largest working set of a batch of ``batch_size`` destinations, from the CSC's pointers: its rows
     (``x``'s width at layer 0) for them and every in-neighbour about four times over (read, assembled, and a
     layer's own intermediates over all of them: GIN's sum and ``(1 + eps) x``, its network's input), and a row per
     in-edge twice (the messages and what the layer makes of them). GIN with ``x`` 4 KiB a row was OOM-killed in a
-    1.1 GB limit with twice each (before it projected first)."""
+    1.1 GB limit with twice each (before it projected first). Where layer 0 projects first (``projected``) the
+    rows and messages are ``hidden`` wide at every layer (counted as often: a skewed graph's hub batch was
+    OOM-killed in 1.1 GB with its rows counted once), and its projection reads a batch's own rows of ``x``."""
     node = dataset.manifest.node_types[0]
     features = int(np.prod(node.attrs["x"].shape)) if "x" in node.attrs else 0
-    width, most = max(features, hidden), 0  # a batch's rows are x's at layer 0, then a layer's
+    width, most = (hidden if projected else max(features, hidden)), 0  # a batch's rows: x's at layer 0, then a layer's
     for p in parts:
         indptr = np.asarray(dataset.partition(p)[1].csc_arrays()[0])
         ends = indptr[np.minimum(np.arange(0, len(indptr) - 1 + batch_size, batch_size), len(indptr) - 1)]
         edges = int(np.diff(ends).max(initial=0))  # most in-edges of a batch's destinations
-        rows = min(min(batch_size, len(indptr) - 1) + edges, node.num_nodes)  # its nodes, at most every one
-        most = max(most, 4 * width * (4 * rows + 2 * edges) + 32 * edges)
+        own = min(batch_size, len(indptr) - 1)
+        rows = min(own + edges, node.num_nodes)  # its nodes, at most every one
+        most = max(most, 4 * width * (4 * rows + 2 * edges) + 32 * edges,
+                   4 * own * (features + 2 * hidden) if projected else 0)  # the projection's rows of x and theirs
     return most
 
 
-def inference_batch(dataset: Any, parts: tuple[int, ...], hidden: int, memory: int) -> int:
+def inference_batch(dataset: Any, parts: tuple[int, ...], hidden: int, memory: int, projected: bool = False) -> int:
     """How many destinations a batch of inference computes at once: :data:`BATCH`, halved (down to 64) while
     its working set (:func:`batch_bytes`) exceeds an eighth of the rank's ``memory``: wide rows of ``x`` read
     from disk in a memory limit take smaller batches, not the OOM killer."""
     size = BATCH
-    while size > 64 and batch_bytes(dataset, parts, hidden, size) > memory // 8:
+    while size > 64 and batch_bytes(dataset, parts, hidden, size, projected) > memory // 8:
         size //= 2
     return size
 
 
-def check_memory(dataset: Any, parts: tuple[int, ...], hidden: int, local_ranks: int) -> None:
+def check_memory(dataset: Any, parts: tuple[int, ...], hidden: int, local_ranks: int, model: str = "sage") -> None:
     """``--infer-out``, at the door (before training, so that nothing is lost): refuse in one line, naming the
     memory it needs, a rank whose inference would hold more than its memory (:func:`featurecache.memory_limit`:
     its share of its cgroup limit, else of the host's memory) beside what the rank holds already (torch, the
-    dataset's open arrays: its resident set now; training's batches and RAM cache are let go before the pass)."""
+    dataset's open arrays: its resident set now; training's batches and RAM cache are let go before the pass).
+    ``model``: graphstore-train's ``--model`` (whether its layer 0 projects first)."""
     from training.loop.featurecache import memory_limit
+    from training.loop.models import MODELS
 
     if dataset.is_hetero or "x" not in dataset.manifest.node_types[0].attrs:
         return  # refused by write_outputs, or by the task, in their own words
     have, held = memory_limit(local_ranks), resident_bytes()
-    need = inference_bytes(dataset, tuple(parts), hidden, inference_batch(dataset, tuple(parts), hidden, have))
+    projected = model in MODELS and projects_first(MODELS[model](1, 1, num_layers=1).convs[0])  # as built
+    batch = inference_batch(dataset, tuple(parts), hidden, have, projected)
+    need = inference_bytes(dataset, tuple(parts), hidden, batch, projected)
     if need + held > have:
         raise InvalidInputError(
             f"--infer-out: its pass over the whole graph holds a layer's outputs ({hidden} wide) for this rank's "
@@ -343,7 +353,8 @@ def write_outputs(trainer: Any, model: torch.nn.Module) -> None:
 
     if trainer.features is not None:  # a pass reading every row once: the RAM cache of hot rows makes room for it
         trainer.features.fill(0)
-    batch = inference_batch(dataset, tuple(parts), config.hidden, memory_limit(world.local_world_size))
+    batch = inference_batch(dataset, tuple(parts), config.hidden, memory_limit(world.local_world_size),
+                            projects_first(model.convs[0]))
     out = layerwise_inference(model, dataset, parts, trainer.transport, layout, config.model, batch_size=batch)
     writer = OutputWriter(dataset, config.infer_out, row_shape=tuple(out.shape[1:]),
                           description=f"graphstore-train {config.model} outputs")

@@ -79,7 +79,8 @@ class Trainer:
         if self.config.infer_out:  # refused now, before any training is lost to the OOM killer
             from training.loop.inference import check_memory
 
-            check_memory(self.dataset, tuple(self.parts), self.config.hidden, self.world.local_world_size)
+            check_memory(self.dataset, tuple(self.parts), self.config.hidden, self.world.local_world_size,
+                         self.config.model)
         out = self.task.loaders()
         if "train" not in out:
             raise InvalidInputError(f"{self.dataset.url} has no training split (train_mask) for --task {self.config.task}")
