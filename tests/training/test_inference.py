@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import tempfile
 import traceback
 
 import numpy as np
@@ -15,16 +18,17 @@ from tests.conftest import join_spawned, spawn_ranks
 pytestmark = [pytest.mark.distributed]
 
 
-def _model(kind: str = "sage", seed: int = 0, **options):
+def _model(kind: str = "sage", seed: int = 0, out: int = 5, **options):
     from torch_geometric.nn import GAT, GIN, GraphSAGE
 
     torch.manual_seed(seed)
-    return {"sage": GraphSAGE, "gin": GIN, "gat": GAT}[kind](8, 16, num_layers=3, out_channels=5, **options).eval()
+    return {"sage": GraphSAGE, "gin": GIN, "gat": GAT}[kind](8, 16, num_layers=3, out_channels=out, **options).eval()
 
 
-# layer 0 projected first (SAGE's mean and sum, GIN) or reading x per batch (SAGE's max, GAT)
+# every layer projected first (SAGE's mean and sum, GIN; "wide": not its last layer, which widens 16 to 24) or
+# reading its input's rows per batch (SAGE's max, GAT)
 MODELS = {"mean": ("sage", {}), "sum": ("sage", {"aggr": "sum", "normalize": True}), "max": ("sage", {"aggr": "max"}),
-          "gin": ("gin", {"train_eps": True}), "gat": ("gat", {})}
+          "gin": ("gin", {"train_eps": True}), "gat": ("gat", {}), "wide": ("sage", {"out": 24})}
 
 
 def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> None:
@@ -39,12 +43,19 @@ def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> No
         ds = graphstore.open_dataset(url)
         PartitionServer(ds, rank).register(transport)
         layout = RankLayout(2, world_size)  # one rank: both partitions, joined
+        spill = os.path.join(out_dir, f"spill{rank}")
+        os.mkdir(spill)
         for name, (kind, options) in MODELS.items():
             model = _model(kind, **options)
             if kind == "gin":  # a learned eps, not 0: its own term counts
-                model.convs[0].eps.data.fill_(0.3)
-            out = layerwise_inference(model, ds, layout.parts_of(rank), transport, layout, kind, batch_size=64)
-            torch.save(out, f"{out_dir}/{name}{rank}.pt")
+                for conv in model.convs:
+                    conv.eps.data.fill_(0.3)
+            for where in (None, spill):  # in memory; spilled to disk, every layer that can projected first
+                out = layerwise_inference(model, ds, layout.parts_of(rank), transport, layout, kind, batch_size=64,
+                                          spill=where)
+                torch.save(out, f"{out_dir}/{name}{rank}{'s' if where else ''}.pt")
+            assert os.listdir(spill) == []  # the spilled layers' files are gone
+        _write_spilled(rank, world_size, ds, layout, transport, spill)
         torch.distributed.barrier()
         stop(transport, graceful=True)
         result = {"ok": True}
@@ -52,6 +63,34 @@ def _worker(rank: int, world_size: int, rdzv: str, url: str, out_dir: str) -> No
         result = {"error": traceback.format_exc()}
     with open(f"{out_dir}/rank{rank}.json", "w") as fh:
         json.dump(result, fh)
+
+
+def _write_spilled(rank: int, world_size: int, ds, layout, transport, spill: str) -> None:
+    """graphstore-train's --infer-out (``write_outputs``) in a memory that its layers fit only spilled to disk:
+    written into the dataset as ``spilled<world_size>``."""
+    from types import SimpleNamespace
+
+    from training.cluster.world import World
+    from training.loop import featurecache, inference
+
+    parts = tuple(layout.parts_of(rank))
+    memory = inference.inference_bytes(ds, parts, 16, 64, projected=True, spilled=True)  # the smallest batches
+    assert inference.plan(ds, parts, 16, memory, 0, True).spill is not None  # in memory it would not fit
+    featurecache.memory_limit, inference.resident_bytes = (lambda ranks: memory), (lambda: 0)
+    tempfile.tempdir = spill  # TMPDIR
+    made = []
+
+    class Counted(inference.SpillFile):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            made.append(self.path)
+
+    inference.SpillFile = Counted
+    config = SimpleNamespace(task="node", model="sage", hidden=16, infer_out=f"spilled{world_size}")
+    trainer = SimpleNamespace(config=config, dataset=ds, parts=parts, layout=layout, transport=transport,
+                              world=World(rank, world_size, rank, "file:///unused"), features=None)
+    inference.write_outputs(trainer, _model("sage"))
+    assert len(made) == 4 and os.listdir(spill) == []  # layers 0 and 1: own terms and outputs on disk, now gone
 
 
 def test_layerwise_inference_matches_full_graph_forward(tmp_path):
@@ -75,12 +114,18 @@ def test_layerwise_inference_matches_full_graph_forward(tmp_path):
         for name, (kind, options) in MODELS.items():  # projected first or not: the same outputs
             model = _model(kind, **options)
             if kind == "gin":
-                model.convs[0].eps.data.fill_(0.3)
+                for conv in model.convs:
+                    conv.eps.data.fill_(0.3)
             with torch.no_grad():
                 full = model(x, torch.stack([src, dst]))
-            layered = torch.cat([torch.load(out / f"{name}{r}.pt") for r in range(world)])
-            assert layered.shape == full.shape
-            assert torch.allclose(layered, full, atol=1e-5), (world, name, float((layered - full).abs().max()))
+            for spilled in ("", "s"):
+                layered = torch.cat([torch.load(out / f"{name}{r}{spilled}.pt") for r in range(world)])
+                assert layered.shape == full.shape
+                assert torch.allclose(layered, full, atol=1e-5), (world, name, spilled,
+                                                                  float((layered - full).abs().max()))
+        written = DatasetFeatureStore(graphstore.open_dataset(tmp_path / "ds"))[None, f"spilled{world}", None]
+        with torch.no_grad():  # write_outputs, its layers spilled, wrote the forward pass into the dataset
+            assert torch.allclose(written, _model("sage")(x, torch.stack([src, dst])), atol=1e-5), world
 
 
 def test_sage_and_gin_layers_project_first_and_the_others_read_x_per_batch():
@@ -127,10 +172,11 @@ def test_graphstore_train_writes_predictions_back(cora2, tmp_path):
     assert metrics(tmp_path / "m.json")["epochs"][-1]["test_acc"] > 0.7
 
 
-def test_inference_that_cannot_fit_a_ranks_memory_is_refused_at_the_door(cora2, monkeypatch):
+def test_inference_that_cannot_fit_a_ranks_memory_is_refused_at_the_door(cora2, monkeypatch, tmp_path, caplog):
     """--infer-out holds a layer's input and outputs for the rank's nodes (float32, ``hidden`` wide), its CSC and
-    a batch's rows, not x (read batch by batch): where that exceeds the rank's memory, the trainer refuses before
-    training (in one line naming both), not mid-write."""
+    a batch's rows, not x (read batch by batch): where that exceeds the rank's memory, its layers go to disk
+    (TMPDIR), and where even that does not fit the trainer refuses before training (in one line naming both), not
+    mid-write."""
     from graphstore.errors import InvalidInputError
     from training.loop import featurecache, inference
 
@@ -154,17 +200,40 @@ def test_inference_that_cannot_fit_a_ranks_memory_is_refused_at_the_door(cora2, 
         4 * 64 * (4 * rows + 2 * edges) + 32 * edges, 4 * nodes * (1433 + 2 * 64)) < batch
     need = inference.inference_bytes(ds, (0,), hidden=64, batch_size=64)  # with the smallest batches
     assert need < full
+    spilled = inference.inference_bytes(ds, (0,), hidden=64, batch_size=64, spilled=True)
+    assert need - spilled == 4 * nodes * 64  # spilled: one layer's projections held, not a layer in and out
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # TMPDIR, on a disk
     monkeypatch.setattr(featurecache, "memory_limit", lambda ranks: (2 * need - 2) // ranks)  # a host's share
     monkeypatch.setattr(inference, "resident_bytes", lambda: 0)
     inference.check_memory(ds, (0,), 64, local_ranks=1, model="gat")  # fits: nothing said (GAT reads x per batch)
-    monkeypatch.setattr(inference, "resident_bytes", lambda: need)  # unless the rank holds as much already
+    assert inference.plan(ds, (0,), 64, 2 * need - 2, 0, False).spill is None  # its layers in memory
+    monkeypatch.setattr(inference, "resident_bytes", lambda: need)  # unless the rank holds as much already:
+    with caplog.at_level(logging.WARNING, logger=inference.__name__):
+        inference.check_memory(ds, (0,), 64, local_ranks=1, model="gat")  # then its layers go to disk
+    assert f"will be written to {tmp_path}" in caplog.text
+    assert inference.plan(ds, (0,), 64, 2 * need - 2, need, False) == inference.Plan(64, str(tmp_path), spilled)
+    monkeypatch.setattr(inference, "resident_bytes", lambda: 2 * need - spilled)  # not even spilled
     with pytest.raises(InvalidInputError) as held:
         inference.check_memory(ds, (0,), 64, local_ranks=1, model="gat")
-    assert f"beside the {need / 1e9:.2f} GB the rank holds already" in str(held.value)
-    monkeypatch.setattr(inference, "resident_bytes", lambda: 0)
+    assert f"beside the {(2 * need - spilled) / 1e9:.2f} GB the rank holds already" in str(held.value)
+    assert f"or {spilled / 1e9:.2f} GB with its layers spilled to disk" in str(held.value)
+    # after training (admitted at the door), a resident set that seems to leave room for neither: spilled, the lighter
+    assert inference.plan(ds, (0,), 64, 2 * need - 2, 2 * need - spilled, False, refuse=False).spill == str(tmp_path)
+    monkeypatch.setattr(inference, "resident_bytes", lambda: need - spilled)
     with pytest.raises(InvalidInputError) as caught:
         inference.check_memory(ds, (0,), 64, local_ranks=2, model="gat")  # two ranks share it: half each
     said = str(caught.value)
     assert said.startswith("--infer-out") and f"about {need / 1e9:.2f} GB" in said and "drop --infer-out" in said
     assert "\n" not in said
     inference.check_memory(ds, (0,), 64, local_ranks=2, model="sage")  # projected first: it fits there
+    # where spilling cannot help: a temporary directory in memory, or a disk without room
+    monkeypatch.setattr(inference, "resident_bytes", lambda: need)
+    mounts = tmp_path / "mounts"  # the mount table, as /proc/self/mounts writes it: TMPDIR on a tmpfs
+    mounts.write_text(f"/dev/vda / ext4 rw 0 0\ntmpfs {tmp_path} tmpfs rw,size=5m 0 0\n")
+    monkeypatch.setattr(inference, "MOUNTS", str(mounts))
+    with pytest.raises(InvalidInputError) as tmpfs:
+        inference.check_memory(ds, (0,), 64, local_ranks=1, model="gat")
+    assert f"its layers cannot go to disk: {tmp_path} is tmpfs, in memory" in str(tmpfs.value)
+    assert inference.plan(ds, (0,), 64, 2 * need - 2, need, False, refuse=False).spill is None  # memory, then
+    monkeypatch.setattr(inference, "MOUNTS", "/proc/self/mounts")
+    assert inference.spill_refusal(str(tmp_path), 1 << 60).startswith(f"{tmp_path} has ")  # an exabyte: no room

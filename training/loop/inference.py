@@ -9,14 +9,17 @@ full-graph forward pass.
 Layer 0's input, ``x``, is never held whole: it is read from the partitions' stores a batch at a time
 (through the rank's disk tier where ``x`` is larger than its memory: :mod:`training.loop.featurecache`), so
 a rank holds its CSC, a layer's input and output (``hidden`` wide) and one batch's rows. GraphSAGE's and GIN's
-layer 0 read it once, in ID order, projected first (:func:`projects_first`); GAT reads each batch's
-in-neighbours' rows.
+layers read their input once, in ID order, projected first (:func:`projects_first`; ``x`` included); GAT reads
+each batch's in-neighbours' rows. Where a layer's input and output do not fit beside the rest, they go to disk
+(:class:`SpillFile`, in ``TMPDIR``): the rank then holds one layer's projections (:func:`plan`).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -34,6 +37,7 @@ logger = logging.getLogger(__name__)
 LAYER = "graphstore.layer_rows"
 EXACT_MODELS = ("sage", "gin", "gat")
 BATCH = 4096  # destinations a rank computes at once
+MOUNTS = "/proc/self/mounts"  # where a spill directory's file system is looked up
 
 
 class OwnRows:
@@ -84,42 +88,114 @@ class LayerServer:
         return _take(table, ids - self.lo)
 
 
+class SpillFile:
+    """A layer's rows for this rank's nodes on disk, where they do not fit beside the rest in memory: written in
+    ID order, a batch at a time (``pwrite``), flushed and their pages dropped every :attr:`FLUSH` bytes (so the
+    page cache a memory limit charges stays small), then mapped read-only and unlinked (:meth:`rows`): the file is
+    gone when its tensor is, also if the rank dies."""
+
+    FLUSH = 64 << 20
+
+    def __init__(self, directory: str, rows: int, width: int) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="graphstore-layer-", suffix=".f32", dir=directory)
+        self.shape, self._fd, self._clean = (rows, width), fd, 0
+        os.ftruncate(fd, 4 * rows * width)
+
+    def __setitem__(self, rows: slice, y: torch.Tensor) -> None:
+        data = np.ascontiguousarray(y.detach().numpy(), dtype=np.float32)
+        offset, view = 4 * rows.start * self.shape[1], memoryview(data).cast("B")
+        while view:
+            done = os.pwrite(self._fd, view, offset)
+            view, offset = view[done:], offset + done
+        if offset - self._clean >= self.FLUSH:
+            self._flush(offset)
+
+    def _flush(self, end: int) -> None:
+        os.fdatasync(self._fd)
+        os.posix_fadvise(self._fd, self._clean, end - self._clean, os.POSIX_FADV_DONTNEED)
+        self._clean = end
+
+    def rows(self) -> torch.Tensor:
+        """The rows written, mapped (private, clean pages: the kernel reclaims what a memory limit needs)."""
+        self._flush(4 * self.shape[0] * self.shape[1])
+        os.close(self._fd)
+        mapped = np.memmap(self.path, dtype=np.float32, mode="c", shape=self.shape) if self.shape[0] else \
+            np.empty(self.shape, dtype=np.float32)
+        os.unlink(self.path)
+        return torch.from_numpy(mapped)
+
+
+class _Outputs:
+    """Where a layer's outputs go: memory (``spill`` None), or a :class:`SpillFile` in the directory ``spill``
+    (every layer but the last, whose outputs are the job's: ``classes`` wide)."""
+
+    def __init__(self, spill: str | None, rows: int) -> None:
+        self.spill, self.rows = spill, rows
+
+    def new(self, shape: tuple[int, ...], last: bool) -> torch.Tensor | SpillFile:
+        if self.spill is None or last:
+            return torch.empty((self.rows, *shape))
+        return SpillFile(self.spill, self.rows, int(np.prod(shape)))
+
+    @staticmethod
+    def done(out: torch.Tensor | SpillFile) -> torch.Tensor:
+        return out.rows() if isinstance(out, SpillFile) else out
+
+
 @torch.no_grad()
 def layerwise_inference(model: torch.nn.Module, dataset: Any, parts: int | tuple[int, ...], transport: Transport,
-                        layout: RankLayout, model_name: str, batch_size: int = BATCH) -> torch.Tensor:
+                        layout: RankLayout, model_name: str, batch_size: int = BATCH,
+                        spill: str | None = None) -> torch.Tensor:
     """Outputs of ``model`` (a PyG BasicGNN) for every node the partitions ``parts`` own (a contiguous
-    block of them), in global-ID order."""
+    block of them), in global-ID order. Every layer that can projects first (:func:`projection`; after layer 0,
+    where that does not widen its rows): its input read once, in order, its own terms written over that input, its
+    projections what its batches aggregate. ``spill``: a directory for the layers' rows where they do not fit in
+    memory (:class:`SpillFile`): the rank then holds one layer's projections."""
     if model_name not in EXACT_MODELS:
         raise InvalidInputError(f"--infer-out supports {EXACT_MODELS} (GCN's normalisation needs global degrees)")
     model.eval()
     parts = (parts,) if isinstance(parts, int) else tuple(parts)
     lo, hi, indptr, indices = _owned(dataset, parts)
     h: torch.Tensor | OwnRows = OwnRows(dataset, parts)
+    outputs = _Outputs(spill, hi - lo)
     server = LayerServer(lo)
     transport.register(LAYER, server.rows)
     for i, (conv, norm) in enumerate(zip(model.convs, model.norms)):
-        how = projection(conv) if i == 0 else None
-        root = None
-        if how is not None:  # x read once, in order, and projected: its neighbours' rows are narrow
-            h, root = _project(how, h, batch_size)
+        last, how = i == len(model.convs) - 1, projection(conv)
+        if how is not None and i > 0 and how.first.weight.shape[0] > how.first.weight.shape[1]:
+            how = None  # a widening layer: its projections would outweigh its input (every rank decides alike)
+        root: Any = None
+        if how is not None:  # the input read once, in order, and projected: its neighbours' rows are narrow
+            width = how.first.weight.shape[0]
+            if isinstance(h, torch.Tensor) and spill is None:
+                root = h[:, :width]  # in place: a batch's input rows are read before its own terms replace them
+            else:
+                root = outputs.new((width,), last)
+            h = _project(how, h, batch_size, root)
         server.publish(i, h)
         dist.barrier()  # every rank's layer-i rows are served before anyone asks
-        out = root if root is not None else torch.zeros(0)  # a batch's own rows of ``root`` are its output's
+        out: Any = torch.zeros(0)
+        if isinstance(root, SpillFile):  # read back in order; the outputs go to a file of their own
+            root = root.rows()
+            out = outputs.new(root.shape[1:], last)
+        elif root is not None:
+            out = root  # a batch's own rows of ``root`` are its output's: one tensor, overwritten in order
         for start in range(0, hi - lo, batch_size):  # into one output: a layer's rows are held once, not twice
             stop = min(start + batch_size, hi - lo)
             if root is not None:
-                y = _projected_batch(model, how, norm, h, root[start:stop], indptr, indices, lo, hi, start, stop,
+                y = _projected_batch(model, how, norm, i, h, root[start:stop], indptr, indices, lo, hi, start, stop,
                                      dataset, transport, layout)
             else:
                 y = _layer_batch(model, conv, norm, i, h, indptr, indices, lo, hi, start, stop, dataset, transport,
                                  layout)
             if start == 0 and root is None:
-                out = torch.empty((hi - lo, *y.shape[1:]), dtype=y.dtype)
+                out = outputs.new(y.shape[1:], last)
             out[start:stop] = y
-        h = out
+        h = outputs.done(out)
+        root = None
         dist.barrier()  # nobody still needs layer i
         server.layers.pop(i, None)
-    return h
+    return h.contiguous()  # the last layer's own terms may be a view of its input's rows
 
 
 @dataclass(frozen=True)
@@ -176,32 +252,35 @@ class _Bias(torch.nn.Module):
         return x if self.bias is None else x + self.bias
 
 
-def _project(how: Projection, rows: OwnRows, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Layer 0's rows of ``x`` read once, in ID order, a batch at a time, into each node's projection ``z``
-    (what its in-neighbours aggregate) and its own term."""
+def _project(how: Projection, rows: torch.Tensor | OwnRows, batch_size: int,
+             root: torch.Tensor | SpillFile) -> torch.Tensor:
+    """A layer's input rows read once, in ID order, a batch at a time, into each node's projection (returned: what
+    its in-neighbours aggregate) and its own term (written into ``root``, which may be the first columns of
+    ``rows`` themselves: a batch's rows are read before their own terms are written)."""
     n, width = len(rows), how.first.weight.shape[0]
-    z, root = torch.empty((n, width)), torch.empty((n, width))
+    z = torch.empty((n, width))
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
-        x = rows.take(torch.arange(start, stop))
+        x = rows.take(torch.arange(start, stop)) if isinstance(rows, OwnRows) else rows[start:stop]
         z[start:stop] = torch.nn.functional.linear(x, how.first.weight)
         root[start:stop] = how.own(x, z[start:stop])
-    return z, root
+    return z
 
 
-def _projected_batch(model: Any, how: Projection, norm: Any, z: torch.Tensor, root: torch.Tensor,
+def _projected_batch(model: Any, how: Projection, norm: Any, i: int, z: torch.Tensor, root: torch.Tensor,
                      indptr: torch.Tensor, indices: torch.Tensor, lo: int, hi: int, start: int, stop: int, dataset: Any,
                      transport: Transport, layout: RankLayout) -> torch.Tensor:
-    """Layer 0 of destinations ``[start, stop)`` from the projections ``z`` of their in-neighbours (remote ones
-    from their owners) and their own terms ``root``: what the layer computes from ``x``, in another order."""
+    """Layer ``i`` of destinations ``[start, stop)`` from the projections ``z`` of their in-neighbours (remote
+    ones from their owners) and their own terms ``root``: what the layer computes from its input, in another
+    order."""
     from torch_geometric.utils import scatter
 
     a, b = int(indptr[start]), int(indptr[stop])
     nodes, inverse = torch.unique(indices[a:b], return_inverse=True)
     dst_local = torch.repeat_interleave(torch.arange(stop - start), torch.diff(indptr[start: stop + 1]))
-    rows = _rows(0, nodes, z, lo, hi, dataset, transport, layout)[inverse]
+    rows = _rows(i, nodes, z, lo, hi, dataset, transport, layout)[inverse]
     aggregate = scatter(rows, dst_local, dim=0, dim_size=stop - start, reduce=how.reduce)
-    return _after(model, norm, 0, how.finish(aggregate + root))
+    return _after(model, norm, i, how.finish(aggregate + root))
 
 
 def _after(model: Any, norm: Any, i: int, y: torch.Tensor) -> torch.Tensor:
@@ -263,16 +342,45 @@ def _rows(i: int, nodes: torch.Tensor, h: torch.Tensor | OwnRows, lo: int, hi: i
 
 
 def inference_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int = BATCH,
-                    projected: bool = False) -> int:
+                    projected: bool = False, spilled: bool = False) -> int:
     """What :func:`layerwise_inference` holds at its peak on a rank of partitions ``parts``: their CSC arrays
-    (int64, twice while joined), a layer's input and output for their nodes (``hidden`` wide, float32), and
-    the largest batch's working set (:func:`batch_bytes`; ``projected``: layer 0 projects first). ``x`` itself is
-    read batch by batch, never held whole. An estimate, from the manifest and the mapped pointers."""
+    (int64, twice while joined), a layer's input and output for their nodes (``hidden`` wide, float32; with
+    ``spilled`` layers, one layer's projections: the rest are on disk), and the largest batch's working set
+    (:func:`batch_bytes`; ``projected``: layer 0 projects first). ``x`` itself is read batch by batch, never held
+    whole. An estimate, from the manifest and the mapped pointers."""
     node, edge = dataset.manifest.node_types[0], dataset.manifest.edge_types[0]
     nodes = sum(int(node.offsets[p + 1]) - int(node.offsets[p]) for p in parts)
     edges = sum(int(edge.edges_per_part[p]) for p in parts)
-    return (4 * nodes * 2 * hidden + 16 * (nodes + 1 + edges)
+    return (4 * nodes * (1 if spilled else 2) * hidden + 16 * (nodes + 1 + edges)
             + batch_bytes(dataset, parts, hidden, batch_size, projected))
+
+
+def spill_bytes(dataset: Any, parts: tuple[int, ...], hidden: int) -> int:
+    """The disk a pass with spilled layers takes at most: two layers' rows (``hidden`` wide) for the rank's
+    nodes, the one read and the one written."""
+    node = dataset.manifest.node_types[0]
+    return 8 * hidden * sum(int(node.offsets[p + 1]) - int(node.offsets[p]) for p in parts)
+
+
+def spill_refusal(directory: str, need: int) -> str | None:
+    """Why layers cannot be spilled into ``directory`` (``None`` where they can): a file system in memory
+    (tmpfs, ramfs: the bytes would count against the same memory), or less free space than ``need``."""
+    path, best, kind = os.path.realpath(directory), "", ""
+    try:
+        with open(MOUNTS) as fh:
+            for line in fh:
+                fields = line.split()
+                mount = fields[1].replace("\\040", " ")
+                if (path == mount or path.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
+                    best, kind = mount, fields[2]
+    except OSError:
+        pass
+    if kind in ("tmpfs", "ramfs"):
+        return f"{directory} is {kind}, in memory"
+    stat = os.statvfs(directory)
+    if stat.f_bavail * stat.f_frsize < need:
+        return f"{directory} has {stat.f_bavail * stat.f_frsize / 1e9:.2f} GB free of the {need / 1e9:.2f} GB they take"
+    return None
 
 
 def batch_bytes(dataset: Any, parts: tuple[int, ...], hidden: int, batch_size: int, projected: bool = False) -> int:
@@ -307,28 +415,61 @@ def inference_batch(dataset: Any, parts: tuple[int, ...], hidden: int, memory: i
     return size
 
 
+@dataclass(frozen=True)
+class Plan:
+    """How a rank runs :func:`layerwise_inference`: its batch of destinations, and where its layers' outputs go
+    (``spill``: a directory, or ``None``: memory). ``need``: the bytes it holds (:func:`inference_bytes`)."""
+
+    batch: int
+    spill: str | None
+    need: int
+
+
+def plan(dataset: Any, parts: tuple[int, ...], hidden: int, memory: int, held: int, projected: bool,
+         refuse: bool = True) -> Plan:
+    """The :class:`Plan` of a rank with ``memory`` bytes holding ``held`` already: its layers in memory where they
+    fit beside the rest, else spilled to the temporary directory (``TMPDIR``; the launcher's job directory)
+    where they fit there. Neither: ``refuse`` raises the one line that says so, else the layers go to disk where
+    they can (they hold less there: a resident set after training counts memory its allocator keeps but no
+    longer uses)."""
+    batch = inference_batch(dataset, parts, hidden, memory, projected)
+    need = inference_bytes(dataset, parts, hidden, batch, projected)
+    if need + held <= memory:
+        return Plan(batch, None, need)
+    spilled = inference_bytes(dataset, parts, hidden, batch, projected, spilled=True)
+    directory = tempfile.gettempdir()
+    why = spill_refusal(directory, spill_bytes(dataset, parts, hidden))
+    if spilled + held <= memory and why is None:
+        return Plan(batch, directory, spilled)
+    if not refuse:
+        return Plan(batch, None, need) if why else Plan(batch, directory, spilled)
+    because = f"; its layers cannot go to disk: {why}" if why else ""
+    raise InvalidInputError(
+        f"--infer-out: its pass over the whole graph holds a layer's outputs ({hidden} wide) for this rank's "
+        f"nodes, their CSC and a batch's rows in memory, about {need / 1e9:.2f} GB, or {spilled / 1e9:.2f} GB with "
+        f"its layers spilled to disk (TMPDIR), beside the {held / 1e9:.2f} GB the rank holds already, and this "
+        f"rank's memory is {memory / 1e9:.2f} GB (its share of the memory limit, or of the host's memory){because}; "
+        "drop --infer-out (the model trains without it), lower --hidden, or run it with more memory per rank")
+
+
 def check_memory(dataset: Any, parts: tuple[int, ...], hidden: int, local_ranks: int, model: str = "sage") -> None:
     """``--infer-out``, at the door (before training, so that nothing is lost): refuse in one line, naming the
     memory it needs, a rank whose inference would hold more than its memory (:func:`featurecache.memory_limit`:
     its share of its cgroup limit, else of the host's memory) beside what the rank holds already (torch, the
-    dataset's open arrays: its resident set now; training's batches and RAM cache are let go before the pass).
-    ``model``: graphstore-train's ``--model`` (whether its layer 0 projects first)."""
+    dataset's open arrays: its resident set now; training's batches and RAM cache are let go before the pass),
+    even with its layers' outputs on disk (:func:`plan`). ``model``: graphstore-train's ``--model`` (whether its
+    layer 0 projects first)."""
     from training.loop.featurecache import memory_limit
     from training.loop.models import MODELS
 
     if dataset.is_hetero or "x" not in dataset.manifest.node_types[0].attrs:
         return  # refused by write_outputs, or by the task, in their own words
-    have, held = memory_limit(local_ranks), resident_bytes()
     projected = model in MODELS and projects_first(MODELS[model](1, 1, num_layers=1).convs[0])  # as built
-    batch = inference_batch(dataset, tuple(parts), hidden, have, projected)
-    need = inference_bytes(dataset, tuple(parts), hidden, batch, projected)
-    if need + held > have:
-        raise InvalidInputError(
-            f"--infer-out: its pass over the whole graph holds a layer's outputs ({hidden} wide) for this rank's "
-            f"nodes, their CSC and a batch's rows in memory, about {need / 1e9:.2f} GB beside the "
-            f"{held / 1e9:.2f} GB the rank holds already, and this rank's memory is {have / 1e9:.2f} GB (its share "
-            "of the memory limit, or of the host's memory); drop --infer-out (the model trains without it), lower "
-            "--hidden, or run it with more memory per rank")
+    chosen = plan(dataset, tuple(parts), hidden, memory_limit(local_ranks), resident_bytes(), projected)
+    if chosen.spill is not None:
+        logger.warning("--infer-out: a layer's outputs for this rank's nodes do not fit in its memory beside the "
+                       "rest; they will be written to %s and read back (%.2f GB of disk at most)", chosen.spill,
+                       spill_bytes(dataset, tuple(parts), hidden) / 1e9)
 
 
 def resident_bytes() -> int:
@@ -353,9 +494,12 @@ def write_outputs(trainer: Any, model: torch.nn.Module) -> None:
 
     if trainer.features is not None:  # a pass reading every row once: the RAM cache of hot rows makes room for it
         trainer.features.fill(0)
-    batch = inference_batch(dataset, tuple(parts), config.hidden, memory_limit(world.local_world_size),
-                            projects_first(model.convs[0]))
-    out = layerwise_inference(model, dataset, parts, trainer.transport, layout, config.model, batch_size=batch)
+    chosen = plan(dataset, tuple(parts), config.hidden, memory_limit(world.local_world_size), resident_bytes(),
+                  projects_first(model.convs[0]), refuse=False)  # admitted at the door: spilled if need be
+    if chosen.spill is not None:
+        logger.warning("--infer-out: writing its layers' rows to %s", chosen.spill)
+    out = layerwise_inference(model, dataset, parts, trainer.transport, layout, config.model, batch_size=chosen.batch,
+                              spill=chosen.spill)
     writer = OutputWriter(dataset, config.infer_out, row_shape=tuple(out.shape[1:]),
                           description=f"graphstore-train {config.model} outputs")
     offsets, first = dataset.node_offsets(), int(dataset.node_offsets()[parts[0]])
