@@ -234,6 +234,7 @@ def test_inference_that_cannot_fit_a_ranks_memory_is_refused_at_the_door(cora2, 
     with pytest.raises(InvalidInputError) as tmpfs:
         inference.check_memory(ds, (0,), 64, local_ranks=1, model="gat")
     assert f"its layers cannot go to disk: {tmp_path} is tmpfs, in memory" in str(tmpfs.value)
+    assert str(tmpfs.value).endswith("or set TMPDIR to a disk with room") and "\n" not in str(tmpfs.value)
     assert inference.plan(ds, (0,), 64, 2 * need - 2, need, False, refuse=False).spill is None  # memory, then
     monkeypatch.setattr(inference, "MOUNTS", "/proc/self/mounts")
     assert inference.spill_refusal(str(tmp_path), 1 << 60).startswith(f"{tmp_path} has ")  # an exabyte: no room

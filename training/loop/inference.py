@@ -443,13 +443,14 @@ def plan(dataset: Any, parts: tuple[int, ...], hidden: int, memory: int, held: i
         return Plan(batch, directory, spilled)
     if not refuse:
         return Plan(batch, None, need) if why else Plan(batch, directory, spilled)
-    because = f"; its layers cannot go to disk: {why}" if why else ""
+    because = f"; its layers cannot go to disk: {why} (TMPDIR names the directory)" if why else ""
     raise InvalidInputError(
         f"--infer-out: its pass over the whole graph holds a layer's outputs ({hidden} wide) for this rank's "
         f"nodes, their CSC and a batch's rows in memory, about {need / 1e9:.2f} GB, or {spilled / 1e9:.2f} GB with "
         f"its layers spilled to disk (TMPDIR), beside the {held / 1e9:.2f} GB the rank holds already, and this "
         f"rank's memory is {memory / 1e9:.2f} GB (its share of the memory limit, or of the host's memory){because}; "
-        "drop --infer-out (the model trains without it), lower --hidden, or run it with more memory per rank")
+        "drop --infer-out (the model trains without it), lower --hidden, run it with more memory per rank"
+        + (", or set TMPDIR to a disk with room" if why else ""))
 
 
 def check_memory(dataset: Any, parts: tuple[int, ...], hidden: int, local_ranks: int, model: str = "sage") -> None:
