@@ -11,8 +11,8 @@ directory, so what it compiles is what the runs use. The groups it runs are foun
 A warm-up that finds its stamp (:func:`graphstore.jitcache.warm_stamp`: same sources, numba, Python,
 CPU and cache) does nothing; ``--force`` runs every group anyway (then each kernel loads from the cache).
 
-numba compiles on one core. With more than one core the groups run in several worker processes
-(``--jobs``), heaviest (``cost``) first, each worker taking the next group when it is done, all writing
+numba compiles on one core. The groups run in several worker processes (``--jobs``: one per core and one
+more), heaviest (``cost``) first, each worker taking the next group when it is done, all writing
 the cache every run reads; a specialisation two of them need compiles once
 (:func:`graphstore.jitcache._across_processes`)."""
 
@@ -159,12 +159,14 @@ def available_memory() -> int | None:
 
 
 def default_jobs(groups_: int) -> int:
-    """The processes a warm-up of ``groups_`` groups runs in: one per core, at most one per group, and as many
-    as the available memory holds at ``PROCESS_BYTES`` each. (More processes than cores were no faster on 2
-    cores: 318-364 s with one group each, against 274 s with 2 workers taking them from the queue.)"""
+    """The processes a warm-up of ``groups_`` groups runs in: one per core and one more, at most one per group,
+    and as many as the available memory holds at ``PROCESS_BYTES`` each. A worker that needs a specialisation
+    another one is compiling waits for it, idle: the extra worker keeps both cores of a 2-core machine
+    compiling (``benchmarks/graphstore_warmup/``). One worker per group was slower on 2 cores than 2 workers
+    taking the groups from the queue (2026-11-30)."""
     memory = available_memory()
     by_memory = groups_ if memory is None else memory // PROCESS_BYTES
-    return max(1, min(groups_, cores(), by_memory))
+    return max(1, min(groups_, cores() + 1, by_memory))
 
 
 def warm_up(only: list[str] | None = None, force: bool = False, progress: Progress | None = None,
@@ -320,8 +322,8 @@ def register(sub: Any) -> Callable[[argparse.Namespace], int]:
     cmd.add_argument("--list", action="store_true", help="list the groups and exit")
     cmd.add_argument("--json", action="store_true", help="print the summary as JSON (the progress lines go to stderr)")
     cmd.add_argument("--jobs", type=int, metavar="N",
-                     help="processes to run the groups in (default: one per core, at most one per group; 1 runs "
-                          "them in this one)")
+                     help="processes to run the groups in (default: one per core and one more, at most one per "
+                          "group; 1 runs them in this one)")
     return _command
 
 
