@@ -72,14 +72,15 @@ def test_jobs_below_one_are_refused_in_one_line(capsys):
 
 
 def test_the_default_runs_a_worker_per_core_and_one_more_within_the_groups_and_the_memory(monkeypatch):
-    """The extra worker compiles while another waits for a specialisation a third one is compiling."""
+    """The extra worker compiles while another one waits for a specialisation that a third one is compiling."""
     monkeypatch.setattr(runner, "cores", lambda: 2)
     monkeypatch.setattr(runner, "available_memory", lambda: 64 * runner.PROCESS_BYTES)
     assert (runner.default_jobs(7), runner.default_jobs(2), runner.default_jobs(1)) == (3, 2, 1)
     monkeypatch.setattr(runner, "cores", lambda: 1)
     assert runner.default_jobs(7) == 2
+    monkeypatch.setattr(runner, "cores", lambda: 2)
     monkeypatch.setattr(runner, "available_memory", lambda: 2 * runner.PROCESS_BYTES + 1)
-    assert runner.default_jobs(7) == 2  # what the memory holds
+    assert runner.default_jobs(7) == 2  # what the memory holds, under the cores' 3
     monkeypatch.setattr(runner, "available_memory", lambda: 0)
     assert runner.default_jobs(7) == 1
 
